@@ -1,0 +1,127 @@
+//! `sealvol`: the one command of sealvol. It parses arguments, calls the
+//! libraries and prints; every behaviour lives in a library crate.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use clap::{Parser, Subcommand, ValueEnum};
+use sealvol_client::SealOptions;
+
+#[derive(Parser)]
+#[command(
+    name = "sealvol",
+    version,
+    about = "Publish model data once, get a digest, mount it anywhere"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Output {
+    Text,
+    Json,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Seal a directory locally and print its version digest (nothing is uploaded)
+    Seal {
+        dir: PathBuf,
+        /// Only include paths matching this glob (repeatable; `*` crosses `/`)
+        #[arg(long = "include", value_name = "GLOB")]
+        includes: Vec<String>,
+        /// Leave out paths matching this glob (repeatable; wins over --include)
+        #[arg(long = "exclude", value_name = "GLOB")]
+        excludes: Vec<String>,
+        /// Worker threads (default: one per core)
+        #[arg(long, value_name = "N", default_value_t = 0)]
+        jobs: usize,
+        /// Directory of the file-state cache (default: ~/.cache/sealvol)
+        #[arg(long, value_name = "DIR", env = "SEALVOL_CACHE_DIR")]
+        cache_dir: Option<PathBuf>,
+        /// Read every file even if the file-state cache knows it
+        #[arg(long)]
+        no_cache: bool,
+        #[arg(long, value_enum, default_value_t = Output::Text)]
+        output: Output,
+    },
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("SEALVOL_LOG")
+                .unwrap_or_else(|_| "warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    match run(Cli::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("sealvol: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Seal {
+            dir,
+            includes,
+            excludes,
+            jobs,
+            cache_dir,
+            no_cache,
+            output,
+        } => {
+            let mut opts = SealOptions {
+                includes,
+                excludes,
+                threads: jobs,
+                ..SealOptions::default()
+            };
+            if no_cache {
+                opts.cache_dir = None;
+            } else if cache_dir.is_some() {
+                opts.cache_dir = cache_dir;
+            }
+            let sealed = sealvol_client::seal(&dir, &opts)
+                .with_context(|| format!("cannot seal {}", dir.display()))?;
+            let s = &sealed.stats;
+            match output {
+                Output::Json => {
+                    let v = serde_json::json!({
+                        "digest": sealed.digest.to_string(),
+                        "files": s.files,
+                        "dirs": s.dirs,
+                        "symlinks": s.symlinks,
+                        "bytes": s.bytes,
+                        "chunks": s.chunks,
+                        "unique_chunks": s.unique_chunks,
+                        "unique_bytes": s.unique_bytes,
+                        "files_read": sealed.files_read,
+                        "bytes_read": sealed.bytes_read,
+                        "duration_seconds": sealed.duration.as_secs_f64(),
+                    });
+                    println!("{v}");
+                }
+                Output::Text => {
+                    println!("{}", sealed.digest);
+                    eprintln!(
+                        "{} files, {} bytes, {} chunks ({} unique) in {:.2}s",
+                        s.files,
+                        s.bytes,
+                        s.chunks,
+                        s.unique_chunks,
+                        sealed.duration.as_secs_f64()
+                    );
+                }
+            }
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,53 @@
+//! The sealvol client library: turns directories into sealed versions and,
+//! in later parts, moves them to and from OCI registries.
+//!
+//! Today it holds the sealing engine: [`seal()`] walks a directory
+//! (include/exclude globs), content-defined-chunks every file with the
+//! parameters of `sealvol-spec`, hashes each byte in one streaming pass on
+//! all cores, and returns the tree index and version digest. A file-state
+//! cache makes re-sealing an unchanged tree read no file data. It is not a
+//! registry, a FUSE mount or a command-line parser.
+//!
+//! ```no_run
+//! let sealed = sealvol_client::seal(std::path::Path::new("./model"), &Default::default()).unwrap();
+//! println!("{} files, {}", sealed.stats.files, sealed.digest);
+//! ```
+
+use std::path::{Path, PathBuf};
+
+pub mod chunker;
+pub mod filestate;
+pub mod seal;
+pub mod walk;
+
+pub use seal::{seal, seal_with_progress, ChunkLocation, SealOptions, Sealed};
+
+/// Why sealing failed. Messages name the path and say what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum SealError {
+    #[error("{}: {message}", path.display())]
+    Io { path: PathBuf, message: String },
+    #[error("{} is not a directory", .0.display())]
+    NotADirectory(PathBuf),
+    #[error("{}: name is not valid UTF-8; rename it or exclude it with --exclude", .0.display())]
+    NotUtf8(PathBuf),
+    #[error("{}: special files (sockets, FIFOs, devices) cannot be sealed; exclude it with --exclude", .0.display())]
+    SpecialFile(PathBuf),
+    #[error("{}: file changed while it was being sealed; seal again once it is stable", .0.display())]
+    Changed(PathBuf),
+    #[error("invalid glob {0:?}: {1}")]
+    Glob(String, String),
+    #[error(transparent)]
+    Chunking(#[from] sealvol_spec::chunking::ChunkingError),
+    #[error(transparent)]
+    Tree(#[from] sealvol_spec::tree::TreeError),
+}
+
+impl SealError {
+    pub(crate) fn io(path: &Path, e: std::io::Error) -> SealError {
+        SealError::Io {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        }
+    }
+}

@@ -1,0 +1,210 @@
+//! Writes the test vectors in `spec/vectors/` from the inputs below. Run it
+//! only when the format changes on purpose (and bump the format version):
+//! `cargo run -p sealvol-spec --example gen_vectors`. The tests in
+//! `spec/tests/vectors.rs` recompute every value from the same inputs.
+
+use std::path::Path;
+
+use sealvol_spec::oci::{build_version, VersionMeta};
+use sealvol_spec::tree::{ChunkRef, Entry, EntryData};
+use sealvol_spec::{B3Digest, ChunkingParams, Sha256Digest, TreeIndex, VolumeRef};
+use serde_json::json;
+
+fn file(path: &str, mode: u32, data: &[u8], params: &ChunkingParams) -> Entry {
+    let cutter = params.cutter().unwrap();
+    let mut chunks = Vec::new();
+    let mut off = 0usize;
+    for len in cutter.chunk_lengths(data) {
+        let bytes = &data[off..off + len];
+        chunks.push(ChunkRef {
+            offset: off as u64,
+            length: len as u32,
+            sha256: Sha256Digest::of(bytes),
+            blake3: B3Digest::of(bytes),
+        });
+        off += len;
+    }
+    Entry {
+        path: path.into(),
+        mode,
+        data: EntryData::File {
+            size: data.len() as u64,
+            blake3: B3Digest::of(data),
+            chunks,
+        },
+    }
+}
+
+fn dir(path: &str) -> Entry {
+    Entry {
+        path: path.into(),
+        mode: 0o755,
+        data: EntryData::Dir,
+    }
+}
+
+fn link(path: &str, target: &str) -> Entry {
+    Entry {
+        path: path.into(),
+        mode: 0o777,
+        data: EntryData::Symlink {
+            target: target.into(),
+        },
+    }
+}
+
+/// The input of the chunking vectors: BLAKE3 XOF output in derive-key mode.
+fn xof(context: &str, len: usize) -> Vec<u8> {
+    let mut out = vec![0u8; len];
+    blake3::Hasher::new_derive_key(context)
+        .finalize_xof()
+        .fill(&mut out);
+    out
+}
+
+fn basic_tree() -> TreeIndex {
+    let p = ChunkingParams::default();
+    TreeIndex::new(
+        p,
+        vec![
+            file("README.md", 0o644, b"hello\n", &p),
+            dir("empty"),
+            dir("models"),
+            file("models/config.json", 0o644, b"{\"hidden_size\":4096}\n", &p),
+            file("models/empty.bin", 0o600, b"", &p),
+            link("latest", "models"),
+            link("models/readme", "../README.md"),
+            file("run.sh", 0o755, b"#!/bin/sh\necho run\n", &p),
+        ],
+    )
+    .unwrap()
+}
+
+fn main() {
+    let out = Path::new(env!("CARGO_MANIFEST_DIR")).join("vectors");
+    std::fs::create_dir_all(&out).unwrap();
+
+    // Refs.
+    let valid = [
+        "bdn:weights/qwen3-8b",
+        "bdn:weights/qwen3-8b:prod",
+        "bdn:weights/llama:prod/config/model.json",
+        "bdn:weights/llama/config",
+        "bdn:weights/qwen3-8b@b3:9f3c2a1b0d4e",
+        "bdn:weights/qwen3-8b@b3:9f3c2a1b0d4e5f60718293a4b5c6d7e8f9a0b1c2d3e4f5061728394a5b6c7d8e",
+        "bdn:a.b/c__d@sha256:44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a",
+        "127.0.0.1:5000/weights/qwen3-8b:prod",
+        "localhost/weights/qwen3-8b",
+        "registry.example.com/org/team/vol@b3:0123456789abcdef/dir/file",
+    ];
+    let aliases = [
+        (
+            "bdn:weights/qwen3-8b@9f3c2a1b0d4e",
+            "bdn:weights/qwen3-8b@b3:9f3c2a1b0d4e",
+        ),
+        (
+            "bdn:weights/llama:prod/config/",
+            "bdn:weights/llama:prod/config",
+        ),
+    ];
+    let invalid = [
+        "weights/qwen3-8b",
+        "bdn:weights",
+        "bdn:Weights/x",
+        "bdn:w/x:",
+        "bdn:w/x:-tag",
+        "bdn:w/x@b3:9f3c2a1b0d4",
+        "bdn:w/x@b3:9F3C2A1B0D4E",
+        "bdn:w/x:prod/../secret",
+        "bdn:w/x:prod//a",
+        "bdn:w/x_-y",
+        "host.example.com/vol",
+        "host.example.com:port/ns/vol",
+    ];
+    let refs_json = json!({
+        "valid": valid.iter().map(|s| {
+            let r: VolumeRef = s.parse().unwrap();
+            let (tag, digest) = match &r.selector {
+                sealvol_spec::Selector::Head => (None, None),
+                sealvol_spec::Selector::Tag(t) => (Some(t.to_string()), None),
+                sealvol_spec::Selector::Digest(d) => (None, Some(d.to_string())),
+            };
+            json!({"input": s, "registry": r.registry, "namespace": r.namespace, "volume": r.volume,
+                   "tag": tag, "digest": digest, "path": r.path, "printed": r.to_string()})
+        }).collect::<Vec<_>>(),
+        "aliases": aliases.iter().map(|(a, b)| json!({"input": a, "printed": b})).collect::<Vec<_>>(),
+        "invalid": invalid,
+    });
+    write(&out.join("refs.json"), &refs_json);
+
+    // Trees and version digests.
+    let t = basic_tree();
+    let encoded = t.encode();
+    let trees = json!({
+        "basic": {
+            "params": t.params(),
+            "entries": t.entries(),
+            "version_digest": t.version_digest().to_string(),
+            "encoded_sha256": Sha256Digest::of(&encoded).to_string(),
+            "encoded_len": encoded.len(),
+        },
+        "empty": {
+            "params": ChunkingParams::default(),
+            "entries": [],
+            "version_digest": TreeIndex::new(ChunkingParams::default(), vec![]).unwrap().version_digest().to_string(),
+        },
+    });
+    write(&out.join("trees.json"), &trees);
+    std::fs::write(out.join("basic.tree"), &encoded).unwrap();
+
+    // Chunking.
+    let small = ChunkingParams {
+        min: 4096,
+        avg: 16384,
+        max: 65536,
+    };
+    let mut chunking = Vec::new();
+    for (params, context, len) in [
+        (small, "sealvol chunking vector small", 1 << 20),
+        (
+            ChunkingParams::default(),
+            "sealvol chunking vector default",
+            40 << 20,
+        ),
+    ] {
+        let data = xof(context, len);
+        let e = file("f", 0o644, &data, &params);
+        let EntryData::File { blake3, chunks, .. } = e.data else {
+            unreachable!()
+        };
+        chunking.push(json!({
+            "params": params,
+            "input": {"blake3_derive_key_context": context, "length": len},
+            "file_blake3": blake3.to_string(),
+            "chunks": chunks,
+        }));
+    }
+    write(&out.join("chunking.json"), &json!(chunking));
+
+    // OCI layout of the basic tree.
+    let meta = VersionMeta {
+        created: "2026-10-26T00:00:00Z".into(),
+        source: Some("hf://Qwen/Qwen3-8B".into()),
+    };
+    let v = build_version(&t, &meta).unwrap();
+    std::fs::write(out.join("basic.index.json"), &v.index.bytes).unwrap();
+    let oci = json!({
+        "created": meta.created,
+        "source": meta.source,
+        "index_digest": v.index.digest().to_string(),
+        "blobs": v.blobs.iter().map(|c| json!({"digest": c.digest().to_string(), "size": c.bytes.len()})).collect::<Vec<_>>(),
+        "manifests": v.manifests.iter().map(|c| json!({"digest": c.digest().to_string(), "size": c.bytes.len()})).collect::<Vec<_>>(),
+    });
+    write(&out.join("oci.json"), &oci);
+}
+
+fn write(path: &Path, v: &serde_json::Value) {
+    let mut s = serde_json::to_string_pretty(v).unwrap();
+    s.push('\n');
+    std::fs::write(path, s).unwrap();
+}

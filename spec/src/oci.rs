@@ -1,0 +1,492 @@
+//! How a sealed version is laid out as plain OCI content (SPEC.md §5).
+//!
+//! A version is one OCI image index. Its entries are, in order: one *view*
+//! image manifest per platform (a consistent image whose single layer is a
+//! tiny tar naming the version, so containerd can pull it with a
+//! snapshotter), the *tree* manifest (the tree index blob), and the *chunk
+//! shard* manifests whose layers are the chunk blobs. Non-view entries carry
+//! platform `unknown/unknown` so runtimes skip them, as BuildKit does for
+//! attestations. Every blob is reachable from the index, so registry garbage
+//! collection keeps it and `skopeo copy --all` copies it.
+
+use std::collections::{HashMap, HashSet};
+
+use oci_spec::image::{
+    Arch, Descriptor, DescriptorBuilder, ImageConfigurationBuilder, ImageIndex, ImageIndexBuilder,
+    ImageManifest, ImageManifestBuilder, MediaType, Os, Platform, PlatformBuilder, RootFsBuilder,
+};
+use serde::Serialize;
+use thiserror::Error;
+
+use crate::digest::{B3Digest, Sha256Digest};
+use crate::tree::{EntryData, TreeIndex};
+
+/// `artifactType` of a version's top-level index.
+pub const MT_VERSION: &str = "application/vnd.sealvol.version.v1";
+/// `artifactType` of the manifest that holds the tree index blob.
+pub const MT_TREE_MANIFEST: &str = "application/vnd.sealvol.tree.v1";
+/// Media type of the tree index blob (SPEC.md §2.4 encoding).
+pub const MT_TREE_BLOB: &str = "application/vnd.sealvol.tree.index.v1";
+/// `artifactType` of a chunk shard manifest.
+pub const MT_CHUNKS_MANIFEST: &str = "application/vnd.sealvol.chunks.v1";
+/// Media type of a chunk blob: the raw bytes of one chunk.
+pub const MT_CHUNK: &str = "application/vnd.sealvol.chunk.v1";
+
+/// Annotation keys (SPEC.md §5.4).
+pub const ANN_CREATED: &str = "org.opencontainers.image.created";
+pub const ANN_VERSION: &str = "dev.sealvol.version";
+pub const ANN_SIZE: &str = "dev.sealvol.size";
+pub const ANN_FILES: &str = "dev.sealvol.files";
+pub const ANN_SOURCE: &str = "dev.sealvol.source";
+pub const ANN_ROLE: &str = "dev.sealvol.role";
+pub const ANN_TREE: &str = "dev.sealvol.tree";
+
+/// Values of [`ANN_ROLE`].
+pub const ROLE_VIEW: &str = "view";
+pub const ROLE_TREE: &str = "tree";
+pub const ROLE_CHUNKS: &str = "chunks";
+
+/// Chunk descriptors per shard manifest: about 3 MB of JSON, under the
+/// 4 MiB manifest limit of CNCF distribution and zot (SPEC.md §5.2).
+pub const CHUNKS_PER_SHARD: usize = 20_000;
+/// Largest manifest or index we write, and the limit we argue against.
+pub const MAX_MANIFEST_BYTES: usize = 4 << 20;
+/// Platforms of the view manifests.
+pub const VIEW_PLATFORMS: [(&str, &str); 2] = [("linux", "amd64"), ("linux", "arm64")];
+/// Path of the pointer file inside the view layer.
+pub const VIEW_FILE: &str = ".sealvol/version.json";
+/// The empty JSON config blob of OCI 1.1 artifacts.
+pub const EMPTY_JSON: &[u8] = b"{}";
+
+#[derive(Debug, Error)]
+pub enum OciError {
+    #[error("cannot build OCI content: {0}")]
+    Build(#[from] oci_spec::OciSpecError),
+    #[error("cannot encode OCI content: {0}")]
+    Json(#[from] serde_json::Error),
+    #[error("{what} is {size} bytes, over the {MAX_MANIFEST_BYTES}-byte manifest limit")]
+    TooLarge { what: &'static str, size: usize },
+    #[error("not a sealvol version: {0}")]
+    NotAVersion(String),
+    #[error("cannot build the view layer: {0}")]
+    Tar(#[from] std::io::Error),
+}
+
+/// A piece of OCI content with its bytes: a manifest, a config or a small blob.
+#[derive(Clone, Debug)]
+pub struct Content {
+    pub descriptor: Descriptor,
+    pub bytes: Vec<u8>,
+}
+
+impl Content {
+    fn new(media_type: MediaType, bytes: Vec<u8>) -> Result<Content, OciError> {
+        let digest = Sha256Digest::of(&bytes);
+        let descriptor = DescriptorBuilder::default()
+            .media_type(media_type)
+            .digest(oci_digest(&digest))
+            .size(bytes.len() as u64)
+            .build()?;
+        Ok(Content { descriptor, bytes })
+    }
+
+    pub fn digest(&self) -> Sha256Digest {
+        sha256_of(&self.descriptor).expect("built with a sha256 digest")
+    }
+}
+
+/// Everything a client writes to publish a version, except the chunk blobs
+/// (which it reads from the files): blobs first, then manifests in an order
+/// where every manifest follows what it references, then the index.
+#[derive(Clone, Debug)]
+pub struct BuiltVersion {
+    pub digest: B3Digest,
+    /// Tree index blob, empty config, view layer and view configs.
+    pub blobs: Vec<Content>,
+    /// Tree manifest, chunk shard manifests and view manifests.
+    pub manifests: Vec<Content>,
+    pub index: Content,
+}
+
+/// Facts about a version recorded in its index annotations.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct VersionMeta {
+    /// RFC 3339 creation time.
+    pub created: String,
+    /// Where a synced version came from (`hf://…`, `s3://…`).
+    pub source: Option<String>,
+}
+
+fn oci_digest(d: &Sha256Digest) -> oci_spec::image::Digest {
+    d.to_string()
+        .parse()
+        .expect("a sha256 digest is a valid OCI digest")
+}
+
+/// The sha256 digest of a descriptor, `None` for other algorithms.
+pub fn sha256_of(d: &Descriptor) -> Option<Sha256Digest> {
+    d.digest().to_string().parse().ok()
+}
+
+/// Serializes with object keys sorted, so equal content gives equal bytes
+/// (oci-spec keeps annotations in a `HashMap`).
+pub fn canonical_json<T: Serialize>(value: &T) -> Result<Vec<u8>, serde_json::Error> {
+    let mut v = serde_json::to_value(value)?;
+    v.sort_all_objects();
+    serde_json::to_vec(&v)
+}
+
+fn skipped_platform() -> Result<Platform, OciError> {
+    Ok(PlatformBuilder::default()
+        .os(Os::Other("unknown".into()))
+        .architecture(Arch::Other("unknown".into()))
+        .build()?)
+}
+
+fn manifest_content(m: &ImageManifest) -> Result<Content, OciError> {
+    let bytes = canonical_json(m)?;
+    if bytes.len() > MAX_MANIFEST_BYTES {
+        return Err(OciError::TooLarge {
+            what: "a manifest",
+            size: bytes.len(),
+        });
+    }
+    Content::new(MediaType::ImageManifest, bytes)
+}
+
+fn artifact_manifest(
+    artifact_type: &str,
+    empty: &Content,
+    layers: Vec<Descriptor>,
+    annotations: HashMap<String, String>,
+) -> Result<Content, OciError> {
+    let m = ImageManifestBuilder::default()
+        .schema_version(2u32)
+        .media_type(MediaType::ImageManifest)
+        .artifact_type(MediaType::Other(artifact_type.into()))
+        .config(empty.descriptor.clone())
+        .layers(layers)
+        .annotations(annotations)
+        .build()?;
+    manifest_content(&m)
+}
+
+fn index_entry(
+    c: &Content,
+    role: &str,
+    artifact_type: Option<&str>,
+    platform: Platform,
+) -> Result<Descriptor, OciError> {
+    let mut d = c.descriptor.clone();
+    d.set_platform(Some(platform));
+    d.set_annotations(Some(HashMap::from([(
+        ANN_ROLE.to_string(),
+        role.to_string(),
+    )])));
+    if let Some(t) = artifact_type {
+        d.set_artifact_type(Some(MediaType::Other(t.into())));
+    }
+    Ok(d)
+}
+
+/// The view layer: an uncompressed tar holding [`VIEW_FILE`], which names the
+/// version and its tree blob. Deterministic: fixed owner, mode and time.
+pub fn view_layer(version: &B3Digest, tree: &Sha256Digest) -> Result<Vec<u8>, OciError> {
+    let body = format!("{{\"version\":\"{version}\",\"tree\":\"{tree}\"}}\n");
+    let mut b = tar::Builder::new(Vec::new());
+    let mut dir = tar::Header::new_ustar();
+    dir.set_entry_type(tar::EntryType::Directory);
+    dir.set_mode(0o755);
+    dir.set_size(0);
+    dir.set_mtime(0);
+    dir.set_cksum();
+    b.append_data(&mut dir, ".sealvol/", std::io::empty())?;
+    let mut f = tar::Header::new_ustar();
+    f.set_mode(0o444);
+    f.set_size(body.len() as u64);
+    f.set_mtime(0);
+    f.set_cksum();
+    b.append_data(&mut f, VIEW_FILE, body.as_bytes())?;
+    Ok(b.into_inner()?)
+}
+
+/// Lays out `tree` as OCI content (SPEC.md §5).
+pub fn build_version(tree: &TreeIndex, meta: &VersionMeta) -> Result<BuiltVersion, OciError> {
+    let digest = tree.version_digest();
+    let stats = tree.stats();
+    let mut blobs = Vec::new();
+    let mut manifests = Vec::new();
+    let mut entries = Vec::new();
+
+    let empty = Content::new(MediaType::EmptyJSON, EMPTY_JSON.to_vec())?;
+    let tree_blob = Content::new(MediaType::Other(MT_TREE_BLOB.into()), tree.encode())?;
+    let version_ann = || HashMap::from([(ANN_VERSION.to_string(), digest.to_string())]);
+
+    // View manifests: one consistent image per platform.
+    let layer_bytes = view_layer(&digest, &tree_blob.digest())?;
+    let mut layer = Content::new(MediaType::ImageLayer, layer_bytes)?;
+    layer.descriptor.set_annotations(Some(HashMap::from([
+        (ANN_VERSION.to_string(), digest.to_string()),
+        (ANN_TREE.to_string(), tree_blob.digest().to_string()),
+    ])));
+    let diff_id = layer.digest().to_string();
+    let mut view_entries = Vec::new();
+    for (os, arch) in VIEW_PLATFORMS {
+        let config = ImageConfigurationBuilder::default()
+            .os(Os::from(os))
+            .architecture(Arch::from(arch))
+            .rootfs(
+                RootFsBuilder::default()
+                    .typ("layers")
+                    .diff_ids(vec![diff_id.clone()])
+                    .build()?,
+            )
+            .build()?;
+        let config = Content::new(MediaType::ImageConfig, canonical_json(&config)?)?;
+        let m = ImageManifestBuilder::default()
+            .schema_version(2u32)
+            .media_type(MediaType::ImageManifest)
+            .config(config.descriptor.clone())
+            .layers(vec![layer.descriptor.clone()])
+            .annotations(version_ann())
+            .build()?;
+        let m = manifest_content(&m)?;
+        let platform = PlatformBuilder::default()
+            .os(Os::from(os))
+            .architecture(Arch::from(arch))
+            .build()?;
+        view_entries.push(index_entry(&m, ROLE_VIEW, None, platform)?);
+        blobs.push(config);
+        manifests.push(m);
+    }
+    entries.extend(view_entries);
+
+    // The tree manifest.
+    let tree_manifest = artifact_manifest(
+        MT_TREE_MANIFEST,
+        &empty,
+        vec![tree_blob.descriptor.clone()],
+        version_ann(),
+    )?;
+    entries.push(index_entry(
+        &tree_manifest,
+        ROLE_TREE,
+        Some(MT_TREE_MANIFEST),
+        skipped_platform()?,
+    )?);
+    manifests.push(tree_manifest);
+
+    // Chunk shards: each distinct chunk blob once, in first-use order.
+    let mut seen = HashSet::new();
+    let mut chunk_descs = Vec::new();
+    for e in tree.entries() {
+        if let EntryData::File { chunks, .. } = &e.data {
+            for c in chunks {
+                if seen.insert(c.sha256) {
+                    chunk_descs.push(
+                        DescriptorBuilder::default()
+                            .media_type(MediaType::Other(MT_CHUNK.into()))
+                            .digest(oci_digest(&c.sha256))
+                            .size(u64::from(c.length))
+                            .build()?,
+                    );
+                }
+            }
+        }
+    }
+    for shard in chunk_descs.chunks(CHUNKS_PER_SHARD) {
+        let m = artifact_manifest(MT_CHUNKS_MANIFEST, &empty, shard.to_vec(), version_ann())?;
+        entries.push(index_entry(
+            &m,
+            ROLE_CHUNKS,
+            Some(MT_CHUNKS_MANIFEST),
+            skipped_platform()?,
+        )?);
+        manifests.push(m);
+    }
+
+    let mut annotations = HashMap::from([
+        (ANN_CREATED.to_string(), meta.created.clone()),
+        (ANN_VERSION.to_string(), digest.to_string()),
+        (ANN_SIZE.to_string(), stats.bytes.to_string()),
+        (ANN_FILES.to_string(), stats.files.to_string()),
+    ]);
+    if let Some(src) = &meta.source {
+        annotations.insert(ANN_SOURCE.to_string(), src.clone());
+    }
+    let index = ImageIndexBuilder::default()
+        .schema_version(2u32)
+        .media_type(MediaType::ImageIndex)
+        .artifact_type(MediaType::Other(MT_VERSION.into()))
+        .manifests(entries)
+        .annotations(annotations)
+        .build()?;
+    let index_bytes = canonical_json(&index)?;
+    if index_bytes.len() > MAX_MANIFEST_BYTES {
+        return Err(OciError::TooLarge {
+            what: "the version index",
+            size: index_bytes.len(),
+        });
+    }
+    let index = Content::new(MediaType::ImageIndex, index_bytes)?;
+
+    blobs.insert(0, tree_blob);
+    blobs.insert(1, empty);
+    blobs.insert(2, layer);
+    Ok(BuiltVersion {
+        digest,
+        blobs,
+        manifests,
+        index,
+    })
+}
+
+/// A version index read back: what a reader needs to find the tree and the
+/// chunks (SPEC.md §5.5).
+#[derive(Clone, Debug)]
+pub struct VersionIndex {
+    pub digest: B3Digest,
+    pub created: Option<String>,
+    pub size: Option<u64>,
+    pub files: Option<u64>,
+    pub source: Option<String>,
+    pub tree_manifest: Descriptor,
+    pub chunk_manifests: Vec<Descriptor>,
+    pub view_manifests: Vec<Descriptor>,
+}
+
+fn role(d: &Descriptor) -> Option<&str> {
+    d.annotations().as_ref()?.get(ANN_ROLE).map(String::as_str)
+}
+
+impl VersionIndex {
+    /// Parses a version's top-level index.
+    pub fn parse(bytes: &[u8]) -> Result<VersionIndex, OciError> {
+        let index: ImageIndex = serde_json::from_slice(bytes)?;
+        let bad = |why: &str| OciError::NotAVersion(why.to_string());
+        match index.artifact_type() {
+            Some(MediaType::Other(t)) if t == MT_VERSION => {}
+            _ => {
+                return Err(bad(
+                    "index artifactType is not application/vnd.sealvol.version.v1",
+                ))
+            }
+        }
+        let ann = index.annotations().clone().unwrap_or_default();
+        let digest: B3Digest = ann
+            .get(ANN_VERSION)
+            .ok_or_else(|| bad("index lacks the dev.sealvol.version annotation"))?
+            .parse()
+            .map_err(|_| bad("dev.sealvol.version is not a b3 digest"))?;
+        let mut tree = None;
+        let mut chunk_manifests = Vec::new();
+        let mut view_manifests = Vec::new();
+        for d in index.manifests() {
+            match role(d) {
+                Some(ROLE_TREE) => tree = Some(d.clone()),
+                Some(ROLE_CHUNKS) => chunk_manifests.push(d.clone()),
+                Some(ROLE_VIEW) => view_manifests.push(d.clone()),
+                _ => {}
+            }
+        }
+        Ok(VersionIndex {
+            digest,
+            created: ann.get(ANN_CREATED).cloned(),
+            size: ann.get(ANN_SIZE).and_then(|s| s.parse().ok()),
+            files: ann.get(ANN_FILES).and_then(|s| s.parse().ok()),
+            source: ann.get(ANN_SOURCE).cloned(),
+            tree_manifest: tree.ok_or_else(|| bad("index has no tree manifest"))?,
+            chunk_manifests,
+            view_manifests,
+        })
+    }
+}
+
+/// The layers of an artifact manifest of the given `artifactType`: the tree
+/// blob of a tree manifest, the chunk blobs of a shard.
+pub fn artifact_layers(bytes: &[u8], artifact_type: &str) -> Result<Vec<Descriptor>, OciError> {
+    let m: ImageManifest = serde_json::from_slice(bytes)?;
+    match m.artifact_type() {
+        Some(MediaType::Other(t)) if t == artifact_type => Ok(m.layers().clone()),
+        _ => Err(OciError::NotAVersion(format!(
+            "manifest artifactType is not {artifact_type}"
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::chunking::ChunkingParams;
+    use crate::tree::{ChunkRef, Entry};
+
+    fn tree_with_chunks(n: u32) -> TreeIndex {
+        let max = ChunkingParams::default().max;
+        let chunks: Vec<ChunkRef> = (0..n)
+            .map(|i| {
+                let id = i.to_le_bytes();
+                ChunkRef {
+                    offset: u64::from(i) * u64::from(max),
+                    length: max,
+                    sha256: Sha256Digest::of(&id),
+                    blake3: B3Digest::of(&id),
+                }
+            })
+            .collect();
+        let size = u64::from(n) * u64::from(max);
+        let e = Entry {
+            path: "big.bin".into(),
+            mode: 0o644,
+            data: EntryData::File {
+                size,
+                blake3: B3Digest::of(b"x"),
+                chunks,
+            },
+        };
+        TreeIndex::new(ChunkingParams::default(), vec![e]).unwrap()
+    }
+
+    #[test]
+    fn layout_reaches_every_chunk_and_parses_back() {
+        let t = tree_with_chunks(45_000);
+        let v = build_version(
+            &t,
+            &VersionMeta {
+                created: "2026-01-01T00:00:00Z".into(),
+                source: None,
+            },
+        )
+        .unwrap();
+        let idx = VersionIndex::parse(&v.index.bytes).unwrap();
+        assert_eq!(idx.digest, t.version_digest());
+        assert_eq!(idx.chunk_manifests.len(), 3);
+        assert_eq!(idx.view_manifests.len(), VIEW_PLATFORMS.len());
+        let mut reached = HashSet::new();
+        for m in &v.manifests {
+            assert!(m.bytes.len() <= MAX_MANIFEST_BYTES);
+            if let Ok(layers) = artifact_layers(&m.bytes, MT_CHUNKS_MANIFEST) {
+                reached.extend(layers.iter().map(|d| sha256_of(d).unwrap()));
+            }
+        }
+        assert_eq!(reached.len(), 45_000);
+        let tree_m = v
+            .manifests
+            .iter()
+            .find(|m| m.descriptor.digest() == idx.tree_manifest.digest())
+            .unwrap();
+        let tree_blob = &artifact_layers(&tree_m.bytes, MT_TREE_MANIFEST).unwrap()[0];
+        assert_eq!(sha256_of(tree_blob).unwrap(), v.blobs[0].digest());
+    }
+
+    #[test]
+    fn same_tree_same_bytes() {
+        let t = tree_with_chunks(10);
+        let meta = VersionMeta {
+            created: "2026-01-01T00:00:00Z".into(),
+            source: Some("hf://a/b".into()),
+        };
+        let a = build_version(&t, &meta).unwrap();
+        let b = build_version(&t, &meta).unwrap();
+        assert_eq!(a.index.bytes, b.index.bytes);
+    }
+}

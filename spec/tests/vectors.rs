@@ -1,0 +1,149 @@
+//! Recomputes every value in `spec/vectors/` from its inputs. A failure
+//! here means the format changed: if on purpose, bump the format version in
+//! SPEC.md and regenerate with `cargo run -p sealvol-spec --example gen_vectors`.
+
+use std::path::PathBuf;
+
+use sealvol_spec::oci::{build_version, VersionIndex, VersionMeta};
+use sealvol_spec::tree::EntryData;
+use sealvol_spec::{ChunkingParams, Entry, Selector, Sha256Digest, TreeIndex, VolumeRef};
+use serde_json::Value;
+
+fn vectors() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("vectors")
+}
+
+fn load(name: &str) -> Value {
+    let text = std::fs::read_to_string(vectors().join(name)).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+fn s(v: &Value) -> Option<String> {
+    v.as_str().map(str::to_string)
+}
+
+#[test]
+fn refs() {
+    let v = load("refs.json");
+    for case in v["valid"].as_array().unwrap() {
+        let input = case["input"].as_str().unwrap();
+        let r: VolumeRef = input.parse().unwrap_or_else(|e| panic!("{input}: {e}"));
+        assert_eq!(r.registry, s(&case["registry"]), "{input}");
+        assert_eq!(r.namespace, case["namespace"].as_str().unwrap(), "{input}");
+        assert_eq!(r.volume, case["volume"].as_str().unwrap(), "{input}");
+        assert_eq!(r.path, s(&case["path"]), "{input}");
+        let (tag, digest) = match &r.selector {
+            Selector::Head => (None, None),
+            Selector::Tag(t) => (Some(t.to_string()), None),
+            Selector::Digest(d) => (None, Some(d.to_string())),
+        };
+        assert_eq!(tag, s(&case["tag"]), "{input}");
+        assert_eq!(digest, s(&case["digest"]), "{input}");
+        assert_eq!(r.to_string(), case["printed"].as_str().unwrap());
+    }
+    for case in v["aliases"].as_array().unwrap() {
+        let r: VolumeRef = case["input"].as_str().unwrap().parse().unwrap();
+        assert_eq!(r.to_string(), case["printed"].as_str().unwrap());
+    }
+    for case in v["invalid"].as_array().unwrap() {
+        let input = case.as_str().unwrap();
+        assert!(
+            input.parse::<VolumeRef>().is_err(),
+            "{input} should be rejected"
+        );
+    }
+}
+
+fn tree_from(case: &Value) -> TreeIndex {
+    let params: ChunkingParams = serde_json::from_value(case["params"].clone()).unwrap();
+    let entries: Vec<Entry> = serde_json::from_value(case["entries"].clone()).unwrap();
+    TreeIndex::new(params, entries).unwrap()
+}
+
+#[test]
+fn trees_and_version_digests() {
+    let v = load("trees.json");
+    for (name, case) in v.as_object().unwrap() {
+        let t = tree_from(case);
+        assert_eq!(
+            t.version_digest().to_string(),
+            case["version_digest"].as_str().unwrap(),
+            "{name}"
+        );
+        if let Some(want) = case["encoded_sha256"].as_str() {
+            let enc = t.encode();
+            assert_eq!(Sha256Digest::of(&enc).to_string(), want, "{name}");
+            assert_eq!(enc.len() as u64, case["encoded_len"].as_u64().unwrap());
+        }
+    }
+    let shipped = std::fs::read(vectors().join("basic.tree")).unwrap();
+    assert_eq!(TreeIndex::decode(&shipped).unwrap(), tree_from(&v["basic"]));
+}
+
+#[test]
+fn chunking() {
+    let v = load("chunking.json");
+    for case in v.as_array().unwrap() {
+        let params: ChunkingParams = serde_json::from_value(case["params"].clone()).unwrap();
+        let ctx = case["input"]["blake3_derive_key_context"].as_str().unwrap();
+        let mut data = vec![0u8; case["input"]["length"].as_u64().unwrap() as usize];
+        blake3::Hasher::new_derive_key(ctx)
+            .finalize_xof()
+            .fill(&mut data);
+        let want: Vec<sealvol_spec::ChunkRef> =
+            serde_json::from_value(case["chunks"].clone()).unwrap();
+        let lengths = params.cutter().unwrap().chunk_lengths(&data);
+        assert_eq!(lengths.len(), want.len(), "{ctx}");
+        for (len, c) in lengths.iter().zip(&want) {
+            assert_eq!(*len as u32, c.length, "{ctx}");
+            let bytes = &data[c.offset as usize..][..c.length as usize];
+            assert_eq!(Sha256Digest::of(bytes), c.sha256);
+            assert_eq!(sealvol_spec::B3Digest::of(bytes), c.blake3);
+        }
+        assert_eq!(
+            sealvol_spec::B3Digest::of(&data).to_string(),
+            case["file_blake3"].as_str().unwrap()
+        );
+    }
+}
+
+#[test]
+fn oci_layout() {
+    let trees = load("trees.json");
+    let v = load("oci.json");
+    let t = tree_from(&trees["basic"]);
+    let meta = VersionMeta {
+        created: v["created"].as_str().unwrap().into(),
+        source: s(&v["source"]),
+    };
+    let built = build_version(&t, &meta).unwrap();
+    let shipped = std::fs::read(vectors().join("basic.index.json")).unwrap();
+    assert_eq!(built.index.bytes, shipped);
+    assert_eq!(
+        built.index.digest().to_string(),
+        v["index_digest"].as_str().unwrap()
+    );
+    let digests = |c: &[sealvol_spec::oci::Content]| {
+        c.iter().map(|c| c.digest().to_string()).collect::<Vec<_>>()
+    };
+    let want = |k: &str| {
+        v[k].as_array()
+            .unwrap()
+            .iter()
+            .map(|d| d["digest"].as_str().unwrap().to_string())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(digests(&built.blobs), want("blobs"));
+    assert_eq!(digests(&built.manifests), want("manifests"));
+    let idx = VersionIndex::parse(&shipped).unwrap();
+    assert_eq!(idx.digest, t.version_digest());
+    assert_eq!(idx.source.as_deref(), Some("hf://Qwen/Qwen3-8B"));
+    assert_eq!(idx.files, Some(t.stats().files));
+    // Every file's chunks are listed in a shard.
+    let n_chunks = t
+        .entries()
+        .iter()
+        .filter(|e| matches!(&e.data, EntryData::File { size, .. } if *size > 0))
+        .count();
+    assert_eq!(idx.chunk_manifests.len(), usize::from(n_chunks > 0));
+}
