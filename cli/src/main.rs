@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand, ValueEnum};
-use sealvol_client::SealOptions;
+use sealvol_client::{ReadMode, SealOptions};
 
 #[derive(Parser)]
 #[command(
@@ -50,7 +50,29 @@ enum Command {
     },
 }
 
+/// Sealing maps files into memory; a file truncated by another process
+/// while mapped raises SIGBUS. Turn that into a clear error instead of a
+/// crash. Only async-signal-safe calls (`write`, `_exit`) are made.
+fn exit_cleanly_on_sigbus() {
+    extern "C" fn on_sigbus(_: libc::c_int) {
+        const MSG: &[u8] = b"sealvol: a file shrank while it was being read; run the command again once the files are stable\n";
+        // SAFETY: write(2) and _exit(2) are async-signal-safe.
+        unsafe {
+            libc::write(2, MSG.as_ptr().cast(), MSG.len());
+            libc::_exit(1);
+        }
+    }
+    // SAFETY: installs a handler that only calls async-signal-safe functions.
+    unsafe {
+        let mut action: libc::sigaction = std::mem::zeroed();
+        action.sa_sigaction = on_sigbus as extern "C" fn(libc::c_int) as libc::sighandler_t;
+        libc::sigemptyset(&mut action.sa_mask);
+        libc::sigaction(libc::SIGBUS, &action, std::ptr::null_mut());
+    }
+}
+
 fn main() -> ExitCode {
+    exit_cleanly_on_sigbus();
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("SEALVOL_LOG")
@@ -82,6 +104,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 includes,
                 excludes,
                 threads: jobs,
+                read_mode: ReadMode::Mmap,
                 ..SealOptions::default()
             };
             if no_cache {

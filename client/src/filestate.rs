@@ -70,13 +70,16 @@ impl FileStateCache {
         decode(value.value(), stamp, params)
     }
 
-    /// Records freshly chunked files in one transaction, skipping racy ones.
+    /// Records freshly chunked files in one transaction, skipping racy ones:
+    /// those changed less than 100 ms before `stat_time`, when their stamps
+    /// were taken.
     pub fn put_all<'a>(
         &self,
         items: impl IntoIterator<Item = (&'a Path, &'a FileStamp, &'a ChunkedFile)>,
         params: &ChunkingParams,
+        stat_time: SystemTime,
     ) -> Result<(), CacheError> {
-        let now = SystemTime::now()
+        let now = stat_time
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_nanos() as i64)
             .unwrap_or(0);

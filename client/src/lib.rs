@@ -16,10 +16,12 @@
 use std::path::{Path, PathBuf};
 
 pub mod chunker;
+pub mod filehash;
 pub mod filestate;
 pub mod seal;
 pub mod walk;
 
+pub use chunker::ReadMode;
 pub use seal::{seal, seal_with_progress, ChunkLocation, SealOptions, Sealed};
 
 /// Why sealing failed. Messages name the path and say what to do.

@@ -8,7 +8,7 @@ use sealvol_spec::{
     B3Digest, ChunkingParams, Entry, EntryData, Sha256Digest, TreeIndex, TreeStats,
 };
 
-use crate::chunker::{chunk_files, ChunkedFile, FileJob};
+use crate::chunker::{chunk_files, ChunkedFile, FileJob, ReadMode};
 use crate::filestate::FileStateCache;
 use crate::walk::{walk, Filter, WalkKind};
 use crate::SealError;
@@ -23,6 +23,8 @@ pub struct SealOptions {
     pub threads: usize,
     /// Where the file-state cache lives; `None` disables it.
     pub cache_dir: Option<PathBuf>,
+    /// How files are read; see [`ReadMode`] before choosing `Mmap`.
+    pub read_mode: ReadMode,
 }
 
 impl Default for SealOptions {
@@ -33,6 +35,7 @@ impl Default for SealOptions {
             params: ChunkingParams::default(),
             threads: 0,
             cache_dir: crate::filestate::default_cache_dir(),
+            read_mode: ReadMode::Read,
         }
     }
 }
@@ -105,6 +108,7 @@ pub fn seal_with_progress(
     let started = Instant::now();
     let cutter = opts.params.cutter()?;
     let filter = Filter::new(&opts.includes, &opts.excludes)?;
+    let stat_time = std::time::SystemTime::now();
     let walked = walk(root, &filter)?;
     let cache = opts
         .cache_dir
@@ -137,13 +141,13 @@ pub fn seal_with_progress(
     } else {
         opts.threads
     };
-    let fresh = chunk_files(&jobs, cutter, threads, progress)?;
+    let fresh = chunk_files(&jobs, cutter, threads, opts.read_mode, progress)?;
     if let Some(c) = &cache {
         let items = jobs
             .iter()
             .zip(&fresh)
             .map(|(j, f)| (j.path.as_path(), &j.stamp, f));
-        if let Err(e) = c.put_all(items, &opts.params) {
+        if let Err(e) = c.put_all(items, &opts.params, stat_time) {
             tracing::warn!("could not update the file-state cache: {e}");
         }
     }

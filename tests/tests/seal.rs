@@ -188,3 +188,50 @@ fn bad_input_gets_one_clear_line() {
         .success());
     fails_with(cache.path(), &["seal", dir], "special files");
 }
+
+#[test]
+fn a_file_truncated_while_sealing_gives_a_clean_error() {
+    // Sealing maps large files; truncating one under the mapping raises
+    // SIGBUS. Whatever the timing, the command must end with a digest or a
+    // one-line error, never be killed by a signal.
+    let cache = tempfile::tempdir().unwrap();
+    let a = tempfile::tempdir().unwrap();
+    let big = a.path().join("big.bin");
+    let mut saw_error = false;
+    for delay_ms in [0u64, 5, 20, 60] {
+        std::fs::write(&big, vec![7u8; 192 << 20]).unwrap();
+        let child = std::process::Command::new(sealvol_tests::sealvol_bin())
+            .args(["seal", a.path().to_str().unwrap(), "--no-cache"])
+            .env("SEALVOL_CACHE_DIR", cache.path())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(delay_ms));
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&big)
+            .unwrap()
+            .set_len(4096)
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.code().is_some(),
+            "killed by a signal: {:?} {err}",
+            out.status
+        );
+        if !out.status.success() {
+            saw_error = true;
+            assert!(
+                err.contains("shrank while it was being read")
+                    || err.contains("file changed while"),
+                "{err}"
+            );
+        }
+    }
+    assert!(
+        saw_error,
+        "no run overlapped the truncation; the test did not exercise it"
+    );
+}

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs what sealvol's build, tests and demo need on a fresh Debian 12
+# machine that has only the Rust toolchain. Safe to run again: it installs
+# only what is missing. Sourced by test.sh and demo.sh.
+set -euo pipefail
+
+APT_PACKAGES=(gcc libc6-dev pkg-config python3 python3-venv time)
+VENV="${SEALVOL_VENV:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/.venv}"
+PIP_PACKAGES=(blake3==1.0.11)
+
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  if [[ $(id -u) -ne 0 ]]; then
+    echo "sealvol: missing Debian packages: ${missing[*]}; run: sudo apt-get install -y ${missing[*]}" >&2
+    exit 1
+  fi
+  echo "installing: ${missing[*]}" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+if [[ ! -x "$VENV/bin/python" ]]; then
+  /usr/bin/python3 -m venv "$VENV"
+fi
+if ! "$VENV/bin/python" -c 'import blake3' 2>/dev/null; then
+  "$VENV/bin/pip" install -q --disable-pip-version-check "${PIP_PACKAGES[@]}"
+fi
+export SEALVOL_VENV="$VENV"

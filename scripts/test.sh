@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Runs every test of sealvol, installing first what they need (Debian
+# packages, a Python venv in .venv). Works on a fresh Debian 12 machine with
+# only the Rust toolchain; run as root or with the packages already there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/deps.sh
+
+# A second reading of SPEC.md, independent of the Rust crate.
+"$SEALVOL_VENV/bin/python" spec/vectors/check_spec.py
+
+# The end-to-end tests run the real binaries, so build them first.
+cargo build --workspace --locked
+cargo test --workspace --locked
