@@ -45,6 +45,10 @@ enum Command {
         /// Read every file even if the file-state cache knows it
         #[arg(long)]
         no_cache: bool,
+        /// Read files with read(2) instead of mapping them (slower; for
+        /// filesystems where mapping fails or misbehaves)
+        #[arg(long)]
+        no_mmap: bool,
         #[arg(long, value_enum, default_value_t = Output::Text)]
         output: Output,
     },
@@ -98,13 +102,18 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             jobs,
             cache_dir,
             no_cache,
+            no_mmap,
             output,
         } => {
             let mut opts = SealOptions {
                 includes,
                 excludes,
                 threads: jobs,
-                read_mode: ReadMode::Mmap,
+                read_mode: if no_mmap {
+                    ReadMode::Read
+                } else {
+                    ReadMode::Mmap
+                },
                 ..SealOptions::default()
             };
             if no_cache {

@@ -26,11 +26,13 @@ use crate::filehash::{self, PIECE};
 use crate::walk::FileStamp;
 use crate::SealError;
 
-/// Bytes per block: the read buffer size, and the stride between mapped
-/// windows. A multiple of [`PIECE`] and of the page size. A carried-over
-/// tail is shorter than the largest chunk (16 MiB) plus one piece, so a
-/// read buffer always has room to read.
+/// Bytes per read buffer. A carried-over tail is shorter than the largest
+/// chunk (16 MiB) plus one piece, so a buffer always has room to read.
 const BLOCK: usize = 32 << 20;
+/// Distance between mapped windows: a multiple of [`PIECE`] and of the page
+/// size. Each window also maps the overlap, so windows in flight
+/// (readers + 2) stay near 130 MiB of resident file pages.
+const STRIDE: usize = 16 << 20;
 
 /// How readers get file bytes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -445,14 +447,14 @@ impl FileReader<'_> {
         }
     }
 
-    /// Maps overlapping windows `BLOCK` apart; a chunk or piece that starts
+    /// Maps overlapping windows `STRIDE` apart; a chunk or piece that starts
     /// in one window ends in it.
     fn mapped(&mut self, f: &File, size: u64) -> Result<u64, SealError> {
         let overlap = self.cutter.params().max as u64 + PIECE;
         let mut offset = 0u64;
         let mut pos = 0usize;
         while offset < size {
-            let len = (BLOCK as u64 + overlap).min(size - offset);
+            let len = (STRIDE as u64 + overlap).min(size - offset);
             let token = self.pool_rx.recv().expect("the pool outlives its readers");
             // SAFETY: the mapping is only read. If another process changes
             // the file meanwhile, the bytes may be inconsistent, which the
@@ -473,8 +475,8 @@ impl FileReader<'_> {
             if eof {
                 break;
             }
-            offset += BLOCK as u64;
-            pos -= BLOCK;
+            offset += STRIDE as u64;
+            pos -= STRIDE;
         }
         Ok(size)
     }
