@@ -145,7 +145,8 @@ pub fn chunk_files(
     let readers = files.len().min(threads.clamp(1, 4));
     // A reader holds two blocks while it carries a tail over; with one more
     // block than readers every reader can always make progress, and a
-    // second spare keeps the hashers busy. At most 6 × 32 MiB.
+    // second spare keeps the hashers busy. At most 6 buffers of 32 MiB or
+    // mapped windows of 33 MiB.
     let blocks = readers + 2;
     let (pool_tx, pool_rx) = bounded::<Vec<u8>>(blocks);
     for _ in 0..blocks {

@@ -176,7 +176,7 @@ fn index_entry(
     role: &str,
     artifact_type: Option<&str>,
     platform: Platform,
-) -> Result<Descriptor, OciError> {
+) -> Descriptor {
     let mut d = c.descriptor.clone();
     d.set_platform(Some(platform));
     d.set_annotations(Some(HashMap::from([(
@@ -186,7 +186,7 @@ fn index_entry(
     if let Some(t) = artifact_type {
         d.set_artifact_type(Some(MediaType::Other(t.into())));
     }
-    Ok(d)
+    d
 }
 
 /// The view layer: an uncompressed tar holding [`VIEW_FILE`], which names the
@@ -255,7 +255,7 @@ pub fn build_version(tree: &TreeIndex, meta: &VersionMeta) -> Result<BuiltVersio
             .os(Os::from(os))
             .architecture(Arch::from(arch))
             .build()?;
-        view_entries.push(index_entry(&m, ROLE_VIEW, None, platform)?);
+        view_entries.push(index_entry(&m, ROLE_VIEW, None, platform));
         blobs.push(config);
         manifests.push(m);
     }
@@ -273,7 +273,7 @@ pub fn build_version(tree: &TreeIndex, meta: &VersionMeta) -> Result<BuiltVersio
         ROLE_TREE,
         Some(MT_TREE_MANIFEST),
         skipped_platform()?,
-    )?);
+    ));
     manifests.push(tree_manifest);
 
     // Chunk shards: each distinct chunk blob once, in first-use order.
@@ -301,7 +301,7 @@ pub fn build_version(tree: &TreeIndex, meta: &VersionMeta) -> Result<BuiltVersio
             ROLE_CHUNKS,
             Some(MT_CHUNKS_MANIFEST),
             skipped_platform()?,
-        )?);
+        ));
         manifests.push(m);
     }
 
