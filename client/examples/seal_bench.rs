@@ -1,5 +1,5 @@
 //! Helpers for `bench/seal`: a synthetic checkpoint generator and
-//! single-thread measurements of the per-byte work sealing does.
+//! measurements of the per-byte work sealing does.
 //!
 //! ```text
 //! cargo run --release -p sealvol-client --example seal_bench -- gen DIR SIZE_MIB [--shards N]
@@ -10,7 +10,7 @@
 //! `gen` writes a safetensors-like checkpoint (8-byte header length, JSON
 //! header, bf16-looking tensor data) plus small `config.json` and
 //! `tokenizer.json`; `primitives` prints FastCDC, SHA-256 and BLAKE3
-//! throughput on one core as one JSON line; `decode` times
+//! throughput on one core and on all cores as one JSON line; `decode` times
 //! `TreeIndex::decode` of a large index and prints one JSON line.
 
 use std::fmt::Write as _;
