@@ -39,11 +39,14 @@ impl Filter {
         })
     }
 
-    pub fn excluded(&self, rel: &str) -> bool {
+    /// Paths are matched as paths, so even a name that is not UTF-8 can be
+    /// excluded.
+    pub fn excluded(&self, rel: impl AsRef<Path>) -> bool {
         self.exclude.as_ref().is_some_and(|g| g.is_match(rel))
     }
 
-    pub fn included(&self, rel: &str) -> bool {
+    pub fn included(&self, rel: impl AsRef<Path>) -> bool {
+        let rel = rel.as_ref();
         !self.excluded(rel) && self.include.as_ref().is_none_or(|g| g.is_match(rel))
     }
 
@@ -105,7 +108,7 @@ pub fn walk(root: &Path, filter: &Filter) -> Result<Vec<WalkEntry>, SealError> {
         .into_iter()
         .filter_entry(|e| {
             // Skip excluded directories whole; other names are checked below.
-            let rel = e.path().strip_prefix(root).ok().and_then(Path::to_str);
+            let rel = e.path().strip_prefix(root).ok();
             !(e.file_type().is_dir() && rel.is_some_and(|r| filter.excluded(r)))
         });
     for item in it {
@@ -120,13 +123,19 @@ pub fn walk(root: &Path, filter: &Filter) -> Result<Vec<WalkEntry>, SealError> {
             }
         })?;
         let path = item.path();
-        let rel = path
+        let rel_path = path
             .strip_prefix(root)
-            .expect("walkdir yields paths under its root")
+            .expect("walkdir yields paths under its root");
+        let ft = item.file_type();
+        // Filter before looking closer, so that an excluded special file or
+        // odd name is simply left out.
+        if !ft.is_dir() && !filter.included(rel_path) {
+            continue;
+        }
+        let rel = rel_path
             .to_str()
             .ok_or_else(|| SealError::NotUtf8(path.to_path_buf()))?
             .to_string();
-        let ft = item.file_type();
         let m = item.metadata().map_err(|e| SealError::Io {
             path: path.to_path_buf(),
             message: e.to_string(),
@@ -149,10 +158,7 @@ pub fn walk(root: &Path, filter: &Filter) -> Result<Vec<WalkEntry>, SealError> {
         } else {
             return Err(SealError::SpecialFile(path.to_path_buf()));
         };
-        let keep = matches!(kind, WalkKind::Dir) || filter.included(&rel);
-        if keep {
-            out.push(WalkEntry { rel, mode, kind });
-        }
+        out.push(WalkEntry { rel, mode, kind });
     }
     if filter.has_includes() {
         prune_dirs(&mut out, filter);

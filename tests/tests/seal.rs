@@ -187,6 +187,17 @@ fn bad_input_gets_one_clear_line() {
         .unwrap()
         .success());
     fails_with(cache.path(), &["seal", dir], "special files");
+    // As the message says, excluding it is enough.
+    let v = seal_json(cache.path(), a.path(), &["--exclude", "pipe"]);
+    assert_eq!(v["files"], 3);
+    std::fs::remove_file(&fifo).unwrap();
+
+    use std::os::unix::ffi::OsStrExt;
+    let odd = a.path().join(std::ffi::OsStr::from_bytes(b"caf\xe9.bin"));
+    std::fs::write(&odd, b"latin-1 name").unwrap();
+    fails_with(cache.path(), &["seal", dir], "not valid UTF-8");
+    let v = seal_json(cache.path(), a.path(), &["--exclude", "*.bin"]);
+    assert_eq!(v["files"], 3);
 }
 
 #[test]
