@@ -27,6 +27,18 @@ enum Output {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Run the registry: OCI Distribution v1.1 on loopback, data in one folder
+    Serve {
+        /// registry.toml (fields: addr, root, request_timeout_seconds)
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
+        /// Address to listen on (default 127.0.0.1:5000; port 0 picks one)
+        #[arg(long, value_name = "HOST:PORT")]
+        addr: Option<std::net::SocketAddr>,
+        /// Folder for blobs, uploads and metadata (default ./sealvol-data)
+        #[arg(long, value_name = "DIR")]
+        root: Option<PathBuf>,
+    },
     /// Seal a directory locally and print its version digest (nothing is uploaded)
     Seal {
         dir: PathBuf,
@@ -77,14 +89,20 @@ fn exit_cleanly_on_sigbus() {
 
 fn main() -> ExitCode {
     exit_cleanly_on_sigbus();
+    let cli = Cli::parse();
+    // A server says what it does; one-shot commands speak only when asked.
+    let default_level = match cli.command {
+        Command::Serve { .. } => "info",
+        _ => "warn",
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("SEALVOL_LOG")
-                .unwrap_or_else(|_| "warn".into()),
+                .unwrap_or_else(|_| default_level.into()),
         )
         .with_writer(std::io::stderr)
         .init();
-    match run(Cli::parse()) {
+    match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("sealvol: {e:#}");
@@ -93,8 +111,32 @@ fn main() -> ExitCode {
     }
 }
 
+fn serve(
+    config: Option<PathBuf>,
+    addr: Option<std::net::SocketAddr>,
+    root: Option<PathBuf>,
+) -> anyhow::Result<()> {
+    let mut cfg = match config {
+        Some(path) => sealvol_registry::Config::load(&path)?,
+        None => sealvol_registry::Config::default(),
+    };
+    if let Some(a) = addr {
+        cfg.addr = a;
+    }
+    if let Some(r) = root {
+        cfg.root = r;
+    }
+    let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
+    runtime.block_on(sealvol_registry::serve(cfg, |addr| {
+        // Scripts and tests wait for this line to learn the port.
+        println!("sealvol: serving OCI distribution on http://{addr}");
+    }))?;
+    Ok(())
+}
+
 fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
+        Command::Serve { config, addr, root } => serve(config, addr, root),
         Command::Seal {
             dir,
             includes,

@@ -1,3 +1,23 @@
-//! sealvol's registry (to come): an OCI Distribution v1.1 server with the
-//! volume API, the embedded default that `sealvol serve` runs. It will store
-//! blobs on the filesystem and metadata in redb. Nothing is implemented yet.
+//! sealvol's registry: an OCI Distribution v1.1 server, the embedded
+//! default that `sealvol serve` runs. One process, data under one folder:
+//! blobs as content-addressed files shared by all repositories
+//! ([`blobs::FsBlobStore`], behind the [`blobs::BlobStore`] trait) and
+//! metadata in redb ([`meta::MetaStore`]). It speaks the distribution spec
+//! to any OCI client; the sealvol volume API comes later. It is not a
+//! client, a cache or an authentication server.
+//!
+//! ```no_run
+//! # async fn run() -> Result<(), sealvol_registry::ServeError> {
+//! let config = sealvol_registry::Config::default(); // 127.0.0.1:5000, ./sealvol-data
+//! sealvol_registry::serve(config, |addr| println!("listening on {addr}")).await
+//! # }
+//! ```
+
+pub mod api;
+pub mod blobs;
+pub mod error;
+pub mod meta;
+pub mod server;
+pub mod uploads;
+
+pub use server::{serve, Config, ServeError};

@@ -1,0 +1,938 @@
+//! The OCI Distribution v1.1 HTTP API. Repository names hold slashes, so
+//! one handler parses `/v2/...` paths from the end (as distribution's
+//! router does) and each endpoint is a function that reads like its
+//! paragraph of the spec, returning `Result<Response, RegistryError>`.
+
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use sealvol_spec::Sha256Digest;
+use serde_json::Value;
+use sha2::{Digest as _, Sha256};
+
+use crate::blobs::BlobStore;
+use crate::error::{Code, RegistryError, Result};
+use crate::meta::{ManifestRecord, MetaStore};
+use crate::uploads::{write_stream, Uploads};
+
+/// Largest manifest accepted, as CNCF distribution and zot.
+pub const MAX_MANIFEST: usize = 4 << 20;
+
+const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
+const OCI_INDEX: &str = "application/vnd.oci.image.index.v1+json";
+const DOCKER_MANIFEST: &str = "application/vnd.docker.distribution.manifest.v2+json";
+const DOCKER_LIST: &str = "application/vnd.docker.distribution.manifest.list.v2+json";
+
+/// Everything a request may touch.
+pub struct App {
+    pub blobs: Arc<dyn BlobStore>,
+    pub meta: Arc<MetaStore>,
+    pub uploads: Uploads,
+}
+
+fn now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+impl App {
+    /// Runs a metadata operation off the async threads (redb commits fsync).
+    async fn meta<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&MetaStore) -> crate::meta::Result<T> + Send + 'static,
+    ) -> Result<T> {
+        let m = Arc::clone(&self.meta);
+        tokio::task::spawn_blocking(move || f(&m))
+            .await
+            .map_err(RegistryError::internal)?
+            .map_err(RegistryError::from)
+    }
+}
+
+/// The endpoint a `/v2/...` path names.
+#[derive(Debug, PartialEq, Eq)]
+enum Route {
+    Base,
+    Catalog,
+    Tags(String),
+    Manifest(String, String),
+    Blob(String, String),
+    UploadStart(String),
+    Upload(String, String),
+    Referrers(String, String),
+}
+
+fn route(path: &str) -> Option<Route> {
+    let rest = path.strip_prefix("/v2")?;
+    if rest.is_empty() || rest == "/" {
+        return Some(Route::Base);
+    }
+    let rest = rest.strip_prefix('/')?;
+    if rest == "_catalog" {
+        return Some(Route::Catalog);
+    }
+    let segs: Vec<&str> = rest.split('/').collect();
+    let name = |n: usize| segs[..segs.len() - n].join("/");
+    let len = segs.len();
+    let tail = |i: usize| segs[len - i];
+    Some(match segs.as_slice() {
+        [.., "tags", "list"] if len > 2 => Route::Tags(name(2)),
+        [.., "blobs", "uploads", ""] if len > 3 => Route::UploadStart(name(3)),
+        [.., "blobs", "uploads"] if len > 2 => Route::UploadStart(name(2)),
+        [.., "blobs", "uploads", _] if len > 3 => Route::Upload(name(3), tail(1).to_string()),
+        [.., "manifests", _] if len > 2 => Route::Manifest(name(2), tail(1).to_string()),
+        [.., "blobs", _] if len > 2 => Route::Blob(name(2), tail(1).to_string()),
+        [.., "referrers", _] if len > 2 => Route::Referrers(name(2), tail(1).to_string()),
+        _ => return None,
+    })
+}
+
+fn check_name(name: &str) -> Result<()> {
+    let ok = name.len() <= sealvol_spec::reference::MAX_NAME_LEN
+        && name
+            .split('/')
+            .all(sealvol_spec::reference::is_name_component);
+    if ok {
+        Ok(())
+    } else {
+        Err(RegistryError::new(
+            Code::NameInvalid,
+            format!("invalid repository name {name:?}"),
+        ))
+    }
+}
+
+fn parse_digest(s: &str) -> Result<Sha256Digest> {
+    s.parse().map_err(|_| {
+        RegistryError::new(
+            Code::DigestInvalid,
+            format!("{s:?} is not a sha256:<64 hex> digest"),
+        )
+    })
+}
+
+fn query_param(req: &Request, key: &str) -> Option<String> {
+    let q = req.uri().query()?;
+    q.split('&').find_map(|kv| {
+        let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+        (k == key).then(|| percent_decode(v))
+    })
+}
+
+fn percent_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'%' if i + 2 < b.len() => match u8::from_str_radix(&s[i + 1..i + 3], 16) {
+                Ok(v) => {
+                    out.push(v);
+                    i += 3;
+                    continue;
+                }
+                Err(_) => out.push(b'%'),
+            },
+            b'+' => out.push(b' '),
+            c => out.push(c),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn hv(s: &str) -> HeaderValue {
+    HeaderValue::from_str(s).unwrap_or_else(|_| HeaderValue::from_static(""))
+}
+
+/// The one handler behind every `/v2` path.
+pub async fn dispatch(State(app): State<Arc<App>>, req: Request) -> Response {
+    let result = match route(req.uri().path()) {
+        None => Err(RegistryError::new(Code::NameInvalid, "no such endpoint")),
+        Some(r) => handle(app, r, req).await,
+    };
+    result.unwrap_or_else(IntoResponse::into_response)
+}
+
+async fn handle(app: Arc<App>, route: Route, req: Request) -> Result<Response> {
+    let method = req.method().clone();
+    match route {
+        Route::Base => Ok(Json(serde_json::json!({})).into_response()),
+        Route::Catalog if method == Method::GET => {
+            let (n, last) = page(&req)?;
+            catalog(&app, n, last).await
+        }
+        Route::Tags(name) if method == Method::GET => {
+            check_name(&name)?;
+            let (n, last) = page(&req)?;
+            tags(&app, name, n, last).await
+        }
+        Route::Manifest(name, reference) => {
+            check_name(&name)?;
+            match method {
+                Method::GET | Method::HEAD => {
+                    get_manifest(&app, name, reference, method == Method::HEAD).await
+                }
+                Method::PUT => put_manifest(&app, name, reference, req).await,
+                Method::DELETE => delete_manifest(&app, name, reference).await,
+                _ => unsupported(),
+            }
+        }
+        Route::Blob(name, digest) => {
+            check_name(&name)?;
+            let digest = parse_digest(&digest)?;
+            match method {
+                Method::GET | Method::HEAD => {
+                    get_blob(&app, name, digest, req.headers(), method == Method::HEAD).await
+                }
+                Method::DELETE => delete_blob(&app, name, digest).await,
+                _ => unsupported(),
+            }
+        }
+        Route::UploadStart(name) if method == Method::POST => {
+            check_name(&name)?;
+            start_upload(&app, name, req).await
+        }
+        Route::Upload(name, id) => {
+            check_name(&name)?;
+            check_session(&app, &name, &id).await?;
+            match method {
+                Method::GET => upload_status(&app, name, id).await,
+                Method::PATCH => patch_upload(&app, name, id, req).await,
+                Method::PUT => put_upload(&app, name, id, req).await,
+                Method::DELETE => cancel_upload(&app, id).await,
+                _ => unsupported(),
+            }
+        }
+        Route::Referrers(name, digest) if method == Method::GET => {
+            check_name(&name)?;
+            let filter = query_param(&req, "artifactType");
+            referrers(&app, name, parse_digest(&digest)?, filter).await
+        }
+        _ => unsupported(),
+    }
+}
+
+fn unsupported() -> Result<Response> {
+    Err(RegistryError::new(
+        Code::Unsupported,
+        "method not supported on this endpoint",
+    ))
+}
+
+struct Json(Value);
+
+impl IntoResponse for Json {
+    fn into_response(self) -> Response {
+        (
+            [(header::CONTENT_TYPE, "application/json")],
+            self.0.to_string(),
+        )
+            .into_response()
+    }
+}
+
+/// `n` and `last` of a paginated list; `n` defaults to everything.
+fn page(req: &Request) -> Result<(usize, Option<String>)> {
+    let n = match query_param(req, "n") {
+        Some(v) => v.parse().map_err(|_| {
+            RegistryError::new(Code::SizeInvalid, format!("n={v:?} is not a number"))
+        })?,
+        None => usize::MAX,
+    };
+    Ok((n, query_param(req, "last")))
+}
+
+async fn catalog(app: &App, n: usize, last: Option<String>) -> Result<Response> {
+    let (repos, more) = app.meta(move |m| m.catalog(last.as_deref(), n)).await?;
+    let mut resp = Json(serde_json::json!({ "repositories": repos })).into_response();
+    if more {
+        let link = format!(
+            "</v2/_catalog?n={n}&last={}>; rel=\"next\"",
+            repos.last().map_or("", String::as_str)
+        );
+        resp.headers_mut().insert(header::LINK, hv(&link));
+    }
+    Ok(resp)
+}
+
+async fn tags(app: &App, name: String, n: usize, last: Option<String>) -> Result<Response> {
+    let repo = name.clone();
+    let (exists, (tags, more)) = app
+        .meta(move |m| Ok((m.repo_exists(&repo)?, m.tags(&repo, last.as_deref(), n)?)))
+        .await?;
+    if !exists {
+        return Err(RegistryError::new(
+            Code::NameUnknown,
+            format!("repository {name} is not known"),
+        ));
+    }
+    let mut resp = Json(serde_json::json!({ "name": name, "tags": tags })).into_response();
+    if more {
+        let link = format!(
+            "</v2/{name}/tags/list?n={n}&last={}>; rel=\"next\"",
+            tags.last().map_or("", String::as_str)
+        );
+        resp.headers_mut().insert(header::LINK, hv(&link));
+    }
+    Ok(resp)
+}
+
+/// A manifest reference: a digest, or a tag resolved to one.
+async fn resolve(app: &App, name: &str, reference: &str) -> Result<Sha256Digest> {
+    if reference.contains(':') {
+        return parse_digest(reference);
+    }
+    check_tag(reference)?;
+    let (repo, tag) = (name.to_string(), reference.to_string());
+    match app.meta(move |m| m.resolve_tag(&repo, &tag)).await? {
+        Some(d) => parse_digest(&d),
+        None => Err(RegistryError::new(
+            Code::ManifestUnknown,
+            format!("tag {reference} is not known in {name}"),
+        )),
+    }
+}
+
+fn check_tag(s: &str) -> Result<()> {
+    s.parse::<sealvol_spec::Tag>()
+        .map(|_| ())
+        .map_err(|e| RegistryError::new(Code::ManifestInvalid, e.to_string()))
+}
+
+async fn get_manifest(app: &App, name: String, reference: String, head: bool) -> Result<Response> {
+    let digest = resolve(app, &name, &reference).await?;
+    let (repo, d) = (name.clone(), digest.to_string());
+    let record = app
+        .meta(move |m| m.manifest(&repo, &d))
+        .await?
+        .ok_or_else(|| {
+            RegistryError::new(
+                Code::ManifestUnknown,
+                format!("manifest {reference} is not known in {name}"),
+            )
+        })?;
+    let mut resp = if head {
+        Response::new(Body::empty())
+    } else {
+        let bytes = app.blobs.get(&digest).await?.ok_or_else(|| {
+            RegistryError::internal(format!("manifest {digest} is recorded but not stored"))
+        })?;
+        Response::new(Body::from(bytes))
+    };
+    let h = resp.headers_mut();
+    h.insert(header::CONTENT_TYPE, hv(&record.media_type));
+    h.insert(header::CONTENT_LENGTH, hv(&record.size.to_string()));
+    h.insert("docker-content-digest", hv(&digest.to_string()));
+    Ok(resp)
+}
+
+/// The descriptors a manifest references: blobs for an image manifest,
+/// child manifests for an index.
+struct Parsed {
+    media_type: String,
+    blobs: Vec<Sha256Digest>,
+    children: Vec<Sha256Digest>,
+    subject: Option<Sha256Digest>,
+    artifact_type: Option<String>,
+    annotations: Option<Value>,
+}
+
+fn descriptor_digest(d: &Value, what: &str) -> Result<Sha256Digest> {
+    let invalid = |why: String| RegistryError::new(Code::ManifestInvalid, why);
+    let s = d
+        .get("digest")
+        .and_then(Value::as_str)
+        .ok_or_else(|| invalid(format!("{what} has no digest")))?;
+    if d.get("mediaType").and_then(Value::as_str).is_none()
+        || d.get("size").and_then(Value::as_u64).is_none()
+    {
+        return Err(invalid(format!("{what} needs mediaType, digest and size")));
+    }
+    s.parse().map_err(|_| {
+        RegistryError::new(
+            Code::DigestInvalid,
+            format!("{what} digest {s:?} is not sha256:<64 hex>"),
+        )
+    })
+}
+
+fn parse_manifest(bytes: &[u8], content_type: Option<&str>) -> Result<Parsed> {
+    let invalid = |why: &str| RegistryError::new(Code::ManifestInvalid, why.to_string());
+    let v: Value = serde_json::from_slice(bytes).map_err(|e| invalid(&format!("not JSON: {e}")))?;
+    if v.get("schemaVersion").and_then(Value::as_u64) != Some(2) {
+        return Err(invalid("schemaVersion must be 2"));
+    }
+    let declared = v.get("mediaType").and_then(Value::as_str);
+    let media_type = match (declared, content_type) {
+        (Some(d), Some(c)) if d != c => {
+            return Err(invalid(&format!(
+                "mediaType {d} differs from Content-Type {c}"
+            )));
+        }
+        (Some(d), _) => d.to_string(),
+        (None, Some(c)) => c.to_string(),
+        (None, None) if v.get("manifests").is_some() => OCI_INDEX.to_string(),
+        (None, None) => OCI_MANIFEST.to_string(),
+    };
+    let mut p = Parsed {
+        media_type,
+        blobs: Vec::new(),
+        children: Vec::new(),
+        subject: None,
+        artifact_type: v
+            .get("artifactType")
+            .and_then(Value::as_str)
+            .map(str::to_string),
+        annotations: v.get("annotations").cloned(),
+    };
+    match p.media_type.as_str() {
+        OCI_MANIFEST | DOCKER_MANIFEST => {
+            let config = v
+                .get("config")
+                .ok_or_else(|| invalid("image manifest has no config"))?;
+            p.blobs.push(descriptor_digest(config, "config")?);
+            if p.artifact_type.is_none() {
+                p.artifact_type = config
+                    .get("mediaType")
+                    .and_then(Value::as_str)
+                    .map(str::to_string);
+            }
+            let layers = v
+                .get("layers")
+                .and_then(Value::as_array)
+                .ok_or_else(|| invalid("image manifest has no layers array"))?;
+            for (i, l) in layers.iter().enumerate() {
+                // Non-distributable layers with URLs live elsewhere.
+                if l.get("urls").is_none() {
+                    p.blobs.push(descriptor_digest(l, &format!("layer {i}"))?);
+                }
+            }
+        }
+        OCI_INDEX | DOCKER_LIST => {
+            let manifests = v
+                .get("manifests")
+                .and_then(Value::as_array)
+                .ok_or_else(|| invalid("index has no manifests array"))?;
+            for (i, m) in manifests.iter().enumerate() {
+                p.children
+                    .push(descriptor_digest(m, &format!("manifest {i}"))?);
+            }
+        }
+        other => return Err(invalid(&format!("unsupported manifest media type {other}"))),
+    }
+    if let Some(s) = v.get("subject") {
+        p.subject = Some(descriptor_digest(s, "subject")?);
+    }
+    Ok(p)
+}
+
+async fn put_manifest(
+    app: &App,
+    name: String,
+    reference: String,
+    req: Request,
+) -> Result<Response> {
+    let content_type = req
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(|s| s.split(';').next().unwrap_or(s).trim().to_string())
+        .filter(|s| s.starts_with("application/vnd."));
+    let bytes = axum::body::to_bytes(req.into_body(), MAX_MANIFEST)
+        .await
+        .map_err(|_| {
+            RegistryError::with_status(
+                Code::SizeInvalid,
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("manifest is larger than {MAX_MANIFEST} bytes"),
+            )
+        })?;
+    let digest = Sha256Digest(Sha256::digest(&bytes).into());
+    let tag = if reference.contains(':') {
+        if parse_digest(&reference)? != digest {
+            return Err(RegistryError::new(
+                Code::DigestInvalid,
+                format!("manifest digest is {digest}, not {reference}"),
+            ));
+        }
+        None
+    } else {
+        check_tag(&reference)?;
+        Some(reference)
+    };
+    let parsed = parse_manifest(&bytes, content_type.as_deref())?;
+
+    // Every referenced blob and child manifest must already be in this repository.
+    let (repo, blobs, children) = (name.clone(), parsed.blobs.clone(), parsed.children.clone());
+    let missing = app
+        .meta(move |m| {
+            for b in &blobs {
+                if m.blob_size(&repo, &b.to_string())?.is_none() {
+                    return Ok(Some(format!("blob {b}")));
+                }
+            }
+            for c in &children {
+                if m.manifest(&repo, &c.to_string())?.is_none() {
+                    return Ok(Some(format!("manifest {c}")));
+                }
+            }
+            Ok(None)
+        })
+        .await?;
+    if let Some(what) = missing {
+        return Err(RegistryError::new(
+            Code::ManifestBlobUnknown,
+            format!("{what} is not in repository {name}; push it first"),
+        ));
+    }
+
+    let subject_descriptor = parsed.subject.map(|_| {
+        let mut d = serde_json::json!({
+            "mediaType": parsed.media_type,
+            "digest": digest.to_string(),
+            "size": bytes.len(),
+        });
+        if let Some(t) = &parsed.artifact_type {
+            d["artifactType"] = Value::String(t.clone());
+        }
+        if let Some(a) = &parsed.annotations {
+            d["annotations"] = a.clone();
+        }
+        d.to_string()
+    });
+    app.blobs.put(&digest, bytes.clone()).await?;
+    let record = ManifestRecord {
+        media_type: parsed.media_type,
+        size: bytes.len() as u64,
+        subject: subject_descriptor,
+    };
+    let (repo, d, subject) = (
+        name.clone(),
+        digest.to_string(),
+        parsed.subject.map(|s| s.to_string()),
+    );
+    app.meta(move |m| {
+        m.put_manifest(
+            &repo,
+            &d,
+            &record,
+            tag.as_deref(),
+            subject.as_deref(),
+            now(),
+        )
+    })
+    .await?;
+
+    let mut resp = StatusCode::CREATED.into_response();
+    let h = resp.headers_mut();
+    h.insert(
+        header::LOCATION,
+        hv(&format!("/v2/{name}/manifests/{digest}")),
+    );
+    h.insert("docker-content-digest", hv(&digest.to_string()));
+    if let Some(s) = parsed.subject {
+        h.insert("oci-subject", hv(&s.to_string()));
+    }
+    Ok(resp)
+}
+
+async fn delete_manifest(app: &App, name: String, reference: String) -> Result<Response> {
+    let (repo, r) = (name.clone(), reference.clone());
+    let deleted = if reference.contains(':') {
+        parse_digest(&reference)?;
+        app.meta(move |m| m.delete_manifest(&repo, &r)).await?
+    } else {
+        app.meta(move |m| m.delete_tag(&repo, &r)).await?
+    };
+    if !deleted {
+        return Err(RegistryError::new(
+            Code::ManifestUnknown,
+            format!("{reference} is not known in {name}"),
+        ));
+    }
+    Ok(StatusCode::ACCEPTED.into_response())
+}
+
+/// A single byte range of a `size`-byte blob: `Ok(None)` for no (or an
+/// unsupported multi-range) header, `Err` when it lies past the end.
+fn byte_range(headers: &HeaderMap, size: u64) -> std::result::Result<Option<(u64, u64)>, ()> {
+    let Some(spec) = headers
+        .get(header::RANGE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("bytes="))
+    else {
+        return Ok(None);
+    };
+    if spec.contains(',') {
+        return Ok(None);
+    }
+    let (a, b) = spec.split_once('-').ok_or(())?;
+    let (start, end) = match (a.trim(), b.trim()) {
+        ("", suffix) => {
+            let n: u64 = suffix.parse().map_err(|_| ())?;
+            if n == 0 {
+                return Err(());
+            }
+            (size.saturating_sub(n), size.checked_sub(1).ok_or(())?)
+        }
+        (s, "") => (s.parse().map_err(|_| ())?, size.checked_sub(1).ok_or(())?),
+        (s, e) => {
+            let (s, e): (u64, u64) = (s.parse().map_err(|_| ())?, e.parse().map_err(|_| ())?);
+            if e < s {
+                return Err(());
+            }
+            (s, e.min(size.saturating_sub(1)))
+        }
+    };
+    if start >= size {
+        return Err(());
+    }
+    Ok(Some((start, end)))
+}
+
+async fn get_blob(
+    app: &App,
+    name: String,
+    digest: Sha256Digest,
+    headers: &HeaderMap,
+    head: bool,
+) -> Result<Response> {
+    let (repo, d) = (name.clone(), digest.to_string());
+    let linked = app.meta(move |m| m.blob_size(&repo, &d)).await?;
+    let size = match linked {
+        Some(_) => app.blobs.size(&digest).await?,
+        None => None,
+    };
+    let Some(size) = size else {
+        return Err(RegistryError::new(
+            Code::BlobUnknown,
+            format!("blob {digest} is not in {name}"),
+        ));
+    };
+    let range = match byte_range(headers, size) {
+        Ok(r) => r,
+        Err(()) => {
+            let mut resp = RegistryError::with_status(
+                Code::BlobUnknown,
+                StatusCode::RANGE_NOT_SATISFIABLE,
+                format!("range not satisfiable for a {size}-byte blob"),
+            )
+            .into_response();
+            resp.headers_mut()
+                .insert(header::CONTENT_RANGE, hv(&format!("bytes */{size}")));
+            return Ok(resp);
+        }
+    };
+    let (start, len, status) = match range {
+        Some((s, e)) => (s, e - s + 1, StatusCode::PARTIAL_CONTENT),
+        None => (0, size, StatusCode::OK),
+    };
+    let body = if head {
+        Body::empty()
+    } else {
+        let reader = app.blobs.read(&digest, start, len).await?.ok_or_else(|| {
+            RegistryError::new(Code::BlobUnknown, format!("blob {digest} is not stored"))
+        })?;
+        Body::from_stream(tokio_util::io::ReaderStream::with_capacity(
+            reader,
+            256 << 10,
+        ))
+    };
+    let mut resp = Response::new(body);
+    *resp.status_mut() = status;
+    let h = resp.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/octet-stream"),
+    );
+    h.insert(header::CONTENT_LENGTH, hv(&len.to_string()));
+    h.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
+    h.insert("docker-content-digest", hv(&digest.to_string()));
+    if status == StatusCode::PARTIAL_CONTENT {
+        h.insert(
+            header::CONTENT_RANGE,
+            hv(&format!("bytes {start}-{}/{size}", start + len - 1)),
+        );
+    }
+    Ok(resp)
+}
+
+async fn delete_blob(app: &App, name: String, digest: Sha256Digest) -> Result<Response> {
+    let (repo, d) = (name.clone(), digest.to_string());
+    if !app.meta(move |m| m.unlink_blob(&repo, &d)).await? {
+        return Err(RegistryError::new(
+            Code::BlobUnknown,
+            format!("blob {digest} is not in {name}"),
+        ));
+    }
+    Ok(StatusCode::ACCEPTED.into_response())
+}
+
+fn upload_response(status: StatusCode, name: &str, id: &str, size: u64) -> Response {
+    let mut resp = status.into_response();
+    let h = resp.headers_mut();
+    h.insert(
+        header::LOCATION,
+        hv(&format!("/v2/{name}/blobs/uploads/{id}")),
+    );
+    h.insert(header::RANGE, hv(&format!("0-{}", size.saturating_sub(1))));
+    h.insert("docker-upload-uuid", hv(id));
+    h.insert(header::CONTENT_LENGTH, HeaderValue::from_static("0"));
+    resp
+}
+
+fn blob_created(name: &str, digest: &Sha256Digest) -> Response {
+    let mut resp = StatusCode::CREATED.into_response();
+    let h = resp.headers_mut();
+    h.insert(header::LOCATION, hv(&format!("/v2/{name}/blobs/{digest}")));
+    h.insert("docker-content-digest", hv(&digest.to_string()));
+    resp
+}
+
+async fn start_upload(app: &App, name: String, req: Request) -> Result<Response> {
+    // Cross-repository mount: link a blob the caller can see elsewhere.
+    if let Some(mount) = query_param(&req, "mount") {
+        let digest = parse_digest(&mount)?;
+        if let Some(from) = query_param(&req, "from") {
+            check_name(&from)?;
+            let (repo, d) = (name.clone(), digest.to_string());
+            let size = app.meta(move |m| m.blob_size(&from, &d)).await?;
+            if let (Some(size), Some(_)) = (size, app.blobs.size(&digest).await?) {
+                let d = digest.to_string();
+                app.meta(move |m| m.link_blob(&repo, &d, size, now()))
+                    .await?;
+                return Ok(blob_created(&name, &digest));
+            }
+        }
+        // Not visible: fall back to a fresh upload session (202).
+    } else if let Some(d) = query_param(&req, "digest") {
+        // Monolithic upload: the whole blob in this request.
+        let digest = parse_digest(&d)?;
+        return monolithic(app, name, digest, req.into_body()).await;
+    }
+    let id = app.uploads.create().await?;
+    let (i, repo) = (id.clone(), name.clone());
+    app.meta(move |m| m.put_upload(&i, &repo)).await?;
+    Ok(upload_response(StatusCode::ACCEPTED, &name, &id, 0))
+}
+
+async fn monolithic(app: &App, name: String, digest: Sha256Digest, body: Body) -> Result<Response> {
+    let id = app.uploads.create().await?;
+    let path = app.uploads.path(&id);
+    let result = async {
+        let mut f = tokio::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .await?;
+        let mut h = Sha256::new();
+        let size = write_stream(&mut f, body.into_data_stream(), Some(&mut h)).await?;
+        drop(f);
+        let got = Sha256Digest(h.finalize().into());
+        if got != digest {
+            return Err(RegistryError::new(
+                Code::DigestInvalid,
+                format!("uploaded bytes hash to {got}, not {digest}"),
+            ));
+        }
+        app.blobs.ingest(&digest, &path).await?;
+        let (repo, d) = (name.clone(), digest.to_string());
+        app.meta(move |m| m.link_blob(&repo, &d, size, now())).await
+    }
+    .await;
+    app.uploads.remove(&id).await;
+    result?;
+    Ok(blob_created(&name, &digest))
+}
+
+/// An upload id must name a session of this repository.
+async fn check_session(app: &App, name: &str, id: &str) -> Result<()> {
+    let i = id.to_string();
+    match app.meta(move |m| m.upload_repo(&i)).await? {
+        Some(repo) if repo == name => Ok(()),
+        _ => Err(RegistryError::new(
+            Code::BlobUploadUnknown,
+            format!("upload {id} is not known in {name}"),
+        )),
+    }
+}
+
+async fn upload_status(app: &App, name: String, id: String) -> Result<Response> {
+    let s = app.uploads.session(&id).await?;
+    let size = s.lock().await.size;
+    Ok(upload_response(StatusCode::NO_CONTENT, &name, &id, size))
+}
+
+/// `Content-Range: <start>-<end>` of a chunk, if given.
+fn chunk_start(headers: &HeaderMap) -> Result<Option<u64>> {
+    let Some(v) = headers.get(header::CONTENT_RANGE) else {
+        return Ok(None);
+    };
+    let v = v.to_str().unwrap_or("");
+    let v = v.strip_prefix("bytes ").unwrap_or(v);
+    let bad = || {
+        RegistryError::with_status(
+            Code::BlobUploadInvalid,
+            StatusCode::RANGE_NOT_SATISFIABLE,
+            format!("Content-Range {v:?} is not <start>-<end>"),
+        )
+    };
+    let (a, b) = v.split_once('-').ok_or_else(bad)?;
+    let (a, b): (u64, u64) = (
+        a.parse().map_err(|_| bad())?,
+        b.split('/')
+            .next()
+            .unwrap_or("")
+            .parse()
+            .map_err(|_| bad())?,
+    );
+    if b < a {
+        return Err(bad());
+    }
+    Ok(Some(a))
+}
+
+async fn patch_upload(app: &App, name: String, id: String, req: Request) -> Result<Response> {
+    let start = chunk_start(req.headers())?;
+    let s = app.uploads.session(&id).await?;
+    let mut session = s.lock().await;
+    let size = app
+        .uploads
+        .append(&id, &mut session, start, req.into_body().into_data_stream())
+        .await?;
+    Ok(upload_response(StatusCode::ACCEPTED, &name, &id, size))
+}
+
+async fn put_upload(app: &App, name: String, id: String, req: Request) -> Result<Response> {
+    let digest = parse_digest(&query_param(&req, "digest").ok_or_else(|| {
+        RegistryError::new(Code::DigestInvalid, "completing an upload needs ?digest=")
+    })?)?;
+    let start = chunk_start(req.headers())?;
+    let s = app.uploads.session(&id).await?;
+    let mut session = s.lock().await;
+    let size = app
+        .uploads
+        .append(&id, &mut session, start, req.into_body().into_data_stream())
+        .await?;
+    let got = app.uploads.digest(&id, &mut session).await?;
+    if got != digest {
+        drop(session);
+        app.uploads.remove(&id).await;
+        let i = id.clone();
+        app.meta(move |m| m.finish_upload(&i, None, now())).await?;
+        return Err(RegistryError::new(
+            Code::DigestInvalid,
+            format!("uploaded bytes hash to {got}, not {digest}"),
+        ));
+    }
+    app.blobs.ingest(&digest, &app.uploads.path(&id)).await?;
+    let (i, repo, d) = (id.clone(), name.clone(), digest.to_string());
+    app.meta(move |m| m.finish_upload(&i, Some((&repo, &d, size)), now()))
+        .await?;
+    drop(session);
+    app.uploads.remove(&id).await;
+    Ok(blob_created(&name, &digest))
+}
+
+async fn cancel_upload(app: &App, id: String) -> Result<Response> {
+    let i = id.clone();
+    app.meta(move |m| m.finish_upload(&i, None, now())).await?;
+    app.uploads.remove(&id).await;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+async fn referrers(
+    app: &App,
+    name: String,
+    subject: Sha256Digest,
+    filter: Option<String>,
+) -> Result<Response> {
+    let (repo, s) = (name, subject.to_string());
+    let rows = app.meta(move |m| m.referrers(&repo, &s)).await?;
+    let mut manifests: Vec<Value> = rows
+        .iter()
+        .filter_map(|r| serde_json::from_str(r).ok())
+        .collect();
+    if let Some(t) = &filter {
+        manifests.retain(|d| d.get("artifactType").and_then(Value::as_str) == Some(t.as_str()));
+    }
+    let index = serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": OCI_INDEX,
+        "manifests": manifests,
+    });
+    let mut resp = (
+        [(header::CONTENT_TYPE, HeaderValue::from_static(OCI_INDEX))],
+        Bytes::from(index.to_string()),
+    )
+        .into_response();
+    if filter.is_some() {
+        resp.headers_mut().insert(
+            "oci-filters-applied",
+            HeaderValue::from_static("artifactType"),
+        );
+    }
+    Ok(resp)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routes_with_slashes_in_names() {
+        assert_eq!(route("/v2/"), Some(Route::Base));
+        assert_eq!(route("/v2/a/b/tags/list"), Some(Route::Tags("a/b".into())));
+        assert_eq!(
+            route("/v2/a/blobs/uploads/"),
+            Some(Route::UploadStart("a".into()))
+        );
+        assert_eq!(
+            route("/v2/a/b/blobs/uploads/xyz"),
+            Some(Route::Upload("a/b".into(), "xyz".into()))
+        );
+        assert_eq!(
+            route("/v2/a/blobs/b/blobs/sha256:00"),
+            Some(Route::Blob("a/blobs/b".into(), "sha256:00".into()))
+        );
+        assert_eq!(
+            route("/v2/a/manifests/latest"),
+            Some(Route::Manifest("a".into(), "latest".into()))
+        );
+        assert_eq!(
+            route("/v2/a/referrers/sha256:00"),
+            Some(Route::Referrers("a".into(), "sha256:00".into()))
+        );
+        assert_eq!(route("/v2/manifests/x"), None);
+        assert_eq!(route("/v3/a/manifests/x"), None);
+    }
+
+    #[test]
+    fn ranges() {
+        let h = |v: &str| {
+            let mut m = HeaderMap::new();
+            m.insert(header::RANGE, HeaderValue::from_str(v).unwrap());
+            m
+        };
+        assert_eq!(byte_range(&h("bytes=0-9"), 100), Ok(Some((0, 9))));
+        assert_eq!(byte_range(&h("bytes=90-"), 100), Ok(Some((90, 99))));
+        assert_eq!(byte_range(&h("bytes=-5"), 100), Ok(Some((95, 99))));
+        assert_eq!(byte_range(&h("bytes=95-200"), 100), Ok(Some((95, 99))));
+        assert_eq!(byte_range(&h("bytes=100-"), 100), Err(()));
+        assert_eq!(byte_range(&h("bytes=9-0"), 100), Err(()));
+        assert_eq!(byte_range(&HeaderMap::new(), 100), Ok(None));
+    }
+
+    #[test]
+    fn decoding_query_values() {
+        assert_eq!(percent_decode("sha256%3Aab"), "sha256:ab");
+        assert_eq!(percent_decode("a%2Fb"), "a/b");
+        assert_eq!(percent_decode("100%"), "100%");
+    }
+}

@@ -1,0 +1,140 @@
+//! OCI distribution errors: every failure a handler returns becomes the
+//! spec's JSON body (`{"errors":[{"code","message","detail"}]}`) with the
+//! status the spec gives its code, in this one place.
+
+use axum::http::{HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+
+/// The error codes of the distribution spec (v1.1, "Error Codes").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Code {
+    BlobUnknown,
+    BlobUploadInvalid,
+    BlobUploadUnknown,
+    DigestInvalid,
+    ManifestBlobUnknown,
+    ManifestInvalid,
+    ManifestUnknown,
+    NameInvalid,
+    NameUnknown,
+    SizeInvalid,
+    Unauthorized,
+    Denied,
+    Unsupported,
+    TooManyRequests,
+}
+
+impl Code {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Code::BlobUnknown => "BLOB_UNKNOWN",
+            Code::BlobUploadInvalid => "BLOB_UPLOAD_INVALID",
+            Code::BlobUploadUnknown => "BLOB_UPLOAD_UNKNOWN",
+            Code::DigestInvalid => "DIGEST_INVALID",
+            Code::ManifestBlobUnknown => "MANIFEST_BLOB_UNKNOWN",
+            Code::ManifestInvalid => "MANIFEST_INVALID",
+            Code::ManifestUnknown => "MANIFEST_UNKNOWN",
+            Code::NameInvalid => "NAME_INVALID",
+            Code::NameUnknown => "NAME_UNKNOWN",
+            Code::SizeInvalid => "SIZE_INVALID",
+            Code::Unauthorized => "UNAUTHORIZED",
+            Code::Denied => "DENIED",
+            Code::Unsupported => "UNSUPPORTED",
+            Code::TooManyRequests => "TOOMANYREQUESTS",
+        }
+    }
+
+    fn status(self) -> StatusCode {
+        match self {
+            Code::BlobUnknown
+            | Code::BlobUploadUnknown
+            | Code::ManifestUnknown
+            | Code::NameUnknown => StatusCode::NOT_FOUND,
+            Code::BlobUploadInvalid
+            | Code::DigestInvalid
+            | Code::ManifestBlobUnknown
+            | Code::ManifestInvalid
+            | Code::NameInvalid
+            | Code::SizeInvalid => StatusCode::BAD_REQUEST,
+            Code::Unauthorized => StatusCode::UNAUTHORIZED,
+            Code::Denied => StatusCode::FORBIDDEN,
+            Code::Unsupported => StatusCode::METHOD_NOT_ALLOWED,
+            Code::TooManyRequests => StatusCode::TOO_MANY_REQUESTS,
+        }
+    }
+}
+
+/// What a handler returns on failure.
+#[derive(Debug, thiserror::Error)]
+pub enum RegistryError {
+    /// A spec error code with a message for the client.
+    #[error("{}: {message}", code.as_str())]
+    Oci {
+        code: Code,
+        message: String,
+        /// Overrides the code's usual status (416 for a bad range, 413 for
+        /// an oversized manifest).
+        status: Option<StatusCode>,
+    },
+    /// Something went wrong on our side; logged, answered 500.
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl RegistryError {
+    pub fn new(code: Code, message: impl Into<String>) -> Self {
+        RegistryError::Oci {
+            code,
+            message: message.into(),
+            status: None,
+        }
+    }
+
+    pub fn with_status(code: Code, status: StatusCode, message: impl Into<String>) -> Self {
+        RegistryError::Oci {
+            code,
+            message: message.into(),
+            status: Some(status),
+        }
+    }
+
+    pub fn internal(e: impl std::fmt::Display) -> Self {
+        RegistryError::Internal(e.to_string())
+    }
+}
+
+impl From<std::io::Error> for RegistryError {
+    fn from(e: std::io::Error) -> Self {
+        RegistryError::internal(e)
+    }
+}
+
+impl From<crate::meta::MetaError> for RegistryError {
+    fn from(e: crate::meta::MetaError) -> Self {
+        RegistryError::internal(e)
+    }
+}
+
+pub type Result<T> = std::result::Result<T, RegistryError>;
+
+impl IntoResponse for RegistryError {
+    fn into_response(self) -> Response {
+        let (status, code, message) = match self {
+            RegistryError::Oci {
+                code,
+                message,
+                status,
+            } => (status.unwrap_or(code.status()), code.as_str(), message),
+            RegistryError::Internal(m) => {
+                tracing::error!("{m}");
+                return (StatusCode::INTERNAL_SERVER_ERROR, "internal error").into_response();
+            }
+        };
+        let body =
+            serde_json::json!({"errors": [{"code": code, "message": message, "detail": null}]});
+        let mut resp = (status, body.to_string()).into_response();
+        resp.headers_mut()
+            .insert("content-type", HeaderValue::from_static("application/json"));
+        resp
+    }
+}

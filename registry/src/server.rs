@@ -1,0 +1,163 @@
+//! `sealvol serve`: configuration, the router with its tower layers, and a
+//! clean stop on SIGTERM or Ctrl+C (in-flight requests finish, then the
+//! database closes).
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::extract::{DefaultBodyLimit, Request};
+use axum::http::HeaderValue;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use serde::Deserialize;
+use tower_http::set_header::SetResponseHeaderLayer;
+use tower_http::timeout::TimeoutLayer;
+use tower_http::trace::TraceLayer;
+
+use crate::api::{dispatch, App};
+use crate::blobs::FsBlobStore;
+use crate::meta::MetaStore;
+use crate::uploads::Uploads;
+
+/// `registry.toml`; every field may be overridden on the command line.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// Address to listen on; loopback unless set otherwise.
+    pub addr: SocketAddr,
+    /// Folder holding blobs, uploads and the metadata database.
+    pub root: PathBuf,
+    /// Longest a request may take, in seconds (large blobs stream for long).
+    pub request_timeout_seconds: u64,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            addr: SocketAddr::from(([127, 0, 0, 1], 5000)),
+            root: PathBuf::from("sealvol-data"),
+            request_timeout_seconds: 3600,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("cannot read config {path}: {message}")]
+    Config { path: PathBuf, message: String },
+    #[error("cannot open the registry data in {path}: {message}")]
+    Storage { path: PathBuf, message: String },
+    #[error("cannot listen on {addr}: {message}")]
+    Bind { addr: SocketAddr, message: String },
+    #[error("server error: {0}")]
+    Serve(String),
+}
+
+impl Config {
+    pub fn load(path: &Path) -> Result<Config, ServeError> {
+        let err = |message: String| ServeError::Config {
+            path: path.to_path_buf(),
+            message,
+        };
+        let text = std::fs::read_to_string(path).map_err(|e| err(e.to_string()))?;
+        toml::from_str(&text).map_err(|e| err(e.to_string()))
+    }
+}
+
+/// Opens the data folder: blob store, metadata, surviving upload sessions.
+pub fn open_app(root: &Path) -> Result<App, ServeError> {
+    let storage = |e: &dyn std::fmt::Display| ServeError::Storage {
+        path: root.to_path_buf(),
+        message: e.to_string(),
+    };
+    std::fs::create_dir_all(root).map_err(|e| storage(&e))?;
+    let blobs = FsBlobStore::open(root).map_err(|e| storage(&e))?;
+    let meta = MetaStore::open(&root.join("meta.redb")).map_err(|e| storage(&e))?;
+    let live = meta.uploads().map_err(|e| storage(&e))?;
+    let uploads = Uploads::open(root, &live).map_err(|e| storage(&e))?;
+    Ok(App {
+        blobs: Arc::new(blobs),
+        meta: Arc::new(meta),
+        uploads,
+    })
+}
+
+/// Counts requests and their latency by method and status.
+async fn record_metrics(req: Request, next: Next) -> Response {
+    let method = req.method().to_string();
+    let started = Instant::now();
+    let resp = next.run(req).await;
+    let labels = [
+        ("method", method),
+        ("status", resp.status().as_u16().to_string()),
+    ];
+    metrics::counter!("sealvol_http_requests_total", &labels).increment(1);
+    metrics::histogram!("sealvol_http_request_duration_seconds", &labels)
+        .record(started.elapsed().as_secs_f64());
+    resp
+}
+
+/// The registry's router with its layers.
+pub fn router(app: Arc<App>, config: &Config, prometheus: PrometheusHandle) -> Router {
+    Router::new()
+        .route(
+            "/metrics",
+            get(move || async move { prometheus.render().into_response() }),
+        )
+        .fallback(dispatch)
+        .with_state(app)
+        // Blob bodies stream to disk; manifests are bounded in their handler.
+        .layer(DefaultBodyLimit::disable())
+        .layer(axum::middleware::from_fn(record_metrics))
+        .layer(TimeoutLayer::with_status_code(
+            axum::http::StatusCode::REQUEST_TIMEOUT,
+            Duration::from_secs(config.request_timeout_seconds),
+        ))
+        .layer(SetResponseHeaderLayer::overriding(
+            axum::http::HeaderName::from_static("docker-distribution-api-version"),
+            HeaderValue::from_static("registry/2.0"),
+        ))
+        .layer(TraceLayer::new_for_http())
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("installing a SIGTERM handler");
+    tokio::select! {
+        _ = ctrl_c => {}
+        _ = term.recv() => {}
+    }
+    tracing::info!("stopping: finishing in-flight requests");
+}
+
+/// Serves until SIGTERM or Ctrl+C; `ready` hears the bound address.
+pub async fn serve(config: Config, ready: impl FnOnce(SocketAddr)) -> Result<(), ServeError> {
+    let app = Arc::new(open_app(&config.root)?);
+    let prometheus = PrometheusBuilder::new()
+        .install_recorder()
+        .map_err(|e| ServeError::Serve(e.to_string()))?;
+    let listener = tokio::net::TcpListener::bind(config.addr)
+        .await
+        .map_err(|e| ServeError::Bind {
+            addr: config.addr,
+            message: e.to_string(),
+        })?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| ServeError::Serve(e.to_string()))?;
+    ready(addr);
+    axum::serve(listener, router(Arc::clone(&app), &config, prometheus))
+        .with_graceful_shutdown(shutdown_signal())
+        .await
+        .map_err(|e| ServeError::Serve(e.to_string()))?;
+    // The last reference: dropping it closes the database.
+    drop(app);
+    tracing::info!("stopped");
+    Ok(())
+}

@@ -1,0 +1,182 @@
+//! Blob upload sessions: data files under `<root>/uploads`, their
+//! repositories in the metadata store, so a session survives a restart.
+//!
+//! The SHA-256 of a session is computed while its bytes stream in; after a
+//! restart the running hash is gone and the file is hashed once more when
+//! the upload completes.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use futures_util::{Stream, StreamExt};
+use sealvol_spec::Sha256Digest;
+use sha2::{Digest as _, Sha256};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::error::{Code, RegistryError, Result};
+
+/// The in-memory state of one session; its lock orders the writes.
+pub struct Session {
+    pub size: u64,
+    /// The hash of bytes `0..size`, when every byte went through this process.
+    hasher: Option<Sha256>,
+}
+
+pub struct Uploads {
+    dir: PathBuf,
+    sessions: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Session>>>>,
+}
+
+/// Appends a request body to `file`, hashing as it goes.
+pub async fn write_stream<S, E>(
+    file: &mut tokio::fs::File,
+    mut body: S,
+    mut hasher: Option<&mut Sha256>,
+) -> Result<u64>
+where
+    S: Stream<Item = std::result::Result<bytes::Bytes, E>> + Unpin,
+    E: std::fmt::Display,
+{
+    let mut n = 0u64;
+    while let Some(chunk) = body.next().await {
+        let chunk = chunk.map_err(|e| {
+            RegistryError::new(
+                Code::BlobUploadInvalid,
+                format!("reading the request body: {e}"),
+            )
+        })?;
+        if let Some(h) = hasher.as_deref_mut() {
+            h.update(&chunk);
+        }
+        file.write_all(&chunk).await?;
+        n += chunk.len() as u64;
+    }
+    file.flush().await?;
+    Ok(n)
+}
+
+impl Uploads {
+    /// Opens the upload folder and forgets data files that have no session
+    /// (`live` lists the sessions the metadata store knows).
+    pub fn open(root: &Path, live: &[String]) -> std::io::Result<Uploads> {
+        let dir = root.join("uploads");
+        std::fs::create_dir_all(&dir)?;
+        for e in std::fs::read_dir(&dir)? {
+            let e = e?;
+            if !live.iter().any(|id| e.file_name() == id.as_str()) {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+        Ok(Uploads {
+            dir,
+            sessions: Mutex::new(HashMap::new()),
+        })
+    }
+
+    pub fn path(&self, id: &str) -> PathBuf {
+        self.dir.join(id)
+    }
+
+    /// Creates the data file of a new session.
+    pub async fn create(&self) -> Result<String> {
+        let id = uuid::Uuid::new_v4().to_string();
+        tokio::fs::File::create(self.path(&id)).await?;
+        self.sessions.lock().expect("sessions lock").insert(
+            id.clone(),
+            Arc::new(tokio::sync::Mutex::new(Session {
+                size: 0,
+                hasher: Some(Sha256::new()),
+            })),
+        );
+        Ok(id)
+    }
+
+    /// The session `id`, loading it from its data file after a restart.
+    /// The caller has checked that the metadata store knows it.
+    pub async fn session(&self, id: &str) -> Result<Arc<tokio::sync::Mutex<Session>>> {
+        if let Some(s) = self.sessions.lock().expect("sessions lock").get(id) {
+            return Ok(Arc::clone(s));
+        }
+        let size = match tokio::fs::metadata(self.path(id)).await {
+            Ok(m) => m.len(),
+            Err(_) => {
+                return Err(RegistryError::new(
+                    Code::BlobUploadUnknown,
+                    "upload session has no data",
+                ))
+            }
+        };
+        let s = Arc::new(tokio::sync::Mutex::new(Session { size, hasher: None }));
+        Ok(Arc::clone(
+            self.sessions
+                .lock()
+                .expect("sessions lock")
+                .entry(id.to_string())
+                .or_insert(s),
+        ))
+    }
+
+    /// Appends `body` at `start` (which must be the session's size).
+    pub async fn append<S, E>(
+        &self,
+        id: &str,
+        session: &mut Session,
+        start: Option<u64>,
+        body: S,
+    ) -> Result<u64>
+    where
+        S: Stream<Item = std::result::Result<bytes::Bytes, E>> + Unpin,
+        E: std::fmt::Display,
+    {
+        if let Some(start) = start {
+            if start != session.size {
+                return Err(RegistryError::with_status(
+                    Code::BlobUploadInvalid,
+                    axum::http::StatusCode::RANGE_NOT_SATISFIABLE,
+                    format!(
+                        "chunk starts at {start}, the upload has {} bytes",
+                        session.size
+                    ),
+                ));
+            }
+        }
+        let mut f = tokio::fs::OpenOptions::new()
+            .append(true)
+            .open(self.path(id))
+            .await?;
+        let written = write_stream(&mut f, body, session.hasher.as_mut()).await;
+        // Whatever reached the file counts, even if the body broke off, so
+        // the client can resume from what the status reports.
+        session.size = f.metadata().await?.len();
+        if written.is_err() {
+            session.hasher = None;
+        }
+        written?;
+        Ok(session.size)
+    }
+
+    /// The digest of everything uploaded so far.
+    pub async fn digest(&self, id: &str, session: &mut Session) -> Result<Sha256Digest> {
+        if let Some(h) = session.hasher.take() {
+            return Ok(Sha256Digest(h.finalize().into()));
+        }
+        let mut f = tokio::fs::File::open(self.path(id)).await?;
+        let mut h = Sha256::new();
+        let mut buf = vec![0u8; 1 << 20];
+        loop {
+            let n = f.read(&mut buf).await?;
+            if n == 0 {
+                break;
+            }
+            h.update(&buf[..n]);
+        }
+        Ok(Sha256Digest(h.finalize().into()))
+    }
+
+    /// Forgets a session and removes its data file if it is still there.
+    pub async fn remove(&self, id: &str) {
+        self.sessions.lock().expect("sessions lock").remove(id);
+        let _ = tokio::fs::remove_file(self.path(id)).await;
+    }
+}
