@@ -4,7 +4,8 @@
 # only what is missing. Sourced by test.sh and demo.sh.
 set -euo pipefail
 
-APT_PACKAGES=(gcc libc6-dev pkg-config python3 python3-venv time)
+# docker-registry is CNCF distribution 2.8, a peer the tests compare with.
+APT_PACKAGES=(gcc libc6-dev pkg-config python3 python3-venv time curl docker-registry)
 VENV="${SEALVOL_VENV:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/.venv}"
 PIP_PACKAGES=(blake3==1.0.11)
 
@@ -20,7 +21,23 @@ if ((${#missing[@]})); then
   echo "installing: ${missing[*]}" >&2
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
-  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  # Debian would start docker-registry as a service on :5000, the port of
+  # the embedded sealvol registry; the tests run their own instances, so
+  # keep package scripts from starting services (policy-rc.d, as in
+  # Debian container images) and disable it under systemd.
+  own_policy=
+  if [[ ! -e /usr/sbin/policy-rc.d ]]; then
+    printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
+    chmod +x /usr/sbin/policy-rc.d
+    own_policy=1
+  fi
+  status=0
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null || status=$?
+  if [[ -n $own_policy ]]; then rm -f /usr/sbin/policy-rc.d; fi
+  if ((status)); then exit "$status"; fi
+  if command -v systemctl >/dev/null && systemctl is-enabled -q docker-registry 2>/dev/null; then
+    systemctl disable --now docker-registry >/dev/null 2>&1 || true
+  fi
 fi
 
 if [[ ! -x "$VENV/bin/python" ]]; then

@@ -154,7 +154,11 @@ fn hv(s: &str) -> HeaderValue {
 /// The one handler behind every `/v2` path.
 pub async fn dispatch(State(app): State<Arc<App>>, req: Request) -> Response {
     let result = match route(req.uri().path()) {
-        None => Err(RegistryError::new(Code::NameInvalid, "no such endpoint")),
+        None => Err(RegistryError::with_status(
+            Code::Unsupported,
+            StatusCode::NOT_FOUND,
+            "no such endpoint",
+        )),
         Some(r) => handle(app, r, req).await,
     };
     result.unwrap_or_else(IntoResponse::into_response)
@@ -619,12 +623,8 @@ async fn get_blob(
     let range = match byte_range(headers, size) {
         Ok(r) => r,
         Err(()) => {
-            let mut resp = RegistryError::with_status(
-                Code::BlobUnknown,
-                StatusCode::RANGE_NOT_SATISFIABLE,
-                format!("range not satisfiable for a {size}-byte blob"),
-            )
-            .into_response();
+            // Plain HTTP: the spec defines no error code for a bad range.
+            let mut resp = StatusCode::RANGE_NOT_SATISFIABLE.into_response();
             resp.headers_mut()
                 .insert(header::CONTENT_RANGE, hv(&format!("bytes */{size}")));
             return Ok(resp);
@@ -727,14 +727,13 @@ async fn monolithic(app: &App, name: String, digest: Sha256Digest, body: Body) -
     let id = app.uploads.create().await?;
     let path = app.uploads.path(&id);
     let result = async {
-        let mut f = tokio::fs::OpenOptions::new()
-            .append(true)
-            .open(&path)
-            .await?;
-        let mut h = Sha256::new();
-        let size = write_stream(&mut f, body.into_data_stream(), Some(&mut h)).await?;
-        drop(f);
-        let got = Sha256Digest(h.finalize().into());
+        let (size, h) = write_stream(&path, body.into_data_stream(), Some(Sha256::new())).await;
+        let size = size?;
+        let got = Sha256Digest(
+            h.expect("a complete write keeps its hasher")
+                .finalize()
+                .into(),
+        );
         if got != digest {
             return Err(RegistryError::new(
                 Code::DigestInvalid,

@@ -12,7 +12,9 @@ use std::sync::{Arc, Mutex};
 use futures_util::{Stream, StreamExt};
 use sealvol_spec::Sha256Digest;
 use sha2::{Digest as _, Sha256};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use std::io::Write as _;
+
+use tokio::io::AsyncReadExt;
 
 use crate::error::{Code, RegistryError, Result};
 
@@ -28,32 +30,68 @@ pub struct Uploads {
     sessions: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Session>>>>,
 }
 
-/// Appends a request body to `file`, hashing as it goes.
+/// Appends a request body to the file at `path`, hashing as it goes.
+///
+/// A blocking thread does the writing and hashing with large buffered
+/// writes while this task receives the body, so the network, the hash and
+/// the disk overlap. Returns the bytes written and the hasher; on error the
+/// bytes that reached the file stay there.
 pub async fn write_stream<S, E>(
-    file: &mut tokio::fs::File,
+    path: &Path,
     mut body: S,
-    mut hasher: Option<&mut Sha256>,
-) -> Result<u64>
+    hasher: Option<Sha256>,
+) -> (Result<u64>, Option<Sha256>)
 where
     S: Stream<Item = std::result::Result<bytes::Bytes, E>> + Unpin,
     E: std::fmt::Display,
 {
-    let mut n = 0u64;
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<bytes::Bytes>(16);
+    let path = path.to_path_buf();
+    let writer = tokio::task::spawn_blocking(move || {
+        let mut hasher = hasher;
+        let result = (|| {
+            let f = std::fs::OpenOptions::new().append(true).open(&path)?;
+            let mut w = std::io::BufWriter::with_capacity(1 << 20, f);
+            let mut n = 0u64;
+            while let Some(chunk) = rx.blocking_recv() {
+                if let Some(h) = hasher.as_mut() {
+                    h.update(&chunk);
+                }
+                w.write_all(&chunk)?;
+                n += chunk.len() as u64;
+            }
+            w.flush()?;
+            Ok::<u64, std::io::Error>(n)
+        })();
+        (result, hasher)
+    });
+    let mut body_error = None;
     while let Some(chunk) = body.next().await {
-        let chunk = chunk.map_err(|e| {
-            RegistryError::new(
-                Code::BlobUploadInvalid,
-                format!("reading the request body: {e}"),
-            )
-        })?;
-        if let Some(h) = hasher.as_deref_mut() {
-            h.update(&chunk);
+        match chunk {
+            Ok(c) => {
+                if tx.send(c).await.is_err() {
+                    break; // the writer failed; its error is reported below
+                }
+            }
+            Err(e) => {
+                body_error = Some(RegistryError::new(
+                    Code::BlobUploadInvalid,
+                    format!("reading the request body: {e}"),
+                ));
+                break;
+            }
         }
-        file.write_all(&chunk).await?;
-        n += chunk.len() as u64;
     }
-    file.flush().await?;
-    Ok(n)
+    drop(tx);
+    let (written, hasher) = match writer.await {
+        Ok(r) => r,
+        Err(e) => return (Err(RegistryError::internal(e)), None),
+    };
+    match (body_error, written) {
+        (Some(e), _) => (Err(e), None),
+        (None, Err(e)) => (Err(e.into()), None),
+        (None, Ok(n)) => (Ok(n), hasher),
+    }
 }
 
 impl Uploads {
@@ -141,17 +179,13 @@ impl Uploads {
                 ));
             }
         }
-        let mut f = tokio::fs::OpenOptions::new()
-            .append(true)
-            .open(self.path(id))
-            .await?;
-        let written = write_stream(&mut f, body, session.hasher.as_mut()).await;
+        let path = self.path(id);
+        let (written, hasher) = write_stream(&path, body, session.hasher.take()).await;
         // Whatever reached the file counts, even if the body broke off, so
-        // the client can resume from what the status reports.
-        session.size = f.metadata().await?.len();
-        if written.is_err() {
-            session.hasher = None;
-        }
+        // the client can resume from what the status reports. A hasher that
+        // missed bytes is dropped; the file is hashed again at the end.
+        session.size = tokio::fs::metadata(&path).await?.len();
+        session.hasher = hasher;
         written?;
         Ok(session.size)
     }
