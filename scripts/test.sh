@@ -11,4 +11,9 @@ source scripts/deps.sh
 
 # The end-to-end tests run the real binaries, so build them first.
 cargo build --workspace --locked
+
+# The OCI conformance runner against sealvol serve (gating) and CNCF
+# distribution 2.8 (reported).
+bash scripts/conformance.sh
+
 cargo test --workspace --locked
