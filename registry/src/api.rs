@@ -15,7 +15,7 @@ use sealvol_spec::Sha256Digest;
 use serde_json::Value;
 use sha2::{Digest as _, Sha256};
 
-use crate::blobs::BlobStore;
+use crate::blobs::{BlobBody, BlobStore};
 use crate::error::{Code, RegistryError, Result};
 use crate::meta::{ManifestRecord, MetaStore};
 use crate::uploads::{write_stream, Uploads};
@@ -637,13 +637,18 @@ async fn get_blob(
     let body = if head {
         Body::empty()
     } else {
-        let reader = app.blobs.read(&digest, start, len).await?.ok_or_else(|| {
-            RegistryError::new(Code::BlobUnknown, format!("blob {digest} is not stored"))
-        })?;
-        Body::from_stream(tokio_util::io::ReaderStream::with_capacity(
-            reader,
-            256 << 10,
-        ))
+        match app.blobs.body(&digest, start, len).await? {
+            Some(BlobBody::Bytes(b)) => Body::from(b),
+            Some(BlobBody::Stream(r)) => {
+                Body::from_stream(tokio_util::io::ReaderStream::with_capacity(r, 1 << 20))
+            }
+            None => {
+                return Err(RegistryError::new(
+                    Code::BlobUnknown,
+                    format!("blob {digest} is not stored"),
+                ))
+            }
+        }
     };
     let mut resp = Response::new(body);
     *resp.status_mut() = status;
