@@ -99,33 +99,10 @@ pub fn all_checks() -> Vec<Check> {
 /// of `[a-z0-9]+` joined by `.`, `_`, `__` or runs of `-`, separated by
 /// `/`. Kept under 250 characters so `<name>/other` stays under 256.
 pub fn is_valid_repository_name(name: &str) -> bool {
-    fn component(c: &str) -> bool {
-        let b = c.as_bytes();
-        if b.is_empty() || !is_alnum(b[0]) || !is_alnum(b[b.len() - 1]) {
-            return false;
-        }
-        let mut i = 0;
-        while i < b.len() {
-            if is_alnum(b[i]) {
-                i += 1;
-                continue;
-            }
-            let start = i;
-            while i < b.len() && !is_alnum(b[i]) {
-                i += 1;
-            }
-            let sep = &c[start..i];
-            let ok = sep == "." || sep == "_" || sep == "__" || sep.bytes().all(|x| x == b'-');
-            if !ok {
-                return false;
-            }
-        }
-        true
-    }
-    fn is_alnum(b: u8) -> bool {
-        b.is_ascii_lowercase() || b.is_ascii_digit()
-    }
-    name.len() < 250 && name.split('/').all(component)
+    name.len() < 250
+        && name
+            .split('/')
+            .all(sealvol_spec::reference::is_name_component)
 }
 
 /// A fresh id for one run (12 hex digits).

@@ -253,17 +253,26 @@ fn page(req: &Request) -> Result<(usize, Option<String>)> {
     Ok((n, query_param(req, "last")))
 }
 
-async fn catalog(app: &App, n: usize, last: Option<String>) -> Result<Response> {
-    let (repos, more) = app.meta(move |m| m.catalog(last.as_deref(), n)).await?;
-    let mut resp = Json(serde_json::json!({ "repositories": repos })).into_response();
-    if more {
-        let link = format!(
-            "</v2/_catalog?n={n}&last={}>; rel=\"next\"",
-            repos.last().map_or("", String::as_str)
-        );
+/// A JSON list with the `Link` to its next page when there is one.
+fn paginated(body: Value, next: Option<(&str, usize, &str)>) -> Response {
+    let mut resp = Json(body).into_response();
+    if let Some((path, n, last)) = next {
+        let link = format!("<{path}?n={n}&last={last}>; rel=\"next\"");
         resp.headers_mut().insert(header::LINK, hv(&link));
     }
-    Ok(resp)
+    resp
+}
+
+async fn catalog(app: &App, n: usize, last: Option<String>) -> Result<Response> {
+    let (repos, more) = app.meta(move |m| m.catalog(last.as_deref(), n)).await?;
+    let next = repos
+        .last()
+        .filter(|_| more)
+        .map(|l| ("/v2/_catalog", n, l.as_str()));
+    Ok(paginated(
+        serde_json::json!({ "repositories": repos }),
+        next,
+    ))
 }
 
 async fn tags(app: &App, name: String, n: usize, last: Option<String>) -> Result<Response> {
@@ -277,15 +286,15 @@ async fn tags(app: &App, name: String, n: usize, last: Option<String>) -> Result
             format!("repository {name} is not known"),
         ));
     }
-    let mut resp = Json(serde_json::json!({ "name": name, "tags": tags })).into_response();
-    if more {
-        let link = format!(
-            "</v2/{name}/tags/list?n={n}&last={}>; rel=\"next\"",
-            tags.last().map_or("", String::as_str)
-        );
-        resp.headers_mut().insert(header::LINK, hv(&link));
-    }
-    Ok(resp)
+    let path = format!("/v2/{name}/tags/list");
+    let next = tags
+        .last()
+        .filter(|_| more)
+        .map(|l| (path.as_str(), n, l.as_str()));
+    Ok(paginated(
+        serde_json::json!({ "name": name, "tags": tags }),
+        next,
+    ))
 }
 
 /// A manifest reference: a digest, or a tag resolved to one.

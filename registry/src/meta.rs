@@ -67,6 +67,21 @@ pub struct MetaStore {
     db: Database,
 }
 
+/// Makes `digest` visible in `repo`, recording the repository if new.
+fn link(tx: &redb::WriteTransaction, repo: &str, digest: &str, size: u64, now: u64) -> Result<()> {
+    tx.open_table(BLOB_LINKS)?
+        .insert(key(&[repo, digest]).as_str(), size)?;
+    ensure_repo(tx, repo, now)
+}
+
+fn ensure_repo(tx: &redb::WriteTransaction, repo: &str, now: u64) -> Result<()> {
+    let mut repos = tx.open_table(REPOS)?;
+    if repos.get(repo)?.is_none() {
+        repos.insert(repo, now)?;
+    }
+    Ok(())
+}
+
 impl MetaStore {
     pub fn open(path: &Path) -> Result<MetaStore> {
         let db = Database::create(path)?;
@@ -90,14 +105,7 @@ impl MetaStore {
     /// Makes `digest` visible in `repo`.
     pub fn link_blob(&self, repo: &str, digest: &str, size: u64, now: u64) -> Result<()> {
         let tx = self.db.begin_write()?;
-        {
-            tx.open_table(BLOB_LINKS)?
-                .insert(key(&[repo, digest]).as_str(), size)?;
-            let mut repos = tx.open_table(REPOS)?;
-            if repos.get(repo)?.is_none() {
-                repos.insert(repo, now)?;
-            }
-        }
+        link(&tx, repo, digest, size, now)?;
         tx.commit()?;
         Ok(())
     }
@@ -143,10 +151,7 @@ impl MetaStore {
                 tx.open_table(REFERRERS)?
                     .insert(key(&[repo, s, digest]).as_str(), desc.as_bytes())?;
             }
-            let mut repos = tx.open_table(REPOS)?;
-            if repos.get(repo)?.is_none() {
-                repos.insert(repo, now)?;
-            }
+            ensure_repo(&tx, repo, now)?;
         }
         tx.commit()?;
         Ok(())
@@ -290,19 +295,14 @@ impl MetaStore {
         Ok(t.get(id)?.map(|v| v.value().to_string()))
     }
 
-    /// Ends an upload session; with `link`, makes its blob visible in the
+    /// Ends an upload session; with `blob`, makes it visible in the
     /// session's repository in the same transaction.
-    pub fn finish_upload(&self, id: &str, link: Option<(&str, &str, u64)>, now: u64) -> Result<()> {
+    pub fn finish_upload(&self, id: &str, blob: Option<(&str, &str, u64)>, now: u64) -> Result<()> {
         let tx = self.db.begin_write()?;
         {
             tx.open_table(UPLOADS)?.remove(id)?;
-            if let Some((repo, digest, size)) = link {
-                tx.open_table(BLOB_LINKS)?
-                    .insert(key(&[repo, digest]).as_str(), size)?;
-                let mut repos = tx.open_table(REPOS)?;
-                if repos.get(repo)?.is_none() {
-                    repos.insert(repo, now)?;
-                }
+            if let Some((repo, digest, size)) = blob {
+                link(&tx, repo, digest, size, now)?;
             }
         }
         tx.commit()?;
