@@ -125,6 +125,8 @@ fn query_param(req: &Request, key: &str) -> Option<String> {
     })
 }
 
+/// Decodes `%XX` escapes. A `+` stays a `+` (RFC 3986; media types such as
+/// `application/vnd.x+json` travel unescaped in `artifactType`).
 fn percent_decode(s: &str) -> String {
     let b = s.as_bytes();
     let mut out = Vec::with_capacity(b.len());
@@ -139,7 +141,6 @@ fn percent_decode(s: &str) -> String {
                 }
                 Err(_) => out.push(b'%'),
             },
-            b'+' => out.push(b' '),
             c => out.push(c),
         }
         i += 1;
@@ -947,5 +948,9 @@ mod tests {
         assert_eq!(percent_decode("sha256%3Aab"), "sha256:ab");
         assert_eq!(percent_decode("a%2Fb"), "a/b");
         assert_eq!(percent_decode("100%"), "100%");
+        assert_eq!(
+            percent_decode("application/vnd.x+json"),
+            "application/vnd.x+json"
+        );
     }
 }

@@ -78,7 +78,16 @@ pub fn open_app(root: &Path) -> Result<App, ServeError> {
     std::fs::create_dir_all(root).map_err(|e| storage(&e))?;
     let blobs = FsBlobStore::open(root).map_err(|e| storage(&e))?;
     let meta = MetaStore::open(&root.join("meta.redb")).map_err(|e| storage(&e))?;
-    let live = meta.uploads().map_err(|e| storage(&e))?;
+    let mut live = meta.uploads().map_err(|e| storage(&e))?;
+    // A crash between storing a completed upload and ending its session
+    // leaves a session without data; end it, the blob is already stored.
+    for id in live
+        .iter()
+        .filter(|id| !root.join("uploads").join(id).exists())
+    {
+        meta.finish_upload(id, None, 0).map_err(|e| storage(&e))?;
+    }
+    live.retain(|id| root.join("uploads").join(id).exists());
     let uploads = Uploads::open(root, &live).map_err(|e| storage(&e))?;
     Ok(App {
         blobs: Arc::new(blobs),
