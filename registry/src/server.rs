@@ -134,15 +134,20 @@ pub fn router(app: Arc<App>, config: &Config, prometheus: PrometheusHandle) -> R
         .layer(TraceLayer::new_for_http())
 }
 
-async fn shutdown_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .expect("installing a SIGTERM handler");
-    tokio::select! {
-        _ = ctrl_c => {}
-        _ = term.recv() => {}
-    }
-    tracing::info!("stopping: finishing in-flight requests");
+/// Waits for SIGTERM or Ctrl+C. The handlers are installed when this is
+/// called, not when the future is first polled, so a signal that arrives
+/// right after the server says it is ready still stops it cleanly.
+fn shutdown_signal() -> std::io::Result<impl std::future::Future<Output = ()>> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+        tracing::info!("stopping: finishing in-flight requests");
+    })
 }
 
 /// Serves until SIGTERM or Ctrl+C; `ready` hears the bound address.
@@ -160,9 +165,10 @@ pub async fn serve(config: Config, ready: impl FnOnce(SocketAddr)) -> Result<(),
     let addr = listener
         .local_addr()
         .map_err(|e| ServeError::Serve(e.to_string()))?;
+    let stop = shutdown_signal().map_err(|e| ServeError::Serve(e.to_string()))?;
     ready(addr);
     axum::serve(listener, router(Arc::clone(&app), &config, prometheus))
-        .with_graceful_shutdown(shutdown_signal())
+        .with_graceful_shutdown(stop)
         .await
         .map_err(|e| ServeError::Serve(e.to_string()))?;
     // The last reference: dropping it closes the database.

@@ -489,4 +489,22 @@ mod tests {
         let b = build_version(&t, &meta).unwrap();
         assert_eq!(a.index.bytes, b.index.bytes);
     }
+
+    #[test]
+    fn an_ordinary_image_index_is_not_a_version() {
+        let plain = br#"{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[]}"#;
+        assert!(matches!(
+            VersionIndex::parse(plain),
+            Err(OciError::NotAVersion(_))
+        ));
+        let t = tree_with_chunks(1);
+        let v = build_version(&t, &VersionMeta::default()).unwrap();
+        let mut value: serde_json::Value = serde_json::from_slice(&v.index.bytes).unwrap();
+        value["annotations"]["dev.sealvol.version"] = "b3:nothex".into();
+        let tampered = serde_json::to_vec(&value).unwrap();
+        assert!(matches!(
+            VersionIndex::parse(&tampered),
+            Err(OciError::NotAVersion(_))
+        ));
+    }
 }

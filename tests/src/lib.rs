@@ -42,31 +42,40 @@ pub struct Server {
 impl Server {
     /// Starts a registry on `root` and waits until it listens.
     pub fn start(root: &std::path::Path) -> Server {
+        let root_arg = root.to_str().expect("UTF-8 temp path");
+        Server::start_with(
+            &["serve", "--addr", "127.0.0.1:0", "--root", root_arg],
+            root,
+        )
+    }
+
+    /// Starts `sealvol ARGS` (a `serve` command) and waits until it listens.
+    pub fn start_with(args: &[&str], root: &std::path::Path) -> Server {
         use std::io::BufRead;
         let mut child = Command::new(sealvol_bin())
-            .args(["serve", "--addr", "127.0.0.1:0", "--root"])
-            .arg(root)
+            .args(args)
             .env("SEALVOL_LOG", "warn")
             .stdout(std::process::Stdio::piped())
             .spawn()
             .expect("start sealvol serve");
         let stdout = child.stdout.take().expect("piped stdout");
+        let mut server = Server {
+            child: Some(child),
+            url: String::new(),
+            root: root.to_path_buf(),
+        };
         let mut line = String::new();
         std::io::BufReader::new(stdout)
             .read_line(&mut line)
             .expect("read the serving line");
-        let url = line
+        server.url = line
             .trim()
             .rsplit(' ')
             .next()
             .filter(|u| u.starts_with("http://127.0.0.1:"))
             .unwrap_or_else(|| panic!("sealvol serve did not say where it listens: {line:?}"))
             .to_string();
-        Server {
-            child: Some(child),
-            url,
-            root: root.to_path_buf(),
-        }
+        server
     }
 
     fn signal(&self, sig: libc::c_int) {

@@ -345,3 +345,38 @@ fn a_crash_during_twenty_uploads_loses_nothing_acknowledged() {
     // New pushes work.
     push_blob(&c, &url, "crash/after", b"after the crash");
 }
+
+#[test]
+fn serve_reads_its_config_file_and_rejects_a_bad_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("from-config");
+    let config = dir.path().join("registry.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "addr = \"127.0.0.1:0\"\nroot = \"{}\"\nrequest_timeout_seconds = 30\n",
+            root.display()
+        ),
+    )
+    .unwrap();
+    let server = Server::start_with(&["serve", "--config", config.to_str().unwrap()], &root);
+    assert!(server.url.starts_with("http://127.0.0.1:"));
+    assert!(
+        root.join("meta.redb").exists(),
+        "root from the config file is used"
+    );
+    assert!(server.stop().success());
+
+    std::fs::write(&config, "addr = \"127.0.0.1:0\"\nroot_dir = \"typo\"\n").unwrap();
+    let out = std::process::Command::new(sealvol_tests::sealvol_bin())
+        .args(["serve", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("root_dir") && err.contains("registry.toml"),
+        "{err}"
+    );
+}
