@@ -812,14 +812,24 @@ fn chunk_start(headers: &HeaderMap) -> Result<Option<u64>> {
     Ok(Some(a))
 }
 
-async fn patch_upload(app: &App, name: String, id: String, req: Request) -> Result<Response> {
+/// Appends the request body to upload `id` at its `Content-Range`, and
+/// keeps the session locked for the caller.
+async fn append_body(
+    app: &App,
+    id: &str,
+    req: Request,
+) -> Result<(u64, tokio::sync::OwnedMutexGuard<crate::uploads::Session>)> {
     let start = chunk_start(req.headers())?;
-    let s = app.uploads.session(&id).await?;
-    let mut session = s.lock().await;
+    let mut session = app.uploads.session(id).await?.lock_owned().await;
     let size = app
         .uploads
-        .append(&id, &mut session, start, req.into_body().into_data_stream())
+        .append(id, &mut session, start, req.into_body().into_data_stream())
         .await?;
+    Ok((size, session))
+}
+
+async fn patch_upload(app: &App, name: String, id: String, req: Request) -> Result<Response> {
+    let (size, _session) = append_body(app, &id, req).await?;
     Ok(upload_response(StatusCode::ACCEPTED, &name, &id, size))
 }
 
@@ -827,13 +837,7 @@ async fn put_upload(app: &App, name: String, id: String, req: Request) -> Result
     let digest = parse_digest(&query_param(&req, "digest").ok_or_else(|| {
         RegistryError::new(Code::DigestInvalid, "completing an upload needs ?digest=")
     })?)?;
-    let start = chunk_start(req.headers())?;
-    let s = app.uploads.session(&id).await?;
-    let mut session = s.lock().await;
-    let size = app
-        .uploads
-        .append(&id, &mut session, start, req.into_body().into_data_stream())
-        .await?;
+    let (size, mut session) = append_body(app, &id, req).await?;
     let got = app.uploads.digest(&id, &mut session).await?;
     if got != digest {
         drop(session);

@@ -62,12 +62,11 @@ fn put_manifest(
         .unwrap()
 }
 
-fn error_code(r: reqwest::blocking::Response) -> String {
+/// Checks the status and the OCI error code of a failed request.
+fn expect_error(r: reqwest::blocking::Response, status: StatusCode, code: &str) {
+    assert_eq!(r.status(), status, "{}", r.url());
     let v: Value = r.json().expect("an OCI error body");
-    v["errors"][0]["code"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string()
+    assert_eq!(v["errors"][0]["code"].as_str().unwrap_or_default(), code);
 }
 
 #[test]
@@ -145,24 +144,22 @@ fn bad_requests_get_spec_error_codes_not_500() {
     let root = tempfile::tempdir().unwrap();
     let server = Server::start(root.path());
     let (c, url) = (client(), server.url.clone());
-    let r = c
-        .get(format!("{url}/v2/weights/a/blobs/sha256:nothex"))
-        .send()
-        .unwrap();
-    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
-    assert_eq!(error_code(r), "DIGEST_INVALID");
-    let r = c
-        .get(format!("{url}/v2/Weights/a/manifests/x"))
-        .send()
-        .unwrap();
-    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
-    assert_eq!(error_code(r), "NAME_INVALID");
+    let get = |path: &str| c.get(format!("{url}{path}")).send().unwrap();
+    expect_error(
+        get("/v2/weights/a/blobs/sha256:nothex"),
+        StatusCode::BAD_REQUEST,
+        "DIGEST_INVALID",
+    );
+    expect_error(
+        get("/v2/Weights/a/manifests/x"),
+        StatusCode::BAD_REQUEST,
+        "NAME_INVALID",
+    );
     let missing = sha256(b"never pushed");
     let r = put_manifest(&c, &url, "weights/a", "v1", &manifest(&missing, 12, &[]));
-    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
-    assert_eq!(error_code(r), "MANIFEST_BLOB_UNKNOWN");
+    expect_error(r, StatusCode::BAD_REQUEST, "MANIFEST_BLOB_UNKNOWN");
     let r = put_manifest(&c, &url, "weights/a", "v1", b"{not json");
-    assert_eq!(error_code(r), "MANIFEST_INVALID");
+    expect_error(r, StatusCode::BAD_REQUEST, "MANIFEST_INVALID");
     let big = vec![b' '; (4 << 20) + 1];
     let r = put_manifest(&c, &url, "weights/a", "v1", &big);
     assert_eq!(r.status(), StatusCode::PAYLOAD_TOO_LARGE);
@@ -173,14 +170,12 @@ fn bad_requests_get_spec_error_codes_not_500() {
         .body(b"other bytes".to_vec())
         .send()
         .unwrap();
-    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
-    assert_eq!(error_code(r), "DIGEST_INVALID");
-    let r = c
-        .get(format!("{url}/v2/weights/a/blobs/{missing}"))
-        .send()
-        .unwrap();
-    assert_eq!(r.status(), StatusCode::NOT_FOUND);
-    assert_eq!(error_code(r), "BLOB_UNKNOWN");
+    expect_error(r, StatusCode::BAD_REQUEST, "DIGEST_INVALID");
+    expect_error(
+        get(&format!("/v2/weights/a/blobs/{missing}")),
+        StatusCode::NOT_FOUND,
+        "BLOB_UNKNOWN",
+    );
     // Nothing of the rejected upload was kept.
     assert_eq!(
         std::fs::read_dir(root.path().join("uploads"))
