@@ -4,10 +4,11 @@
 # only what is missing. Sourced by test.sh and demo.sh.
 set -euo pipefail
 
-# docker-registry is CNCF distribution 2.8, a peer the tests compare with.
-APT_PACKAGES=(gcc libc6-dev pkg-config python3 python3-venv time curl docker-registry)
+# docker-registry is CNCF distribution 2.8, a peer the tests compare with;
+# skopeo and oras (oras-py) are the clients the push/pull interop tests use.
+APT_PACKAGES=(gcc libc6-dev pkg-config python3 python3-venv time curl docker-registry skopeo)
 VENV="${SEALVOL_VENV:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/.venv}"
-PIP_PACKAGES=(blake3==1.0.11)
+PIP_PACKAGES=(blake3==1.0.11 oras==0.2.43)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
@@ -43,7 +44,7 @@ fi
 if [[ ! -x "$VENV/bin/python" ]]; then
   /usr/bin/python3 -m venv "$VENV"
 fi
-if ! "$VENV/bin/python" -c 'import blake3' 2>/dev/null; then
+if ! "$VENV/bin/python" -c 'import blake3, oras' 2>/dev/null; then
   "$VENV/bin/pip" install -q --disable-pip-version-check "${PIP_PACKAGES[@]}"
 fi
 export SEALVOL_VENV="$VENV"

@@ -8,6 +8,9 @@ use anyhow::Context as _;
 use clap::{Parser, Subcommand, ValueEnum};
 use sealvol_client::{ReadMode, SealOptions};
 
+mod progress;
+mod volume;
+
 #[derive(Parser)]
 #[command(
     name = "sealvol",
@@ -19,7 +22,7 @@ struct Cli {
     command: Command,
 }
 
-#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum Output {
     Text,
     Json,
@@ -61,6 +64,154 @@ enum Command {
         /// filesystems where mapping fails or misbehaves)
         #[arg(long)]
         no_mmap: bool,
+        #[arg(long, value_enum, default_value_t = Output::Text)]
+        output: Output,
+    },
+    /// Seal a directory and publish it; only chunks the registry lacks are sent
+    Push {
+        dir: PathBuf,
+        /// bdn:ns/vol[:tag] or host[:port]/ns/vol[:tag]
+        #[arg(value_name = "REF")]
+        target: String,
+        /// Also point this tag at the new version (repeatable)
+        #[arg(long = "tag", value_name = "TAG")]
+        tags: Vec<String>,
+        /// Only include paths matching this glob (repeatable; `*` crosses `/`)
+        #[arg(long = "include", value_name = "GLOB")]
+        includes: Vec<String>,
+        /// Leave out paths matching this glob (repeatable; wins over --include)
+        #[arg(long = "exclude", value_name = "GLOB")]
+        excludes: Vec<String>,
+        /// Parallel uploads (default 8)
+        #[arg(long, value_name = "N", default_value_t = 0)]
+        jobs: usize,
+        /// File-state and chunk cache (default: ~/.cache/sealvol)
+        #[arg(long, value_name = "DIR", env = "SEALVOL_CACHE_DIR")]
+        cache_dir: Option<PathBuf>,
+        #[command(flatten)]
+        conn: volume::Conn,
+        #[arg(long, value_enum, default_value_t = Output::Text)]
+        output: Output,
+    },
+    /// Download a version, or a path inside it, into a directory
+    Pull {
+        /// bdn:ns/vol[:tag|@digest][/path]
+        #[arg(value_name = "REF")]
+        source: String,
+        dir: PathBuf,
+        /// Only files matching this glob, relative to what is pulled (repeatable)
+        #[arg(long = "include", value_name = "GLOB")]
+        includes: Vec<String>,
+        /// Parallel downloads (default 8)
+        #[arg(long, value_name = "N", default_value_t = 0)]
+        jobs: usize,
+        /// Chunk cache shared by pulls and mounts (default: ~/.cache/sealvol)
+        #[arg(long, value_name = "DIR", env = "SEALVOL_CACHE_DIR")]
+        cache_dir: Option<PathBuf>,
+        #[command(flatten)]
+        conn: volume::Conn,
+        #[arg(long, value_enum, default_value_t = Output::Text)]
+        output: Output,
+    },
+    /// List namespaces (no ref), a namespace's volumes, or a version's entries
+    Ls {
+        #[arg(value_name = "REF")]
+        target: Option<String>,
+        /// All entries below the path, not only its immediate children
+        #[arg(long, short = 'r')]
+        recursive: bool,
+        #[command(flatten)]
+        conn: volume::Conn,
+        #[arg(long, value_enum, default_value_t = Output::Text)]
+        output: Output,
+    },
+    /// Describe a version, or one entry of it
+    Stat {
+        #[arg(value_name = "REF")]
+        target: String,
+        /// Print only the version's full ref (bdn:ns/vol@b3:<hex>)
+        #[arg(long)]
+        full_ref: bool,
+        #[command(flatten)]
+        conn: volume::Conn,
+        #[arg(long, value_enum, default_value_t = Output::Text)]
+        output: Output,
+    },
+    /// Write a file of a version to standard output
+    Cat {
+        /// bdn:ns/vol[:tag|@digest]/path
+        #[arg(value_name = "REF")]
+        target: String,
+        /// Chunks fetched ahead (default 4)
+        #[arg(long, value_name = "N", default_value_t = 0)]
+        jobs: usize,
+        #[arg(long, value_name = "DIR", env = "SEALVOL_CACHE_DIR")]
+        cache_dir: Option<PathBuf>,
+        #[command(flatten)]
+        conn: volume::Conn,
+    },
+    /// List a volume's versions, newest first (from its tags on any registry)
+    Versions {
+        #[arg(value_name = "REF")]
+        target: String,
+        /// Parallel lookups (default 8)
+        #[arg(long, value_name = "N", default_value_t = 0)]
+        jobs: usize,
+        #[command(flatten)]
+        conn: volume::Conn,
+        #[arg(long, value_enum, default_value_t = Output::Text)]
+        output: Output,
+    },
+    /// Create, move or delete tags
+    Tag {
+        #[command(subcommand)]
+        action: TagAction,
+    },
+    /// What changed between two versions: files, bytes, shared chunks
+    Diff {
+        #[arg(value_name = "REF_A")]
+        a: String,
+        #[arg(value_name = "REF_B")]
+        b: String,
+        #[command(flatten)]
+        conn: volume::Conn,
+        #[arg(long, value_enum, default_value_t = Output::Text)]
+        output: Output,
+    },
+    /// Store credentials for a registry in docker's config.json
+    Login {
+        /// host[:port] (default: the default registry)
+        registry: Option<String>,
+        #[arg(long, short = 'u')]
+        username: Option<String>,
+        /// Read the password from standard input
+        #[arg(long)]
+        password_stdin: bool,
+        #[command(flatten)]
+        conn: volume::Conn,
+    },
+}
+
+#[derive(Subcommand)]
+enum TagAction {
+    /// Point a tag at a version (creating or moving it)
+    Set {
+        #[arg(long, value_name = "REF")]
+        volume_ref: String,
+        #[arg(long, value_name = "TAG")]
+        tag: String,
+        #[command(flatten)]
+        conn: volume::Conn,
+        #[arg(long, value_enum, default_value_t = Output::Text)]
+        output: Output,
+    },
+    /// Delete a tag (the version stays)
+    Delete {
+        /// bdn:ns/vol:tag
+        #[arg(value_name = "REF")]
+        target: String,
+        #[command(flatten)]
+        conn: volume::Conn,
         #[arg(long, value_enum, default_value_t = Output::Text)]
         output: Output,
     },
@@ -137,6 +288,72 @@ fn serve(
 fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Serve { config, addr, root } => serve(config, addr, root),
+        Command::Push {
+            dir,
+            target,
+            tags,
+            includes,
+            excludes,
+            jobs,
+            cache_dir,
+            conn,
+            output,
+        } => volume::push(
+            &dir, &target, &tags, includes, excludes, jobs, cache_dir, &conn, output,
+        ),
+        Command::Pull {
+            source,
+            dir,
+            includes,
+            jobs,
+            cache_dir,
+            conn,
+            output,
+        } => volume::pull(&source, &dir, includes, jobs, cache_dir, &conn, output),
+        Command::Ls {
+            target,
+            recursive,
+            conn,
+            output,
+        } => volume::ls(target.as_deref(), recursive, &conn, output),
+        Command::Stat {
+            target,
+            full_ref,
+            conn,
+            output,
+        } => volume::stat(&target, full_ref, &conn, output),
+        Command::Cat {
+            target,
+            jobs,
+            cache_dir,
+            conn,
+        } => volume::cat(&target, jobs, cache_dir, &conn),
+        Command::Versions {
+            target,
+            jobs,
+            conn,
+            output,
+        } => volume::versions(&target, jobs, &conn, output),
+        Command::Tag { action } => match action {
+            TagAction::Set {
+                volume_ref,
+                tag,
+                conn,
+                output,
+            } => volume::tag_set(&volume_ref, &tag, &conn, output),
+            TagAction::Delete {
+                target,
+                conn,
+                output,
+            } => volume::tag_delete(&target, &conn, output),
+        },
+        Command::Diff { a, b, conn, output } => volume::diff(&a, &b, &conn, output),
+        Command::Login {
+            registry,
+            username,
+            password_stdin,
+            conn,
+        } => volume::login(registry, username, password_stdin, &conn),
         Command::Seal {
             dir,
             includes,

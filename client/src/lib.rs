@@ -15,14 +15,66 @@
 
 use std::path::{Path, PathBuf};
 
+pub mod cache;
 pub mod chunker;
+pub mod credentials;
 pub mod filehash;
 pub mod filestate;
+pub mod inspect;
+pub mod pull;
+pub mod push;
+pub mod remote;
+pub mod resolve;
 pub mod seal;
 pub mod walk;
 
 pub use chunker::ReadMode;
+pub use remote::{Remote, TransportError};
 pub use seal::{seal, seal_with_progress, ChunkLocation, SealOptions, Sealed};
+
+/// Why a push, pull or inspection failed: one line a user can act on.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Seal(#[from] SealError),
+    #[error(transparent)]
+    Transport(#[from] TransportError),
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{0}")]
+    NotAVersion(String),
+    #[error("{0}; the registry holds damaged data or a proxy altered it")]
+    Corrupt(String),
+    #[error("{0}")]
+    Usage(String),
+    #[error("{}: {message}", path.display())]
+    Io { path: PathBuf, message: String },
+}
+
+impl Error {
+    pub(crate) fn io(path: &Path, e: std::io::Error) -> Error {
+        Error::Io {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        }
+    }
+}
+
+/// Where a long operation is, for progress bars. Calls come from many
+/// tasks at once; implementations count atomically.
+pub trait Progress: Send + Sync {
+    /// A new phase ("sealing", "uploading", "downloading") of `total` bytes.
+    fn phase(&self, _name: &str, _total: u64) {}
+    /// `bytes` more of the current phase are done.
+    fn advance(&self, _bytes: u64) {}
+    /// The operation ended (successfully or not).
+    fn finish(&self) {}
+}
+
+/// Progress that nobody watches.
+pub struct NoProgress;
+
+impl Progress for NoProgress {}
 
 /// Why sealing failed. Messages name the path and say what to do.
 #[derive(Debug, thiserror::Error)]

@@ -50,7 +50,7 @@ impl Filter {
         !self.excluded(rel) && self.include.as_ref().is_none_or(|g| g.is_match(rel))
     }
 
-    fn has_includes(&self) -> bool {
+    pub fn has_includes(&self) -> bool {
         self.include.is_some()
     }
 }

@@ -2,8 +2,13 @@
 //! later parts, real registries and peers) and check what a user sees.
 //! This library holds the helpers the tests in `tests/tests/` share.
 
-use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// The `sealvol` binary built next to the running test (`cargo build` puts
 /// it in the same target directory as the test executables).
@@ -127,4 +132,477 @@ impl Drop for Server {
 pub fn sha256(data: &[u8]) -> String {
     use sha2::Digest as _;
     format!("sha256:{}", hex::encode(sha2::Sha256::digest(data)))
+}
+
+/// `$SEALVOL_VENV/bin/NAME`, or `.venv/bin/NAME` in the workspace root: a
+/// program of the Python venv that `scripts/deps.sh` sets up (`python`, with
+/// `blake3` and `oras` installed).
+pub fn venv_bin(name: &str) -> PathBuf {
+    let venv = match std::env::var_os("SEALVOL_VENV") {
+        Some(v) if !v.is_empty() => PathBuf::from(v),
+        _ => Path::new(env!("CARGO_MANIFEST_DIR"))
+            .parent()
+            .expect("the tests crate lives in the workspace root")
+            .join(".venv"),
+    };
+    venv.join("bin").join(name)
+}
+
+/// A free loopback port: bound, then released for the caller to bind.
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("bind a free loopback port")
+        .port()
+}
+
+/// Debian's CNCF distribution 2.8 (`/usr/bin/docker-registry`, installed by
+/// `scripts/deps.sh`), the reference peer: filesystem storage in a temporary
+/// folder, deletes enabled, on a loopback port picked here. Killed when
+/// dropped, even if a test fails.
+pub struct DockerRegistry {
+    child: Option<Child>,
+    addr: String,
+    storage: PathBuf,
+    dir: tempfile::TempDir,
+}
+
+impl DockerRegistry {
+    const BIN: &'static str = "/usr/bin/docker-registry";
+
+    /// Starts the registry and waits (up to 20 s) until `GET /v2/` answers
+    /// 200.
+    pub fn start() -> DockerRegistry {
+        assert!(
+            Path::new(Self::BIN).exists(),
+            "{} is missing: run `bash scripts/deps.sh` (as root) to install docker-registry",
+            Self::BIN
+        );
+        // The port is free when picked, but another process may take it
+        // before the registry binds: a registry that exits at once gets a
+        // second and a third port.
+        let mut last_log = String::new();
+        for _ in 0..3 {
+            let dir = tempfile::tempdir().expect("temporary folder for docker-registry");
+            let storage = dir.path().join("storage");
+            let addr = format!("127.0.0.1:{}", free_port());
+            let config = dir.path().join("config.yml");
+            std::fs::write(
+                &config,
+                format!(
+                    "version: 0.1\n\
+                     log:\n  level: warn\n  accesslog:\n    disabled: true\n\
+                     storage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\n\
+                     http:\n  addr: {addr}\n  secret: sealvol-tests\n",
+                    storage.display()
+                ),
+            )
+            .expect("write docker-registry config");
+            let log = std::fs::File::create(dir.path().join("registry.log")).expect("log file");
+            let child = Command::new(Self::BIN)
+                .arg("serve")
+                .arg(&config)
+                .stdin(Stdio::null())
+                .stdout(log.try_clone().expect("log file"))
+                .stderr(log)
+                .spawn()
+                .unwrap_or_else(|e| panic!("start {}: {e}", Self::BIN));
+            let mut registry = DockerRegistry {
+                child: Some(child),
+                addr,
+                storage,
+                dir,
+            };
+            match registry.wait_ready(Duration::from_secs(20)) {
+                Ok(()) => return registry,
+                Err(true) => last_log = registry.log(),
+                Err(false) => panic!(
+                    "docker-registry on {} did not answer GET /v2/ with 200 within 20 s; its log:\n{}",
+                    registry.addr,
+                    registry.log()
+                ),
+            }
+        }
+        panic!(
+            "docker-registry exited before it answered GET /v2/ (three ports tried); its log:\n{last_log}"
+        );
+    }
+
+    /// `127.0.0.1:PORT`.
+    pub fn addr(&self) -> String {
+        self.addr.clone()
+    }
+
+    /// The folder the registry stores its data in (`storage.filesystem`).
+    pub fn storage(&self) -> &Path {
+        &self.storage
+    }
+
+    /// What the registry wrote to stdout and stderr so far (warnings and
+    /// errors only).
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("registry.log")).unwrap_or_default()
+    }
+
+    /// Polls `GET /v2/`; `Err(true)` if the process exited, `Err(false)`
+    /// on timeout.
+    fn wait_ready(&mut self, timeout: Duration) -> Result<(), bool> {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Some(c) = &mut self.child {
+                if let Ok(Some(_)) = c.try_wait() {
+                    return Err(true);
+                }
+            }
+            if http_status(&self.addr, "/v2/") == Some(200) {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Err(false)
+    }
+
+    fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for DockerRegistry {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// The status code of a plain `GET PATH` to `addr`, or None if it fails.
+/// Plain std, so it also works inside an async runtime.
+fn http_status(addr: &str, path: &str) -> Option<u16> {
+    let mut s = TcpStream::connect(addr).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut line = String::new();
+    BufReader::new(s).read_line(&mut line).ok()?;
+    line.split(' ').nth(1)?.parse().ok()
+}
+
+/// A loopback HTTP/1.1 reverse proxy to a registry that corrupts blobs: the
+/// body of every successful `GET /v2/<name>/blobs/sha256:<hex>` reaches the
+/// client with its middle byte flipped (xor 0xff), length unchanged.
+/// Everything else (manifests, `HEAD`, uploads, errors) passes through
+/// untouched, except that a `Location` pointing at the upstream is rewritten
+/// to point at the proxy, so clients stay on it. One request per connection
+/// (`Connection: close`); redirects are passed on, not followed. Stops when
+/// dropped.
+pub struct FlipProxy {
+    addr: String,
+    flipped: Arc<AtomicUsize>,
+    stop: Arc<AtomicBool>,
+    accept: Option<std::thread::JoinHandle<()>>,
+}
+
+impl FlipProxy {
+    /// Starts a proxy to `http://{upstream}` (`upstream` is `HOST:PORT`).
+    pub fn start(upstream: &str) -> FlipProxy {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind the flip proxy");
+        let addr = listener.local_addr().expect("proxy address").to_string();
+        let flipped = Arc::new(AtomicUsize::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let proxy = Arc::new(Proxy {
+            upstream: upstream.to_string(),
+            addr: addr.clone(),
+            flipped: flipped.clone(),
+        });
+        let stopping = stop.clone();
+        // The blocking client lives on the proxy's own threads, never on the
+        // test's, so a test running inside an async runtime may use the proxy.
+        let accept = std::thread::spawn(move || {
+            let client = reqwest::blocking::Client::builder()
+                .redirect(reqwest::redirect::Policy::none())
+                .no_proxy()
+                .timeout(Duration::from_secs(300))
+                .build()
+                .expect("build the proxy's HTTP client");
+            for conn in listener.incoming() {
+                if stopping.load(Ordering::SeqCst) {
+                    break;
+                }
+                let Ok(conn) = conn else { continue };
+                let (proxy, client) = (proxy.clone(), client.clone());
+                std::thread::spawn(move || proxy.serve(conn, &client));
+            }
+        });
+        FlipProxy {
+            addr,
+            flipped,
+            stop,
+            accept: Some(accept),
+        }
+    }
+
+    /// `127.0.0.1:PORT`.
+    pub fn addr(&self) -> String {
+        self.addr.clone()
+    }
+
+    /// How many blob bodies the proxy has corrupted so far.
+    pub fn flipped(&self) -> usize {
+        self.flipped.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for FlipProxy {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        // Wake the accept loop so it sees the flag.
+        let _ = TcpStream::connect(&self.addr);
+        if let Some(t) = self.accept.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+struct Proxy {
+    upstream: String,
+    addr: String,
+    flipped: Arc<AtomicUsize>,
+}
+
+/// A request as read from the client.
+struct ProxyRequest {
+    method: String,
+    target: String,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+impl Proxy {
+    fn serve(&self, conn: TcpStream, client: &reqwest::blocking::Client) {
+        let _ = conn.set_read_timeout(Some(Duration::from_secs(60)));
+        let Ok(mut out) = conn.try_clone() else {
+            return;
+        };
+        let mut reader = BufReader::new(conn);
+        let reply = match read_request(&mut reader, &mut out) {
+            Ok(req) => self.forward(req, client),
+            Err(e) => simple_response(400, &format!("flip proxy: bad request: {e}")),
+        };
+        let _ = out.write_all(&reply);
+        let _ = out.flush();
+        let _ = out.shutdown(Shutdown::Write);
+    }
+
+    /// Sends `req` upstream and returns the bytes of the response to send
+    /// back.
+    fn forward(&self, req: ProxyRequest, client: &reqwest::blocking::Client) -> Vec<u8> {
+        use reqwest::header::{HeaderName, HeaderValue};
+        let Ok(method) = reqwest::Method::from_bytes(req.method.as_bytes()) else {
+            return simple_response(400, "flip proxy: bad method");
+        };
+        let mut headers = reqwest::header::HeaderMap::new();
+        for (name, value) in &req.headers {
+            if is_hop_header(name) || name.eq_ignore_ascii_case("host") {
+                continue;
+            }
+            if let (Ok(n), Ok(v)) = (
+                HeaderName::from_bytes(name.as_bytes()),
+                HeaderValue::from_str(value),
+            ) {
+                headers.append(n, v);
+            }
+        }
+        let has_body = !req.body.is_empty()
+            || req.headers.iter().any(|(n, _)| {
+                n.eq_ignore_ascii_case("content-length")
+                    || n.eq_ignore_ascii_case("transfer-encoding")
+            });
+        let mut upstream_req = client
+            .request(
+                method.clone(),
+                format!("http://{}{}", self.upstream, req.target),
+            )
+            .headers(headers);
+        if has_body {
+            upstream_req = upstream_req.body(req.body);
+        }
+        let resp = match upstream_req.send() {
+            Ok(r) => r,
+            Err(e) => return simple_response(502, &format!("flip proxy: upstream: {e}")),
+        };
+        let status = resp.status();
+        let resp_headers = resp.headers().clone();
+        let mut body = match resp.bytes() {
+            Ok(b) => b.to_vec(),
+            Err(e) => return simple_response(502, &format!("flip proxy: upstream body: {e}")),
+        };
+        let bodiless = method == reqwest::Method::HEAD
+            || status.is_informational()
+            || status == reqwest::StatusCode::NO_CONTENT
+            || status == reqwest::StatusCode::NOT_MODIFIED;
+        if method == reqwest::Method::GET
+            && status.is_success()
+            && !body.is_empty()
+            && is_blob_path(req.target.split('?').next().unwrap_or_default())
+        {
+            let mid = body.len() / 2;
+            body[mid] ^= 0xff;
+            self.flipped.fetch_add(1, Ordering::SeqCst);
+        }
+
+        let mut out = format!(
+            "HTTP/1.1 {} {}\r\n",
+            status.as_u16(),
+            status.canonical_reason().unwrap_or("")
+        )
+        .into_bytes();
+        let upstream_url = format!("http://{}", self.upstream);
+        for (name, value) in &resp_headers {
+            let n = name.as_str();
+            if is_hop_header(n) && !(bodiless && n == "content-length") {
+                continue;
+            }
+            out.extend_from_slice(n.as_bytes());
+            out.extend_from_slice(b": ");
+            match value.to_str() {
+                Ok(v) if n == "location" && v.starts_with(&upstream_url) => {
+                    let rest = &v[upstream_url.len()..];
+                    if rest.is_empty() || rest.starts_with('/') || rest.starts_with('?') {
+                        out.extend_from_slice(format!("http://{}{rest}", self.addr).as_bytes());
+                    } else {
+                        out.extend_from_slice(value.as_bytes());
+                    }
+                }
+                _ => out.extend_from_slice(value.as_bytes()),
+            }
+            out.extend_from_slice(b"\r\n");
+        }
+        if !bodiless {
+            out.extend_from_slice(format!("content-length: {}\r\n", body.len()).as_bytes());
+        }
+        out.extend_from_slice(b"connection: close\r\n\r\n");
+        if !bodiless {
+            out.extend_from_slice(&body);
+        }
+        out
+    }
+}
+
+/// Headers about one connection (RFC 9110 §7.6.1) that a proxy does not
+/// forward, and the body framing, which each side sets anew (a response to
+/// `HEAD` keeps the upstream's `Content-Length`).
+fn is_hop_header(name: &str) -> bool {
+    [
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "transfer-encoding",
+        "te",
+        "trailer",
+        "upgrade",
+        "expect",
+        "content-length",
+    ]
+    .iter()
+    .any(|h| name.eq_ignore_ascii_case(h))
+}
+
+/// `/v2/<name>/blobs/sha256:<64 hex>`.
+fn is_blob_path(path: &str) -> bool {
+    let Some(rest) = path.strip_prefix("/v2/") else {
+        return false;
+    };
+    let Some((name, digest)) = rest.rsplit_once("/blobs/") else {
+        return false;
+    };
+    let Some(hex) = digest.strip_prefix("sha256:") else {
+        return false;
+    };
+    !name.is_empty() && hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+fn simple_response(status: u16, message: &str) -> Vec<u8> {
+    format!(
+        "HTTP/1.1 {status} Proxy\r\ncontent-type: text/plain\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{message}",
+        message.len()
+    )
+    .into_bytes()
+}
+
+/// Reads one request: its head, then a body framed by `Content-Length` or
+/// chunked transfer coding. Answers `Expect: 100-continue` on `out`.
+fn read_request(
+    reader: &mut BufReader<TcpStream>,
+    out: &mut TcpStream,
+) -> std::io::Result<ProxyRequest> {
+    let bad = |m: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, m.to_string());
+    let mut line = String::new();
+    reader.read_line(&mut line)?;
+    let mut parts = line.split_whitespace();
+    let (Some(method), Some(target)) = (parts.next(), parts.next()) else {
+        return Err(bad("no request line"));
+    };
+    let (method, target) = (method.to_string(), target.to_string());
+    let mut headers = Vec::new();
+    loop {
+        line.clear();
+        if reader.read_line(&mut line)? == 0 {
+            return Err(bad("connection closed in the request head"));
+        }
+        let l = line.trim_end_matches(['\r', '\n']);
+        if l.is_empty() {
+            break;
+        }
+        let (n, v) = l
+            .split_once(':')
+            .ok_or_else(|| bad("header without a colon"))?;
+        headers.push((n.trim().to_string(), v.trim().to_string()));
+    }
+    let header = |name: &str| {
+        headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    };
+    if header("expect").is_some_and(|v| v.eq_ignore_ascii_case("100-continue")) {
+        out.write_all(b"HTTP/1.1 100 Continue\r\n\r\n")?;
+    }
+    let mut body = Vec::new();
+    if header("transfer-encoding").is_some_and(|v| v.to_ascii_lowercase().contains("chunked")) {
+        loop {
+            line.clear();
+            reader.read_line(&mut line)?;
+            let size = line.trim().split(';').next().unwrap_or_default();
+            let size = usize::from_str_radix(size, 16).map_err(|_| bad("bad chunk size"))?;
+            if size == 0 {
+                // Trailers, up to the empty line.
+                loop {
+                    line.clear();
+                    if reader.read_line(&mut line)? == 0 || line.trim().is_empty() {
+                        break;
+                    }
+                }
+                break;
+            }
+            let start = body.len();
+            body.resize(start + size, 0);
+            reader.read_exact(&mut body[start..])?;
+            line.clear();
+            reader.read_line(&mut line)?;
+        }
+    } else if let Some(len) = header("content-length") {
+        let len: usize = len.parse().map_err(|_| bad("bad content-length"))?;
+        body.resize(len, 0);
+        reader.read_exact(&mut body)?;
+    }
+    Ok(ProxyRequest {
+        method,
+        target,
+        headers,
+        body,
+    })
 }

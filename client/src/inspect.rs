@@ -1,0 +1,467 @@
+//! Reading a registry without pulling: namespaces, volumes, a version's
+//! entries, one entry's facts, a file's bytes, a volume's versions, tags,
+//! and what changed between two versions. Everything here works on any OCI
+//! registry, from tags, index annotations and tree indexes alone.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::io::Write;
+
+use futures_util::{stream, StreamExt, TryStreamExt};
+use sealvol_spec::oci::VersionIndex;
+use sealvol_spec::reference::{Tag, VolumeRef, HEAD};
+use sealvol_spec::tree::{Entry, EntryData, TreeIndex};
+use sealvol_spec::{B3Digest, Sha256Digest};
+use serde::Serialize;
+
+use crate::cache::ChunkCache;
+use crate::pull::{fetch_chunk, PullCounters};
+use crate::remote::{Remote, TransportError};
+use crate::resolve::{display_ref, load_tree, resolve, Resolved};
+use crate::Error;
+
+/// Namespaces of a registry: the first components of its repositories.
+pub async fn namespaces(remote: &Remote) -> Result<Vec<String>, Error> {
+    let mut out: Vec<String> = remote
+        .catalog()
+        .await?
+        .iter()
+        .filter_map(|r| r.rsplit_once('/').map(|(ns, _)| ns.to_string()))
+        .collect();
+    out.sort();
+    out.dedup();
+    Ok(out)
+}
+
+/// Volumes of a namespace, as `namespace/volume`.
+pub async fn volumes(remote: &Remote, namespace: &str) -> Result<Vec<String>, Error> {
+    let prefix = format!("{namespace}/");
+    let mut out: Vec<String> = remote
+        .catalog()
+        .await?
+        .into_iter()
+        .filter(|r| {
+            r.strip_prefix(&prefix)
+                .is_some_and(|rest| !rest.is_empty() && !rest.contains('/'))
+        })
+        .collect();
+    out.sort();
+    Ok(out)
+}
+
+/// One entry as `ls` and `stat` show it.
+#[derive(Clone, Debug, Serialize)]
+pub struct EntryInfo {
+    pub path: String,
+    pub kind: &'static str,
+    pub mode: String,
+    pub size: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub blake3: Option<B3Digest>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub chunks: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
+}
+
+impl From<&Entry> for EntryInfo {
+    fn from(e: &Entry) -> EntryInfo {
+        let (kind, blake3, chunks, target) = match &e.data {
+            EntryData::Dir => ("dir", None, None, None),
+            EntryData::File { blake3, chunks, .. } => {
+                ("file", Some(*blake3), Some(chunks.len()), None)
+            }
+            EntryData::Symlink { target } => ("symlink", None, None, Some(target.clone())),
+        };
+        EntryInfo {
+            path: e.path.clone(),
+            kind,
+            mode: format!("{:04o}", e.mode),
+            size: e.data.size(),
+            blake3,
+            chunks,
+            target,
+        }
+    }
+}
+
+/// A version with its tree, resolved from a ref.
+pub struct Opened {
+    pub version: Resolved,
+    pub tree: TreeIndex,
+}
+
+pub async fn open(remote: &Remote, vref: &VolumeRef) -> Result<Opened, Error> {
+    let version = resolve(remote, vref).await?;
+    let tree = load_tree(remote, &version).await?;
+    Ok(Opened { version, tree })
+}
+
+/// Entries under the ref's path: immediate children, or all descendants
+/// with `recursive`. A path that names a file lists that file.
+pub fn list(opened: &Opened, path: Option<&str>, recursive: bool) -> Result<Vec<EntryInfo>, Error> {
+    let tree = &opened.tree;
+    if let Some(p) = path {
+        let e = tree.get(p).ok_or_else(|| {
+            Error::NotFound(format!("{}: no such file or directory in this version", p))
+        })?;
+        if !e.is_dir() {
+            return Ok(vec![e.into()]);
+        }
+    }
+    Ok(if recursive {
+        let sub = tree.subtree(path);
+        let skip = usize::from(path.is_some());
+        sub.iter().skip(skip).map(EntryInfo::from).collect()
+    } else {
+        tree.children(path).map(EntryInfo::from).collect()
+    })
+}
+
+/// What `stat` says about a version (and an entry, with a path).
+#[derive(Clone, Debug, Serialize)]
+pub struct Stat {
+    #[serde(rename = "ref")]
+    pub reference: String,
+    pub digest: B3Digest,
+    pub index_digest: Sha256Digest,
+    pub created: Option<String>,
+    pub files: u64,
+    pub dirs: u64,
+    pub symlinks: u64,
+    pub bytes: u64,
+    pub chunks: u64,
+    pub unique_chunks: u64,
+    pub unique_bytes: u64,
+    pub source: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub entry: Option<EntryInfo>,
+}
+
+pub fn stat(remote: &Remote, opened: &Opened, path: Option<&str>) -> Result<Stat, Error> {
+    let s = opened.tree.stats();
+    let entry = match path {
+        None => None,
+        Some(p) => Some(
+            opened
+                .tree
+                .get(p)
+                .ok_or_else(|| {
+                    Error::NotFound(format!("{p}: no such file or directory in this version"))
+                })?
+                .into(),
+        ),
+    };
+    let ix = &opened.version.index;
+    Ok(Stat {
+        reference: display_ref(remote, &opened.version.pinned.without_path()),
+        digest: ix.digest,
+        index_digest: opened.version.index_digest,
+        created: ix.created.clone(),
+        files: s.files,
+        dirs: s.dirs,
+        symlinks: s.symlinks,
+        bytes: s.bytes,
+        chunks: s.chunks,
+        unique_chunks: s.unique_chunks,
+        unique_bytes: s.unique_bytes,
+        source: ix.source.clone(),
+        entry,
+    })
+}
+
+/// Writes a file of the version to `out` in order, fetching up to `jobs`
+/// chunks ahead; every chunk is checked before a byte of it is written.
+pub async fn cat(
+    remote: &Remote,
+    opened: &Opened,
+    path: &str,
+    jobs: usize,
+    cache: Option<&ChunkCache>,
+    out: &mut dyn Write,
+) -> Result<u64, Error> {
+    let e = opened
+        .tree
+        .get(path)
+        .ok_or_else(|| Error::NotFound(format!("{path}: no such file in this version")))?;
+    let EntryData::File { chunks, .. } = &e.data else {
+        return Err(Error::Usage(format!(
+            "{path} is a {}, not a file",
+            EntryInfo::from(e).kind
+        )));
+    };
+    let stats = PullCounters::default();
+    let repo = opened.version.repo.as_str();
+    let mut fetched = stream::iter(chunks.iter())
+        .map(|c| fetch_chunk(remote, repo, c, cache, &stats))
+        .buffered(jobs.max(1));
+    let mut written = 0u64;
+    while let Some(bytes) = fetched.try_next().await? {
+        out.write_all(&bytes)
+            .map_err(|e| Error::io(std::path::Path::new("<stdout>"), e))?;
+        written += bytes.len() as u64;
+    }
+    out.flush()
+        .map_err(|e| Error::io(std::path::Path::new("<stdout>"), e))?;
+    Ok(written)
+}
+
+/// One version of a volume as `versions` lists it.
+#[derive(Clone, Debug, Serialize)]
+pub struct VersionInfo {
+    #[serde(rename = "ref")]
+    pub reference: String,
+    pub digest: B3Digest,
+    pub index_digest: Sha256Digest,
+    pub created: Option<String>,
+    pub size: Option<u64>,
+    pub files: Option<u64>,
+    pub is_head: bool,
+    pub tags: Vec<String>,
+}
+
+/// Every version of a volume, newest first, from its `b3-` tags and the
+/// index annotations (works on any registry).
+pub async fn versions(
+    remote: &Remote,
+    volume: &VolumeRef,
+    jobs: usize,
+) -> Result<Vec<VersionInfo>, Error> {
+    let repo = volume.repository();
+    let tags = remote.tags(&repo).await?;
+    if tags.is_empty() {
+        return Err(Error::NotFound(format!(
+            "{}: no such volume (the repository has no tags)",
+            display_ref(remote, &volume.without_path())
+        )));
+    }
+    // Every tag's index digest: digest tags name versions, the others point
+    // at them.
+    let looked_up: Vec<(String, Option<(bytes::Bytes, Sha256Digest)>)> = stream::iter(tags)
+        .map(|t| {
+            let repo = repo.clone();
+            async move {
+                match remote.manifest(&repo, &t).await {
+                    Ok(found) => Ok((t, Some(found))),
+                    Err(TransportError::NotFound(_)) => Ok((t, None)),
+                    Err(e) => Err(Error::from(e)),
+                }
+            }
+        })
+        .buffer_unordered(jobs.max(1))
+        .try_collect()
+        .await?;
+    let mut by_index: BTreeMap<Sha256Digest, (VersionIndex, Vec<String>)> = BTreeMap::new();
+    let mut pointers: Vec<(String, Sha256Digest)> = Vec::new();
+    for (tag, found) in looked_up {
+        let Some((bytes, digest)) = found else {
+            continue;
+        };
+        if tag.starts_with("b3-") {
+            if let Ok(ix) = VersionIndex::parse(&bytes) {
+                by_index.entry(digest).or_insert((ix, Vec::new()));
+            }
+        } else {
+            pointers.push((tag, digest));
+        }
+    }
+    for (tag, digest) in pointers {
+        if let Some((_, tags)) = by_index.get_mut(&digest) {
+            tags.push(tag);
+        }
+    }
+    let mut out: Vec<VersionInfo> = by_index
+        .into_iter()
+        .map(|(index_digest, (ix, mut tags))| {
+            tags.sort();
+            let is_head = tags.iter().any(|t| t == HEAD);
+            tags.retain(|t| t != HEAD);
+            VersionInfo {
+                reference: display_ref(
+                    remote,
+                    &volume.with_selector(sealvol_spec::reference::Selector::Digest(
+                        sealvol_spec::DigestSelector::B3(ix.digest),
+                    )),
+                ),
+                digest: ix.digest,
+                index_digest,
+                created: ix.created,
+                size: ix.size,
+                files: ix.files,
+                is_head,
+                tags,
+            }
+        })
+        .collect();
+    // RFC 3339 UTC times sort as strings; head breaks ties.
+    out.sort_by(|a, b| {
+        b.created
+            .cmp(&a.created)
+            .then(b.is_head.cmp(&a.is_head))
+            .then(a.digest.cmp(&b.digest))
+    });
+    Ok(out)
+}
+
+/// Points `tag` at the version `vref` names (creating or moving it).
+pub async fn tag_set(
+    remote: &Remote,
+    vref: &VolumeRef,
+    tag: &str,
+) -> Result<VersionInfoShort, Error> {
+    let tag = user_tag(tag)?;
+    let version = resolve(remote, vref).await?;
+    remote
+        .put_manifest(
+            &version.repo,
+            tag.as_str(),
+            version.index_bytes.clone(),
+            crate::push::INDEX_TYPE,
+        )
+        .await?;
+    Ok(VersionInfoShort {
+        reference: display_ref(remote, &version.pinned.without_path()),
+        digest: version.index.digest,
+        tag: tag.as_str().to_string(),
+    })
+}
+
+/// Removes a tag (never a version).
+pub async fn tag_delete(remote: &Remote, volume: &VolumeRef, tag: &str) -> Result<(), Error> {
+    let tag = user_tag(tag)?;
+    remote
+        .delete_tag(&volume.repository(), tag.as_str())
+        .await
+        .map_err(|e| match e {
+            TransportError::NotFound(_) => Error::NotFound(format!(
+                "{}: no tag {:?} on this volume",
+                display_ref(remote, &volume.without_path()),
+                tag.as_str()
+            )),
+            e => e.into(),
+        })
+}
+
+/// Tags users may set or delete: not `head` (it follows pushes) and not a
+/// `b3-<hex>` digest tag (it names a version forever).
+pub fn user_tag(tag: &str) -> Result<Tag, Error> {
+    let t = Tag::parse_user(tag).map_err(|e| Error::Usage(e.to_string()))?;
+    if t.as_str() == HEAD {
+        return Err(Error::Usage(
+            "`head` is reserved: it always names the newest version and moves with every push"
+                .into(),
+        ));
+    }
+    Ok(t)
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct VersionInfoShort {
+    #[serde(rename = "ref")]
+    pub reference: String,
+    pub digest: B3Digest,
+    pub tag: String,
+}
+
+/// What changed from version A to version B.
+#[derive(Clone, Debug, Serialize)]
+pub struct Diff {
+    pub from: String,
+    pub to: String,
+    pub added: Vec<EntryInfo>,
+    pub removed: Vec<EntryInfo>,
+    /// Entries whose content, kind, mode or target changed.
+    pub changed: Vec<Changed>,
+    pub unchanged_files: u64,
+    pub bytes_added: u64,
+    pub bytes_removed: u64,
+    /// Bytes of B's distinct chunks that A does not have: what a pull of B
+    /// over a cache of A transfers.
+    pub new_chunk_bytes: u64,
+    /// Share of B's distinct chunk bytes that A already has (0..1).
+    pub shared_chunk_fraction: f64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Changed {
+    pub path: String,
+    pub from: EntryInfo,
+    pub to: EntryInfo,
+}
+
+pub fn diff(a_name: String, a: &TreeIndex, b_name: String, b: &TreeIndex) -> Diff {
+    let a_map: HashMap<&str, &Entry> = a.entries().iter().map(|e| (e.path.as_str(), e)).collect();
+    let b_map: HashMap<&str, &Entry> = b.entries().iter().map(|e| (e.path.as_str(), e)).collect();
+    let mut d = Diff {
+        from: a_name,
+        to: b_name,
+        added: Vec::new(),
+        removed: Vec::new(),
+        changed: Vec::new(),
+        unchanged_files: 0,
+        bytes_added: 0,
+        bytes_removed: 0,
+        new_chunk_bytes: 0,
+        shared_chunk_fraction: 1.0,
+    };
+    for e in b.entries() {
+        match a_map.get(e.path.as_str()) {
+            None => {
+                d.bytes_added += e.data.size();
+                d.added.push(e.into());
+            }
+            Some(old) if old.mode != e.mode || !same_content(&old.data, &e.data) => {
+                d.changed.push(Changed {
+                    path: e.path.clone(),
+                    from: (*old).into(),
+                    to: e.into(),
+                });
+            }
+            Some(_) => {
+                if matches!(e.data, EntryData::File { .. }) {
+                    d.unchanged_files += 1;
+                }
+            }
+        }
+    }
+    for e in a.entries() {
+        if !b_map.contains_key(e.path.as_str()) {
+            d.bytes_removed += e.data.size();
+            d.removed.push(e.into());
+        }
+    }
+    let a_chunks: HashSet<Sha256Digest> = chunks_of(a).map(|(d, _)| d).collect();
+    let mut seen = HashSet::new();
+    let (mut total, mut new) = (0u64, 0u64);
+    for (digest, len) in chunks_of(b) {
+        if seen.insert(digest) {
+            total += len;
+            if !a_chunks.contains(&digest) {
+                new += len;
+            }
+        }
+    }
+    d.new_chunk_bytes = new;
+    if total > 0 {
+        d.shared_chunk_fraction = (total - new) as f64 / total as f64;
+    }
+    d
+}
+
+fn same_content(a: &EntryData, b: &EntryData) -> bool {
+    match (a, b) {
+        (EntryData::Dir, EntryData::Dir) => true,
+        (EntryData::File { blake3: x, .. }, EntryData::File { blake3: y, .. }) => x == y,
+        (EntryData::Symlink { target: x }, EntryData::Symlink { target: y }) => x == y,
+        _ => false,
+    }
+}
+
+fn chunks_of(t: &TreeIndex) -> impl Iterator<Item = (Sha256Digest, u64)> + '_ {
+    t.entries().iter().flat_map(|e| match &e.data {
+        EntryData::File { chunks, .. } => chunks
+            .iter()
+            .map(|c| (c.sha256, u64::from(c.length)))
+            .collect::<Vec<_>>(),
+        _ => Vec::new(),
+    })
+}

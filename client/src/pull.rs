@@ -1,0 +1,448 @@
+//! Fetching a version (or a path inside one) into a directory. Every chunk
+//! is checked (sha256 by the transport, BLAKE3 here) before it is written,
+//! and every file is checked against its whole-file BLAKE3 before it is
+//! renamed into place, so the destination never holds a half-written or
+//! wrong file. Chunks land in the shared chunk cache as they arrive and
+//! complete files are recognised by their hash, so pulling again after an
+//! interruption fetches only what is still missing.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures_util::{stream, StreamExt, TryStreamExt};
+use sealvol_spec::path as spath;
+use sealvol_spec::reference::VolumeRef;
+use sealvol_spec::tree::{ChunkRef, Entry, EntryData, TreeIndex};
+use sealvol_spec::{B3Digest, Sha256Digest};
+use serde::Serialize;
+
+use crate::cache::ChunkCache;
+use crate::remote::Remote;
+use crate::resolve::{display_ref, load_tree, resolve};
+use crate::walk::Filter;
+use crate::{Error, Progress};
+
+#[derive(Clone, Debug, Default)]
+pub struct PullOptions {
+    /// Only files whose path (relative to what is pulled) matches one of
+    /// these globs; all when empty.
+    pub includes: Vec<String>,
+    /// Parallel downloads; 0 picks the default.
+    pub jobs: usize,
+    /// The chunk cache; `None` keeps chunks only in memory.
+    pub cache_dir: Option<PathBuf>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct PullReport {
+    #[serde(rename = "ref")]
+    pub reference: String,
+    pub digest: B3Digest,
+    pub files: u64,
+    pub bytes: u64,
+    /// Distinct chunks the pulled files need.
+    pub chunks: u64,
+    pub chunks_downloaded: u64,
+    pub bytes_downloaded: u64,
+    pub chunks_from_cache: u64,
+    /// Files already complete at the destination (a resumed pull).
+    pub files_present: u64,
+    pub duration_seconds: f64,
+    pub bandwidth_bytes_per_second: f64,
+}
+
+/// What one selected entry becomes at the destination.
+struct Target<'a> {
+    entry: &'a Entry,
+    dest: PathBuf,
+}
+
+/// The entries `vref`'s path selects, with where each goes under `dir`: a
+/// directory's contents go into `dir`, a single file or symlink goes to
+/// `dir/<its name>`, like `cp -r dir/. DEST` and `cp file DEST/`.
+fn select<'a>(
+    tree: &'a TreeIndex,
+    path: Option<&str>,
+    includes: &Filter,
+    dir: &Path,
+    shown: &str,
+) -> Result<Vec<Target<'a>>, Error> {
+    let (entries, base): (&[Entry], Option<&str>) = match path {
+        None => (tree.entries(), None),
+        Some(p) => {
+            let e = tree.get(p).ok_or_else(|| {
+                Error::NotFound(format!(
+                    "{shown}: no such file or directory in this version"
+                ))
+            })?;
+            if e.is_dir() {
+                (tree.subtree(Some(p)).get(1..).unwrap_or(&[]), Some(p))
+            } else {
+                (std::slice::from_ref(e), spath::parent(p))
+            }
+        }
+    };
+    let mut out = Vec::new();
+    for e in entries {
+        let rel = match base {
+            None => e.path.as_str(),
+            Some(b) => &e.path[b.len() + 1..],
+        };
+        // With --include, directories come along only as parents of
+        // selected files.
+        let keep = if e.is_dir() {
+            !includes.has_includes()
+        } else {
+            includes.included(Path::new(rel))
+        };
+        if !keep {
+            continue;
+        }
+        out.push(Target {
+            entry: e,
+            dest: dir.join(rel),
+        });
+    }
+    if out.is_empty() && includes.has_includes() {
+        return Err(Error::NotFound(format!(
+            "{shown}: no file matches the --include patterns"
+        )));
+    }
+    Ok(out)
+}
+
+/// Pulls the version `vref` names into `dir`.
+pub async fn pull(
+    remote: &Remote,
+    vref: &VolumeRef,
+    dir: &Path,
+    opts: &PullOptions,
+    progress: Arc<dyn Progress>,
+) -> Result<PullReport, Error> {
+    let started = Instant::now();
+    let includes = Filter::new(&opts.includes, &[])?;
+    remote.prepare(&vref.repository(), false).await;
+    let version = resolve(remote, vref).await?;
+    let tree = load_tree(remote, &version).await?;
+    let shown = display_ref(remote, vref);
+    let targets = select(&tree, vref.path.as_deref(), &includes, dir, &shown)?;
+    let cache = opts
+        .cache_dir
+        .as_deref()
+        .map(ChunkCache::open)
+        .transpose()
+        .map_err(|e| Error::io(opts.cache_dir.as_deref().unwrap_or(dir), e))?;
+
+    std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+    for t in targets.iter().filter(|t| t.entry.is_dir()) {
+        std::fs::create_dir_all(&t.dest).map_err(|e| Error::io(&t.dest, e))?;
+    }
+
+    // Files already complete at the destination stay; the rest get a
+    // temporary file next to where they go.
+    let staging = Staging::default();
+    let mut files: Vec<FileJob> = Vec::new();
+    // Each distinct chunk once, with every place it goes.
+    let mut wanted: Vec<ChunkRef> = Vec::new();
+    let mut places: HashMap<Sha256Digest, Vec<(usize, u64)>> = HashMap::new();
+    let mut present = 0u64;
+    let mut total_bytes = 0u64;
+    for t in &targets {
+        let EntryData::File {
+            size,
+            blake3,
+            chunks,
+        } = &t.entry.data
+        else {
+            continue;
+        };
+        total_bytes += size;
+        if let Some(parent) = t.dest.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| Error::io(parent, e))?;
+        }
+        let (dest, size, blake3) = (t.dest.clone(), *size, *blake3);
+        let mode = t.entry.mode;
+        let complete = tokio::task::spawn_blocking({
+            let dest = dest.clone();
+            move || is_complete(&dest, size, &blake3, mode)
+        })
+        .await
+        .expect("hashing task panicked");
+        if complete {
+            present += 1;
+            continue;
+        }
+        let tmp = staging.create(&dest, size)?;
+        for c in chunks {
+            let p = places.entry(c.sha256).or_default();
+            if p.is_empty() {
+                wanted.push(*c);
+            }
+            p.push((files.len(), c.offset));
+        }
+        files.push(FileJob {
+            dest,
+            tmp,
+            size,
+            blake3,
+            mode,
+            remaining: AtomicUsize::new(chunks.len()),
+        });
+    }
+
+    let files = Arc::new(files);
+    let places = Arc::new(places);
+    let stats = PullCounters::default();
+    progress.phase(
+        "downloading",
+        wanted.iter().map(|c| u64::from(c.length)).sum(),
+    );
+
+    // Empty files have no chunks: finish them now.
+    for (i, f) in files.iter().enumerate() {
+        if f.remaining.load(Ordering::Relaxed) == 0 {
+            finish_file(&files, i)?;
+        }
+    }
+
+    let jobs = if opts.jobs == 0 {
+        crate::push::DEFAULT_JOBS
+    } else {
+        opts.jobs
+    };
+    let chunk_count = wanted.len() as u64;
+    let result = stream::iter(wanted)
+        .map(|c| {
+            let files = files.clone();
+            let places = places.clone();
+            let cache = cache.clone();
+            let stats = &stats;
+            let repo = version.repo.clone();
+            let progress = progress.clone();
+            async move {
+                let bytes = fetch_chunk(remote, &repo, &c, cache.as_ref(), stats).await?;
+                progress.advance(u64::from(c.length));
+                tokio::task::spawn_blocking(move || write_chunk(&files, &places[&c.sha256], &bytes))
+                    .await
+                    .expect("writer task panicked")
+            }
+        })
+        .buffer_unordered(jobs)
+        .try_collect::<()>()
+        .await;
+    progress.finish();
+    result?;
+
+    // Symlinks, then directory modes deepest first (a read-only directory
+    // must not stop files from landing in it).
+    for t in &targets {
+        if let EntryData::Symlink { target } = &t.entry.data {
+            place_symlink(&t.dest, target)?;
+        }
+    }
+    for t in targets.iter().rev().filter(|t| t.entry.is_dir()) {
+        set_mode(&t.dest, t.entry.mode)?;
+    }
+    drop(staging);
+
+    let elapsed = started.elapsed().max(Duration::from_micros(1));
+    let bytes_downloaded = stats.bytes.load(Ordering::Relaxed);
+    Ok(PullReport {
+        reference: display_ref(remote, &version.pinned),
+        digest: version.index.digest,
+        files: targets
+            .iter()
+            .filter(|t| matches!(t.entry.data, EntryData::File { .. }))
+            .count() as u64,
+        bytes: total_bytes,
+        chunks: chunk_count,
+        chunks_downloaded: stats.downloaded.load(Ordering::Relaxed),
+        bytes_downloaded,
+        chunks_from_cache: stats.cached.load(Ordering::Relaxed),
+        files_present: present,
+        duration_seconds: elapsed.as_secs_f64(),
+        bandwidth_bytes_per_second: bytes_downloaded as f64 / elapsed.as_secs_f64(),
+    })
+}
+
+#[derive(Default)]
+pub(crate) struct PullCounters {
+    downloaded: AtomicU64,
+    bytes: AtomicU64,
+    cached: AtomicU64,
+}
+
+/// One file being assembled in a temporary file.
+struct FileJob {
+    dest: PathBuf,
+    tmp: PathBuf,
+    size: u64,
+    blake3: B3Digest,
+    mode: u32,
+    remaining: AtomicUsize,
+}
+
+/// The chunk's bytes, from the cache or the registry, checked.
+pub(crate) async fn fetch_chunk(
+    remote: &Remote,
+    repo: &str,
+    c: &ChunkRef,
+    cache: Option<&ChunkCache>,
+    stats: &PullCounters,
+) -> Result<Vec<u8>, Error> {
+    if let Some(cache) = cache {
+        let cache = cache.clone();
+        let c = *c;
+        if let Some(bytes) = tokio::task::spawn_blocking(move || cache.get(&c))
+            .await
+            .expect("cache task panicked")
+        {
+            stats.cached.fetch_add(1, Ordering::Relaxed);
+            return Ok(bytes);
+        }
+    }
+    // The transport checks sha256 as the bytes stream in; BLAKE3 is the
+    // second, independent check the tree index records.
+    let bytes = remote
+        .get_blob(repo, &c.sha256, u64::from(c.length))
+        .await?;
+    let actual = B3Digest::of(&bytes);
+    if actual != c.blake3 {
+        return Err(Error::Corrupt(format!(
+            "chunk {} has BLAKE3 {actual}, expected {}",
+            c.sha256, c.blake3
+        )));
+    }
+    stats.downloaded.fetch_add(1, Ordering::Relaxed);
+    stats.bytes.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+    if let Some(cache) = cache {
+        cache.put(&c.sha256, &bytes);
+    }
+    Ok(bytes)
+}
+
+/// Writes a chunk everywhere it occurs and finishes the files it completes.
+fn write_chunk(files: &[FileJob], places: &[(usize, u64)], bytes: &[u8]) -> Result<(), Error> {
+    use std::os::unix::fs::FileExt as _;
+    for &(i, offset) in places {
+        let f = &files[i];
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&f.tmp)
+            .map_err(|e| Error::io(&f.tmp, e))?;
+        file.write_all_at(bytes, offset)
+            .map_err(|e| Error::io(&f.dest, e))?;
+        drop(file);
+        if f.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
+            finish_file(files, i)?;
+        }
+    }
+    Ok(())
+}
+
+/// Checks a complete temporary file against the version and moves it into
+/// place with its mode.
+fn finish_file(files: &[FileJob], i: usize) -> Result<(), Error> {
+    let f = &files[i];
+    let len = std::fs::metadata(&f.tmp)
+        .map_err(|e| Error::io(&f.tmp, e))?
+        .len();
+    if len != f.size {
+        return Err(Error::Corrupt(format!(
+            "{}: assembled file has {len} bytes, the version says {}",
+            f.dest.display(),
+            f.size
+        )));
+    }
+    let actual = hash_file(&f.tmp).map_err(|e| Error::io(&f.tmp, e))?;
+    if actual != f.blake3 {
+        return Err(Error::Corrupt(format!(
+            "{}: assembled file has BLAKE3 {actual}, the version says {}",
+            f.dest.display(),
+            f.blake3
+        )));
+    }
+    set_mode(&f.tmp, f.mode)?;
+    std::fs::rename(&f.tmp, &f.dest).map_err(|e| Error::io(&f.dest, e))?;
+    Ok(())
+}
+
+fn hash_file(path: &Path) -> std::io::Result<B3Digest> {
+    let mut hasher = blake3::Hasher::new();
+    hasher.update_reader(std::fs::File::open(path)?)?;
+    Ok(B3Digest(*hasher.finalize().as_bytes()))
+}
+
+/// A destination file that is already the version's file (a resumed
+/// pull), given the right mode if it lacks it.
+fn is_complete(dest: &Path, size: u64, blake3: &B3Digest, mode: u32) -> bool {
+    let Ok(meta) = std::fs::symlink_metadata(dest) else {
+        return false;
+    };
+    if !meta.is_file() || meta.len() != size {
+        return false;
+    }
+    if hash_file(dest).ok().as_ref() != Some(blake3) {
+        return false;
+    }
+    set_mode(dest, mode).is_ok()
+}
+
+fn set_mode(path: &Path, mode: u32) -> Result<(), Error> {
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+        .map_err(|e| Error::io(path, e))
+}
+
+fn place_symlink(dest: &Path, target: &str) -> Result<(), Error> {
+    if let Ok(existing) = std::fs::read_link(dest) {
+        if existing == Path::new(target) {
+            return Ok(());
+        }
+    }
+    if let Ok(meta) = std::fs::symlink_metadata(dest) {
+        if meta.is_dir() {
+            return Err(Error::Usage(format!(
+                "{}: a directory is in the way of a symlink of the version; move it away and pull again",
+                dest.display()
+            )));
+        }
+        std::fs::remove_file(dest).map_err(|e| Error::io(dest, e))?;
+    }
+    std::os::unix::fs::symlink(target, dest).map_err(|e| Error::io(dest, e))
+}
+
+/// Temporary files of a pull in progress: removed unless the pull finished,
+/// so a failed pull leaves only complete, verified files behind.
+#[derive(Default)]
+struct Staging {
+    files: Mutex<Vec<PathBuf>>,
+}
+
+impl Staging {
+    /// `.<name>.sealvol-<pid>` next to `dest`, sized to `size`.
+    fn create(&self, dest: &Path, size: u64) -> Result<PathBuf, Error> {
+        let name = dest
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let tmp = dest.with_file_name(format!(".{name}.sealvol-{}", std::process::id()));
+        let file = std::fs::File::create(&tmp).map_err(|e| Error::io(&tmp, e))?;
+        self.files.lock().expect("staging lock").push(tmp.clone());
+        file.set_len(size).map_err(|e| Error::io(&tmp, e))?;
+        Ok(tmp)
+    }
+}
+
+impl Drop for Staging {
+    fn drop(&mut self) {
+        // Renamed files are gone from their temporary path already; what is
+        // left is partial.
+        for p in self.files.lock().expect("staging lock").iter() {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}

@@ -1,0 +1,326 @@
+//! Publishing a directory as a sealed version (SPEC.md §5.7): seal it, send
+//! only the chunks the registry lacks (parallel `HEAD`s, then a
+//! cross-repository mount, then an upload), write the manifests bottom-up,
+//! the index by digest, and only then the tags. An interrupted push leaves
+//! no tag pointing at a partial version; pushing it again sends only what
+//! is still missing.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use futures_util::{stream, StreamExt, TryStreamExt};
+use sealvol_spec::oci::{self, VersionIndex, VersionMeta};
+use sealvol_spec::reference::{Selector, Tag, VolumeRef};
+use sealvol_spec::{B3Digest, Sha256Digest};
+use serde::Serialize;
+
+use crate::cache::SeenBlobs;
+use crate::remote::{Remote, TransportError};
+use crate::resolve::display_ref;
+use crate::{ChunkLocation, Error, Progress, SealOptions};
+
+/// What to push besides the directory and the ref.
+#[derive(Clone, Debug, Default)]
+pub struct PushOptions {
+    pub seal: SealOptions,
+    /// User tags to move to the new version (besides the ref's own tag).
+    pub tags: Vec<Tag>,
+    /// Parallel transfers; 0 picks the default.
+    pub jobs: usize,
+    /// Where the client remembers which repositories hold which chunks.
+    pub cache_dir: Option<PathBuf>,
+}
+
+/// Parallel transfers when the user does not say: enough to fill a fast
+/// link with 4 MiB chunks, few enough to stay far below the memory budget
+/// (each transfer holds at most one 16 MiB chunk).
+pub const DEFAULT_JOBS: usize = 8;
+
+/// What a push did.
+#[derive(Clone, Debug, Serialize)]
+pub struct PushReport {
+    /// `bdn:ns/vol@b3:<hex>` (qualified off the default registry).
+    #[serde(rename = "ref")]
+    pub reference: String,
+    pub digest: B3Digest,
+    pub index_digest: Sha256Digest,
+    pub files: u64,
+    pub bytes: u64,
+    /// Distinct chunks of the version.
+    pub chunks: u64,
+    pub chunks_uploaded: u64,
+    pub bytes_uploaded: u64,
+    /// Chunks linked from another volume of the registry instead of sent.
+    pub chunks_mounted: u64,
+    /// The version was already on the registry; only tags moved.
+    pub already_present: bool,
+    pub tags: Vec<String>,
+    pub duration_seconds: f64,
+    pub bandwidth_bytes_per_second: f64,
+}
+
+/// Seals `dir` and publishes it to the volume `vref` names.
+pub async fn push(
+    remote: &Remote,
+    dir: &Path,
+    vref: &VolumeRef,
+    opts: &PushOptions,
+    progress: Arc<dyn Progress>,
+) -> Result<PushReport, Error> {
+    let started = Instant::now();
+    if vref.path.is_some() {
+        return Err(Error::Usage(format!(
+            "{vref}: a push target names a volume, not a path inside it"
+        )));
+    }
+    let mut tags = opts.tags.clone();
+    match &vref.selector {
+        Selector::Head => {}
+        Selector::Tag(t) if t.is_digest_tag() || t.as_str() == sealvol_spec::reference::HEAD => {
+            return Err(Error::Usage(format!(
+                "{vref}: tag {t} is reserved; push to the volume and use --tag for your own tags"
+            )))
+        }
+        Selector::Tag(t) => tags.insert(0, t.clone()),
+        Selector::Digest(_) => {
+            return Err(Error::Usage(format!(
+                "{vref}: a version's digest comes from its content; push to bdn:ns/vol or bdn:ns/vol:tag"
+            )))
+        }
+    }
+    let repo = vref.repository();
+
+    // Sealing reads every byte on all cores; keep it off the async threads.
+    progress.phase("sealing", 0);
+    let sealed = {
+        let dir = dir.to_path_buf();
+        let seal_opts = opts.seal.clone();
+        let p = progress.clone();
+        tokio::task::spawn_blocking(move || {
+            crate::seal_with_progress(&dir, &seal_opts, &|n| p.advance(n))
+        })
+        .await
+        .expect("sealing task panicked")?
+    };
+    let stats = sealed.stats;
+    let version = VolumeRef {
+        selector: Selector::Digest(sealvol_spec::DigestSelector::B3(sealed.digest)),
+        ..vref.clone()
+    };
+
+    remote.prepare(&repo, true).await;
+    let digest_tag = Tag::for_digest(&sealed.digest);
+    let seen = opts
+        .cache_dir
+        .as_deref()
+        .and_then(|d| SeenBlobs::open(d, remote.registry()).ok());
+
+    // The same content already published: nothing to upload, and the
+    // version keeps the index (and creation time) it was first sealed with.
+    let existing = match remote.manifest(&repo, digest_tag.as_str()).await {
+        Ok((bytes, digest)) => match VersionIndex::parse(&bytes) {
+            Ok(ix) if ix.digest == sealed.digest => Some((bytes, digest)),
+            _ => None,
+        },
+        Err(TransportError::NotFound(_)) => None,
+        Err(e) => return Err(e.into()),
+    };
+
+    let mut report = PushReport {
+        reference: display_ref(remote, &version),
+        digest: sealed.digest,
+        index_digest: Sha256Digest([0; 32]),
+        files: stats.files,
+        bytes: stats.bytes,
+        chunks: stats.unique_chunks,
+        chunks_uploaded: 0,
+        bytes_uploaded: 0,
+        chunks_mounted: 0,
+        already_present: existing.is_some(),
+        tags: Vec::new(),
+        duration_seconds: 0.0,
+        bandwidth_bytes_per_second: 0.0,
+    };
+
+    let (index_bytes, index_digest) = match existing {
+        Some(found) => found,
+        None => {
+            let built = oci::build_version(
+                &sealed.tree,
+                &VersionMeta {
+                    created: humantime::format_rfc3339_seconds(std::time::SystemTime::now())
+                        .to_string(),
+                    source: None,
+                },
+            )
+            .map_err(|e| Error::Usage(format!("{}: {e}", dir.display())))?;
+
+            let locations = sealed.chunk_locations();
+            progress.phase(
+                "uploading",
+                locations.iter().map(|l| u64::from(l.length)).sum(),
+            );
+            let jobs = if opts.jobs == 0 {
+                DEFAULT_JOBS
+            } else {
+                opts.jobs
+            };
+            let counters = Counters::default();
+            stream::iter(locations)
+                .map(|loc| {
+                    send_chunk(
+                        remote,
+                        &repo,
+                        seen.as_ref(),
+                        loc,
+                        &counters,
+                        progress.as_ref(),
+                    )
+                })
+                .buffer_unordered(jobs)
+                .try_collect::<()>()
+                .await?;
+            report.chunks_uploaded = counters.uploaded.load(Ordering::Relaxed);
+            report.bytes_uploaded = counters.bytes.load(Ordering::Relaxed);
+            report.chunks_mounted = counters.mounted.load(Ordering::Relaxed);
+
+            // The small blobs, then manifests: each after what it references.
+            stream::iter(&built.blobs)
+                .map(|c| async {
+                    let d = c.digest();
+                    if !remote.has_blob(&repo, &d).await? {
+                        remote
+                            .put_blob(&repo, &d, Bytes::from(c.bytes.clone()))
+                            .await?;
+                        report_bytes(&counters, c.bytes.len());
+                    }
+                    Ok::<_, Error>(())
+                })
+                .buffer_unordered(jobs)
+                .try_collect::<()>()
+                .await?;
+            report.bytes_uploaded = counters.bytes.load(Ordering::Relaxed);
+            stream::iter(&built.manifests)
+                .map(|m| async {
+                    let digest = m.digest().to_string();
+                    let media_type = m.descriptor.media_type().to_string();
+                    remote
+                        .put_manifest(&repo, &digest, Bytes::from(m.bytes.clone()), &media_type)
+                        .await
+                })
+                .buffer_unordered(jobs)
+                .try_collect::<()>()
+                .await?;
+            let index_digest = built.index.digest();
+            let index_bytes = Bytes::from(built.index.bytes.clone());
+            remote
+                .put_manifest(
+                    &repo,
+                    &index_digest.to_string(),
+                    index_bytes.clone(),
+                    INDEX_TYPE,
+                )
+                .await?;
+            (index_bytes, index_digest)
+        }
+    };
+
+    // Tags last: the digest tag, head, then the user's.
+    let mut all_tags = vec![digest_tag, head_tag()];
+    all_tags.extend(tags);
+    for t in &all_tags {
+        remote
+            .put_manifest(&repo, t.as_str(), index_bytes.clone(), INDEX_TYPE)
+            .await?;
+    }
+    progress.finish();
+    report.index_digest = index_digest;
+    report.tags = all_tags
+        .iter()
+        .filter(|t| !t.is_digest_tag())
+        .map(|t| t.as_str().to_string())
+        .collect();
+    let elapsed = started.elapsed().max(Duration::from_micros(1));
+    report.duration_seconds = elapsed.as_secs_f64();
+    report.bandwidth_bytes_per_second = report.bytes_uploaded as f64 / elapsed.as_secs_f64();
+    Ok(report)
+}
+
+/// The media type of a version index.
+pub const INDEX_TYPE: &str = "application/vnd.oci.image.index.v1+json";
+
+fn head_tag() -> Tag {
+    sealvol_spec::reference::HEAD
+        .parse()
+        .expect("`head` is a valid tag")
+}
+
+#[derive(Default)]
+struct Counters {
+    uploaded: AtomicU64,
+    bytes: AtomicU64,
+    mounted: AtomicU64,
+}
+
+fn report_bytes(c: &Counters, n: usize) {
+    c.bytes.fetch_add(n as u64, Ordering::Relaxed);
+}
+
+/// Makes sure the registry holds one chunk: present already, mounted from
+/// another volume, or read from its file, checked and uploaded.
+async fn send_chunk(
+    remote: &Remote,
+    repo: &str,
+    seen: Option<&SeenBlobs>,
+    loc: ChunkLocation,
+    counters: &Counters,
+    progress: &dyn Progress,
+) -> Result<(), Error> {
+    let digest = loc.sha256;
+    let length = u64::from(loc.length);
+    if remote.has_blob(repo, &digest).await? {
+        if let Some(s) = seen {
+            s.record(&digest, repo);
+        }
+        progress.advance(length);
+        return Ok(());
+    }
+    if let Some(s) = seen {
+        for from in s.repos(&digest).into_iter().filter(|r| r != repo) {
+            if remote.mount_blob(repo, &from, &digest).await {
+                counters.mounted.fetch_add(1, Ordering::Relaxed);
+                s.record(&digest, repo);
+                progress.advance(length);
+                return Ok(());
+            }
+            s.forget(&digest, &from);
+        }
+    }
+    let bytes = tokio::task::spawn_blocking(move || read_chunk(&loc))
+        .await
+        .expect("chunk reader panicked")?;
+    remote.put_blob(repo, &digest, bytes).await?;
+    counters.uploaded.fetch_add(1, Ordering::Relaxed);
+    counters.bytes.fetch_add(length, Ordering::Relaxed);
+    if let Some(s) = seen {
+        s.record(&digest, repo);
+    }
+    progress.advance(length);
+    Ok(())
+}
+
+/// Reads a chunk back from its file and checks it is still what was sealed.
+fn read_chunk(loc: &ChunkLocation) -> Result<Bytes, Error> {
+    use std::os::unix::fs::FileExt as _;
+    let file = std::fs::File::open(&loc.path).map_err(|e| Error::io(&loc.path, e))?;
+    let mut buf = vec![0u8; loc.length as usize];
+    file.read_exact_at(&mut buf, loc.offset)
+        .map_err(|e| Error::io(&loc.path, e))?;
+    if Sha256Digest::of(&buf) != loc.sha256 {
+        return Err(Error::Seal(crate::SealError::Changed(loc.path.clone())));
+    }
+    Ok(Bytes::from(buf))
+}

@@ -1,0 +1,659 @@
+//! The OCI transport: one registry, reached through `oci-client` (auth
+//! challenges, scoped bearer tokens, blob and manifest calls, digest
+//! checks), plus the one call it lacks (tag deletion) over its own reqwest.
+//! Every call is retried with backoff on 5xx, 429, resets and timeouts, and
+//! every failure is turned into a [`TransportError`] a user can act on.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use oci_client::client::{ClientConfig, ClientProtocol};
+use oci_client::errors::{OciDistributionError, OciErrorCode};
+use oci_client::secrets::RegistryAuth;
+use oci_client::{Client, Reference, RegistryOperation};
+use sealvol_spec::Sha256Digest;
+
+use crate::credentials;
+
+/// Why a registry call failed. Each message is one line that names the
+/// registry or the object and says what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum TransportError {
+    #[error("registry {registry} is unreachable ({message}); check the address, or start it with `sealvol serve`")]
+    Unreachable { registry: String, message: String },
+    #[error("{0}")]
+    NotFound(String),
+    #[error(
+        "registry {registry} denied access ({message}); log in with `sealvol login {registry}`"
+    )]
+    Denied { registry: String, message: String },
+    #[error("registry {registry}: {message}")]
+    Registry { registry: String, message: String },
+    #[error(
+        "{what} is corrupt: expected {expected}, got {actual}; the registry or a proxy altered it"
+    )]
+    Corrupt {
+        what: String,
+        expected: String,
+        actual: String,
+    },
+    #[error("{0}")]
+    Credentials(String),
+    #[error("registry {registry} does not support {what}")]
+    Unsupported { registry: String, what: String },
+}
+
+/// How many attempts a call gets, and the first pause between them.
+const ATTEMPTS: u32 = 4;
+const FIRST_BACKOFF: Duration = Duration::from_millis(250);
+
+/// A connection to one registry: clone it freely, clones share the HTTP
+/// connection pool and the token cache.
+#[derive(Clone)]
+pub struct Remote {
+    client: Client,
+    http: reqwest::Client,
+    registry: String,
+    auth: RegistryAuth,
+    scheme: &'static str,
+}
+
+/// Plain HTTP is for loopback (the embedded registry's default) or when the
+/// user says so; everything else is HTTPS.
+pub fn is_loopback(registry: &str) -> bool {
+    let host = registry
+        .rsplit_once(':')
+        .filter(|(_, port)| port.chars().all(|c| c.is_ascii_digit()))
+        .map_or(registry, |(h, _)| h);
+    matches!(host, "localhost" | "127.0.0.1" | "[::1]") || host.starts_with("127.")
+}
+
+impl Remote {
+    /// Connects to `registry` (`host[:port]`) with the credentials docker's
+    /// config.json holds for it. Nothing is sent until the first call.
+    pub fn connect(registry: &str, insecure: bool) -> Result<Remote, TransportError> {
+        let auth = credentials::auth_for(registry)?;
+        Remote::with_auth(registry, insecure, auth)
+    }
+
+    pub fn with_auth(
+        registry: &str,
+        insecure: bool,
+        auth: RegistryAuth,
+    ) -> Result<Remote, TransportError> {
+        let http_only = insecure || is_loopback(registry);
+        let config = ClientConfig {
+            protocol: if http_only {
+                ClientProtocol::Http
+            } else {
+                ClientProtocol::Https
+            },
+            // One POST and one PUT per blob: chunks are at most 16 MiB, so a
+            // chunked upload would only add round trips.
+            use_monolithic_push: true,
+            connect_timeout: Some(Duration::from_secs(10)),
+            read_timeout: Some(Duration::from_secs(120)),
+            user_agent: concat!("sealvol/", env!("CARGO_PKG_VERSION")),
+            ..Default::default()
+        };
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(10))
+            .read_timeout(Duration::from_secs(120))
+            .build()
+            .map_err(|e| TransportError::Registry {
+                registry: registry.to_string(),
+                message: e.to_string(),
+            })?;
+        Ok(Remote {
+            client: Client::new(config),
+            http,
+            registry: registry.to_string(),
+            auth,
+            scheme: if http_only { "http" } else { "https" },
+        })
+    }
+
+    /// A connection that uses `user`/`password` instead of stored
+    /// credentials (`sealvol login`).
+    pub fn with_login(
+        registry: &str,
+        insecure: bool,
+        user: &str,
+        password: &str,
+    ) -> Result<Remote, TransportError> {
+        Remote::with_auth(
+            registry,
+            insecure,
+            RegistryAuth::Basic(user.to_string(), password.to_string()),
+        )
+    }
+
+    /// Checks that the registry accepts this connection's credentials: the
+    /// token exchange when it challenges with `Bearer`, else `GET /v2/`.
+    pub async fn check_login(&self) -> Result<(), TransportError> {
+        let reference = self.by_tag("sealvol/login", "head");
+        let token = self
+            .client
+            .auth(&reference, &self.auth, RegistryOperation::Pull)
+            .await
+            .map_err(|e| self.classify("login", e))?;
+        let mut req = self
+            .http
+            .get(format!("{}://{}/v2/", self.scheme, self.registry));
+        match (&token, &self.auth) {
+            (Some(t), _) => req = req.bearer_auth(t),
+            (None, RegistryAuth::Basic(u, p)) => req = req.basic_auth(u, Some(p)),
+            _ => {}
+        }
+        let resp = req
+            .send()
+            .await
+            .map_err(|e| self.classify("login", e.into()))?;
+        match resp.status().as_u16() {
+            200..=299 => Ok(()),
+            401 | 403 => Err(TransportError::Denied {
+                registry: self.registry.clone(),
+                message: "user name or password rejected".into(),
+            }),
+            status => Err(TransportError::Registry {
+                registry: self.registry.clone(),
+                message: format!("GET /v2/ answered HTTP {status}"),
+            }),
+        }
+    }
+
+    pub fn registry(&self) -> &str {
+        &self.registry
+    }
+
+    fn by_tag(&self, repo: &str, tag: &str) -> Reference {
+        Reference::with_tag(self.registry.clone(), repo.to_string(), tag.to_string())
+    }
+
+    fn by_digest(&self, repo: &str, digest: &str) -> Reference {
+        Reference::with_digest(self.registry.clone(), repo.to_string(), digest.to_string())
+    }
+
+    /// A reference for `tag` or, when it parses as one, a `sha256:` digest.
+    fn reference(&self, repo: &str, tag_or_digest: &str) -> Reference {
+        if tag_or_digest.starts_with("sha256:") {
+            self.by_digest(repo, tag_or_digest)
+        } else {
+            self.by_tag(repo, tag_or_digest)
+        }
+    }
+
+    /// Authenticates once for `repo` (the token is cached by the client).
+    async fn authenticate(&self, reference: &Reference, op: RegistryOperation) {
+        // Anonymous access to a registry that wants none needs no round trip;
+        // otherwise the call answers the registry's challenge up front so
+        // parallel calls do not all race to fetch a token.
+        if let Err(e) = self.client.auth(reference, &self.auth, op).await {
+            tracing::debug!(registry = %self.registry, error = %e, "auth");
+        }
+    }
+
+    /// Runs `call` until it succeeds, fails for good, or runs out of
+    /// attempts; `what` names the object in errors.
+    async fn retry<T, F, Fut>(&self, what: &str, mut call: F) -> Result<T, TransportError>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T, OciDistributionError>>,
+    {
+        let mut pause = FIRST_BACKOFF;
+        let mut attempt = 1;
+        loop {
+            match call().await {
+                Ok(v) => return Ok(v),
+                Err(e) => {
+                    let transient = is_transient(&e);
+                    if !transient || attempt >= ATTEMPTS {
+                        return Err(self.classify(what, e));
+                    }
+                    tracing::debug!(what, attempt, error = %e, "retrying");
+                    tokio::time::sleep(pause).await;
+                    pause *= 2;
+                    attempt += 1;
+                }
+            }
+        }
+    }
+
+    fn classify(&self, what: &str, e: OciDistributionError) -> TransportError {
+        let registry = self.registry.clone();
+        match e {
+            OciDistributionError::RequestError(r) if r.is_connect() || r.is_timeout() => {
+                TransportError::Unreachable {
+                    registry,
+                    message: root_cause(&r),
+                }
+            }
+            OciDistributionError::RequestError(r) => TransportError::Registry {
+                registry,
+                message: format!("{what}: {}", root_cause(&r)),
+            },
+            OciDistributionError::ImageManifestNotFoundError(_) => {
+                TransportError::NotFound(format!("{what} not found on {registry}"))
+            }
+            OciDistributionError::RegistryError { envelope, .. } => {
+                let codes: Vec<&OciErrorCode> = envelope.errors.iter().map(|e| &e.code).collect();
+                let message = envelope
+                    .errors
+                    .iter()
+                    .map(|e| format!("{:?}: {}", e.code, e.message))
+                    .collect::<Vec<_>>()
+                    .join("; ");
+                if codes.iter().any(|c| {
+                    matches!(
+                        c,
+                        OciErrorCode::ManifestUnknown
+                            | OciErrorCode::BlobUnknown
+                            | OciErrorCode::NameUnknown
+                            | OciErrorCode::NotFound
+                    )
+                }) {
+                    TransportError::NotFound(format!("{what} not found on {registry}"))
+                } else if codes
+                    .iter()
+                    .any(|c| matches!(c, OciErrorCode::Unauthorized | OciErrorCode::Denied))
+                {
+                    TransportError::Denied { registry, message }
+                } else if codes.iter().any(|c| matches!(c, OciErrorCode::Unsupported)) {
+                    TransportError::Unsupported {
+                        registry,
+                        what: what.to_string(),
+                    }
+                } else {
+                    TransportError::Registry {
+                        registry,
+                        message: format!("{what}: {message}"),
+                    }
+                }
+            }
+            OciDistributionError::ServerError { code: 404, .. } => {
+                TransportError::NotFound(format!("{what} not found on {registry}"))
+            }
+            OciDistributionError::ServerError { code, message, .. }
+                if code == 401 || code == 403 =>
+            {
+                TransportError::Denied {
+                    registry,
+                    message: first_line(&message),
+                }
+            }
+            OciDistributionError::ServerError { code, message, .. } => TransportError::Registry {
+                registry,
+                message: format!("{what}: HTTP {code} {}", first_line(&message)),
+            },
+            OciDistributionError::UnauthorizedError { .. }
+            | OciDistributionError::AuthenticationFailure(_) => TransportError::Denied {
+                registry,
+                message: e.to_string(),
+            },
+            OciDistributionError::DigestError(d) => TransportError::Corrupt {
+                what: what.to_string(),
+                expected: "its digest".into(),
+                actual: first_line(&d.to_string()),
+            },
+            other => TransportError::Registry {
+                registry,
+                message: format!("{what}: {}", first_line(&other.to_string())),
+            },
+        }
+    }
+
+    /// Fetches a manifest by tag or `sha256:` digest. A manifest fetched by
+    /// digest is checked against it; one fetched by tag is returned with the
+    /// digest of the bytes received.
+    pub async fn manifest(
+        &self,
+        repo: &str,
+        tag_or_digest: &str,
+    ) -> Result<(Bytes, Sha256Digest), TransportError> {
+        let reference = self.reference(repo, tag_or_digest);
+        let what = format!("manifest {repo}:{tag_or_digest}");
+        let (bytes, _) = self
+            .retry(&what, || {
+                self.client
+                    .pull_manifest_raw(&reference, &self.auth, MANIFEST_TYPES)
+            })
+            .await?;
+        let actual = Sha256Digest::of(&bytes);
+        if tag_or_digest.starts_with("sha256:") && actual.to_string() != tag_or_digest {
+            return Err(TransportError::Corrupt {
+                what,
+                expected: tag_or_digest.to_string(),
+                actual: actual.to_string(),
+            });
+        }
+        Ok((bytes, actual))
+    }
+
+    /// Stores a manifest under a tag or its digest.
+    pub async fn put_manifest(
+        &self,
+        repo: &str,
+        tag_or_digest: &str,
+        bytes: Bytes,
+        media_type: &str,
+    ) -> Result<(), TransportError> {
+        let reference = self.reference(repo, tag_or_digest);
+        let content_type: reqwest::header::HeaderValue =
+            media_type
+                .parse()
+                .map_err(
+                    |_: reqwest::header::InvalidHeaderValue| TransportError::Registry {
+                        registry: self.registry.clone(),
+                        message: format!("invalid media type {media_type:?}"),
+                    },
+                )?;
+        self.retry(&format!("manifest {repo}:{tag_or_digest}"), || {
+            self.client
+                .push_manifest_raw(&reference, bytes.clone(), content_type.clone())
+        })
+        .await?;
+        Ok(())
+    }
+
+    /// Whether `repo` has the blob.
+    pub async fn has_blob(
+        &self,
+        repo: &str,
+        digest: &Sha256Digest,
+    ) -> Result<bool, TransportError> {
+        let digest = digest.to_string();
+        let reference = self.by_digest(repo, &digest);
+        self.retry(&format!("blob {digest}"), || {
+            self.client.blob_exists(&reference, &digest)
+        })
+        .await
+    }
+
+    /// Asks the registry to link a blob of another repository into `repo`
+    /// without sending its bytes. `false` when it would not (the blob is not
+    /// there, or the registry does not mount): the caller uploads instead.
+    pub async fn mount_blob(&self, repo: &str, from: &str, digest: &Sha256Digest) -> bool {
+        let digest = digest.to_string();
+        let target = self.by_digest(repo, &digest);
+        let source = self.by_digest(from, &digest);
+        self.client
+            .mount_blob(&target, &source, &digest)
+            .await
+            .is_ok()
+    }
+
+    /// Uploads one blob in a single request after the session POST.
+    pub async fn put_blob(
+        &self,
+        repo: &str,
+        digest: &Sha256Digest,
+        bytes: Bytes,
+    ) -> Result<(), TransportError> {
+        let digest = digest.to_string();
+        let reference = self.by_digest(repo, &digest);
+        self.retry(&format!("blob {digest}"), || {
+            self.client.push_blob(&reference, bytes.clone(), &digest)
+        })
+        .await?;
+        Ok(())
+    }
+
+    /// Downloads a whole blob; `oci-client` checks its sha256 while it
+    /// streams, and a mismatch is [`TransportError::Corrupt`], not retried.
+    pub async fn get_blob(
+        &self,
+        repo: &str,
+        digest: &Sha256Digest,
+        size: u64,
+    ) -> Result<Vec<u8>, TransportError> {
+        let digest = digest.to_string();
+        let reference = self.by_digest(repo, &digest);
+        let what = format!("blob {digest}");
+        let out = self
+            .retry(&what, || async {
+                let mut out = Vec::with_capacity(size as usize);
+                self.client
+                    .pull_blob(&reference, digest.as_str(), &mut out)
+                    .await
+                    .map(|()| out)
+            })
+            .await?;
+        if out.len() as u64 != size {
+            return Err(TransportError::Corrupt {
+                what,
+                expected: format!("{size} bytes"),
+                actual: format!("{} bytes", out.len()),
+            });
+        }
+        Ok(out)
+    }
+
+    /// Every tag of `repo`, following pagination. A repository that does not
+    /// exist has no tags.
+    pub async fn tags(&self, repo: &str) -> Result<Vec<String>, TransportError> {
+        const PAGE: usize = 1000;
+        let reference = self.by_tag(repo, "head");
+        let mut all: Vec<String> = Vec::new();
+        loop {
+            let last = all.last().cloned();
+            let page = match self
+                .retry(&format!("tags of {repo}"), || {
+                    self.client
+                        .list_tags(&reference, &self.auth, Some(PAGE), last.as_deref())
+                })
+                .await
+            {
+                Ok(p) => p.tags,
+                Err(TransportError::NotFound(_)) => Vec::new(),
+                Err(e) => return Err(e),
+            };
+            let n = page.len();
+            let fresh: Vec<String> = page
+                .into_iter()
+                .filter(|t| last.as_deref().is_none_or(|l| t.as_str() > l))
+                .collect();
+            let progressed = !fresh.is_empty();
+            all.extend(fresh);
+            if n < PAGE || !progressed {
+                break;
+            }
+        }
+        all.sort();
+        all.dedup();
+        Ok(all)
+    }
+
+    /// Every repository of the registry (`/v2/_catalog`), following
+    /// pagination.
+    pub async fn catalog(&self) -> Result<Vec<String>, TransportError> {
+        const PAGE: usize = 1000;
+        let reference = self.by_tag("library/catalog", "latest");
+        let mut all: Vec<String> = Vec::new();
+        loop {
+            let last = all.last().cloned();
+            let page = self
+                .retry("the repository catalog", || {
+                    self.client
+                        .catalog(&reference, &self.auth, Some(PAGE), last.as_deref())
+                })
+                .await
+                .map_err(|e| match e {
+                    TransportError::NotFound(_) => TransportError::Unsupported {
+                        registry: self.registry.clone(),
+                        what: "listing repositories (/v2/_catalog)".into(),
+                    },
+                    e => e,
+                })?
+                .repositories;
+            let n = page.len();
+            let fresh: Vec<String> = page
+                .into_iter()
+                .filter(|t| last.as_deref().is_none_or(|l| t.as_str() > l))
+                .collect();
+            let progressed = !fresh.is_empty();
+            all.extend(fresh);
+            if n < PAGE || !progressed {
+                break;
+            }
+        }
+        Ok(all)
+    }
+
+    /// Deletes a tag (not the manifest it points to). CNCF distribution 2.8
+    /// does not implement this and says so with `UNSUPPORTED`.
+    pub async fn delete_tag(&self, repo: &str, tag: &str) -> Result<(), TransportError> {
+        let reference = self.by_tag(repo, tag);
+        let token = self
+            .client
+            .auth(&reference, &self.auth, RegistryOperation::Push)
+            .await
+            .ok()
+            .flatten();
+        let url = format!(
+            "{}://{}/v2/{repo}/manifests/{tag}",
+            self.scheme, self.registry
+        );
+        let what = format!("tag {repo}:{tag}");
+        let mut pause = FIRST_BACKOFF;
+        let mut attempt = 1;
+        loop {
+            let mut req = self.http.delete(&url);
+            match (&token, &self.auth) {
+                (Some(t), _) => req = req.bearer_auth(t),
+                (None, RegistryAuth::Basic(u, p)) => req = req.basic_auth(u, Some(p)),
+                _ => {}
+            }
+            let result = req.send().await;
+            let retry = match &result {
+                Ok(r) => r.status().is_server_error() || r.status().as_u16() == 429,
+                Err(e) => !e.is_connect(),
+            };
+            if retry && attempt < ATTEMPTS {
+                tokio::time::sleep(pause).await;
+                pause *= 2;
+                attempt += 1;
+                continue;
+            }
+            let resp = result.map_err(|e| self.classify(&what, e.into()))?;
+            let status = resp.status().as_u16();
+            let body = resp.text().await.unwrap_or_default();
+            return match status {
+                200..=299 => Ok(()),
+                404 if body.contains("MANIFEST_UNKNOWN") || body.contains("NAME_UNKNOWN") => Err(
+                    TransportError::NotFound(format!("{what} not found on {}", self.registry)),
+                ),
+                400 | 405 | 404 if body.contains("UNSUPPORTED") || status == 405 => {
+                    Err(TransportError::Unsupported {
+                        registry: self.registry.clone(),
+                        what: "deleting tags".into(),
+                    })
+                }
+                401 | 403 => Err(TransportError::Denied {
+                    registry: self.registry.clone(),
+                    message: first_line(&body),
+                }),
+                _ => Err(TransportError::Registry {
+                    registry: self.registry.clone(),
+                    message: format!("deleting {what}: HTTP {status} {}", first_line(&body)),
+                }),
+            };
+        }
+    }
+
+    /// Answers the registry's auth challenge for `repo` before a burst of
+    /// parallel calls.
+    pub async fn prepare(&self, repo: &str, push: bool) {
+        let reference = self.by_tag(repo, "head");
+        let op = if push {
+            RegistryOperation::Push
+        } else {
+            RegistryOperation::Pull
+        };
+        self.authenticate(&reference, op).await;
+    }
+}
+
+/// What a reader accepts: a version is an image index, its parts are image
+/// manifests.
+const MANIFEST_TYPES: &[&str] = &[
+    "application/vnd.oci.image.index.v1+json",
+    "application/vnd.oci.image.manifest.v1+json",
+];
+
+fn is_transient(e: &OciDistributionError) -> bool {
+    match e {
+        OciDistributionError::RequestError(r) => {
+            r.is_timeout() || r.is_connect() || r.is_request() || r.is_body()
+        }
+        OciDistributionError::ServerError { code, .. } => *code >= 500 || *code == 429,
+        OciDistributionError::RegistryError { envelope, .. } => envelope
+            .errors
+            .iter()
+            .any(|e| matches!(e.code, OciErrorCode::Toomanyrequests)),
+        _ => false,
+    }
+}
+
+/// The innermost cause of a reqwest error: "Connection refused (os error
+/// 111)" rather than "error sending request for url (…)".
+fn root_cause(e: &reqwest::Error) -> String {
+    let mut source: &dyn std::error::Error = e;
+    while let Some(next) = source.source() {
+        source = next;
+    }
+    first_line(&source.to_string())
+}
+
+fn first_line(s: &str) -> String {
+    let line = s
+        .lines()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("")
+        .trim();
+    if line.len() > 300 {
+        format!("{}…", &line[..line.floor_char_boundary_compat(300)])
+    } else {
+        line.to_string()
+    }
+}
+
+trait FloorCharBoundary {
+    fn floor_char_boundary_compat(&self, i: usize) -> usize;
+}
+
+impl FloorCharBoundary for str {
+    fn floor_char_boundary_compat(&self, mut i: usize) -> usize {
+        while !self.is_char_boundary(i) {
+            i -= 1;
+        }
+        i
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loopback_registries_use_plain_http() {
+        for r in [
+            "127.0.0.1:5000",
+            "localhost",
+            "localhost:5000",
+            "127.0.0.2:80",
+            "[::1]:5000",
+        ] {
+            assert!(is_loopback(r), "{r}");
+        }
+        for r in ["ghcr.io", "registry.example.com:5000", "10.0.0.1:5000"] {
+            assert!(!is_loopback(r), "{r}");
+        }
+    }
+
+    #[test]
+    fn first_line_is_short_and_single() {
+        assert_eq!(first_line("\n  a b \nsecond"), "a b");
+        let long = "é".repeat(400);
+        assert!(first_line(&long).chars().count() <= 301);
+    }
+}

@@ -1,0 +1,138 @@
+//! From a ref to a verified version on any registry (SPEC.md §5.3, §5.7):
+//! `head` and user tags are tags, `@b3:<hex>` is the `b3-<hex>` tag, a
+//! prefix is matched against the repository's `b3-` tags, and `@sha256:` is
+//! the index itself. The tree index is fetched, decoded, validated and
+//! checked against the version digest before anyone reads a file.
+
+use bytes::Bytes;
+use sealvol_spec::oci::{self, VersionIndex};
+use sealvol_spec::reference::{Selector, Tag, VolumeRef};
+use sealvol_spec::tree::TreeIndex;
+use sealvol_spec::{B3Digest, DigestSelector, Sha256Digest};
+
+use crate::remote::{Remote, TransportError};
+use crate::Error;
+
+/// A version found on a registry.
+#[derive(Clone, Debug)]
+pub struct Resolved {
+    /// The repository, `namespace/volume`.
+    pub repo: String,
+    /// The OCI digest of the version index.
+    pub index_digest: Sha256Digest,
+    pub index_bytes: Bytes,
+    pub index: VersionIndex,
+    /// The ref as given, with its selector replaced by the full digest.
+    pub pinned: VolumeRef,
+}
+
+/// The `b3-<hex>` tags of a repository, as version digests.
+pub async fn version_digests(remote: &Remote, repo: &str) -> Result<Vec<B3Digest>, Error> {
+    Ok(remote
+        .tags(repo)
+        .await?
+        .iter()
+        .filter_map(|t| t.strip_prefix("b3-"))
+        .filter_map(|hex| format!("b3:{hex}").parse().ok())
+        .collect())
+}
+
+/// Finds the version `vref` names.
+pub async fn resolve(remote: &Remote, vref: &VolumeRef) -> Result<Resolved, Error> {
+    let repo = vref.repository();
+    let volume = vref.with_selector(Selector::Head);
+    let (reference, wanted): (String, Option<B3Digest>) = match &vref.selector {
+        Selector::Head => ("head".to_string(), None),
+        Selector::Tag(t) => (t.as_str().to_string(), None),
+        Selector::Digest(DigestSelector::B3(d)) => {
+            (Tag::for_digest(d).as_str().to_string(), Some(*d))
+        }
+        Selector::Digest(DigestSelector::Sha256(d)) => (d.to_string(), None),
+        Selector::Digest(sel @ DigestSelector::B3Prefix(_)) => {
+            let candidates = version_digests(remote, &repo).await?;
+            let d = sel
+                .resolve(candidates.iter())
+                .map_err(|e| Error::NotFound(format!("{}: {e}", display_ref(remote, &volume))))?;
+            (Tag::for_digest(&d).as_str().to_string(), Some(d))
+        }
+    };
+    let (index_bytes, index_digest) = match remote.manifest(&repo, &reference).await {
+        Ok(found) => found,
+        Err(TransportError::NotFound(_)) => {
+            let shown = display_ref(remote, &vref.without_path());
+            return Err(Error::NotFound(match &vref.selector {
+                Selector::Head => format!("{shown}: no such volume, or it has no versions yet"),
+                Selector::Tag(t) => format!("{shown}: no tag {:?} on this volume", t.as_str()),
+                _ => format!("{shown}: no version of this volume matches that digest"),
+            }));
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let index = VersionIndex::parse(&index_bytes).map_err(|e| {
+        Error::NotAVersion(format!(
+            "{} is not a sealvol version ({e})",
+            display_ref(remote, &vref.without_path())
+        ))
+    })?;
+    if let Some(w) = wanted {
+        if index.digest != w {
+            return Err(Error::Corrupt(format!(
+                "tag {reference} of {repo} points at version {} instead of {w}",
+                index.digest
+            )));
+        }
+    }
+    let pinned = VolumeRef {
+        selector: Selector::Digest(DigestSelector::B3(index.digest)),
+        ..vref.clone()
+    };
+    Ok(Resolved {
+        repo,
+        index_digest,
+        index_bytes,
+        index,
+        pinned,
+    })
+}
+
+/// Fetches and checks the version's tree index.
+pub async fn load_tree(remote: &Remote, version: &Resolved) -> Result<TreeIndex, Error> {
+    let d = oci::sha256_of(&version.index.tree_manifest)
+        .ok_or_else(|| Error::NotAVersion("the tree manifest digest is not sha256".into()))?;
+    let (bytes, _) = remote.manifest(&version.repo, &d.to_string()).await?;
+    let layers = oci::artifact_layers(&bytes, oci::MT_TREE_MANIFEST)
+        .map_err(|e| Error::NotAVersion(format!("tree manifest {d}: {e}")))?;
+    let [layer] = layers.as_slice() else {
+        return Err(Error::NotAVersion(format!(
+            "tree manifest {d} has {} layers, not 1",
+            layers.len()
+        )));
+    };
+    let blob = oci::sha256_of(layer)
+        .ok_or_else(|| Error::NotAVersion("the tree blob digest is not sha256".into()))?;
+    let bytes = remote.get_blob(&version.repo, &blob, layer.size()).await?;
+    let tree =
+        TreeIndex::decode(&bytes).map_err(|e| Error::Corrupt(format!("tree index {blob}: {e}")))?;
+    let actual = tree.version_digest();
+    if actual != version.index.digest {
+        return Err(Error::Corrupt(format!(
+            "tree index {blob} has version digest {actual}, but the index says {}",
+            version.index.digest
+        )));
+    }
+    Ok(tree)
+}
+
+/// How to print a ref on this remote: `bdn:` form on the default registry,
+/// qualified elsewhere.
+pub fn display_ref(remote: &Remote, vref: &VolumeRef) -> String {
+    let mut shown = vref.clone();
+    // `bdn:` refs have a one-component namespace (SPEC.md §1.1).
+    shown.registry =
+        if remote.registry() == VolumeRef::default_registry() && !vref.namespace.contains('/') {
+            None
+        } else {
+            Some(remote.registry().to_string())
+        };
+    shown.to_string()
+}
