@@ -1,27 +1,61 @@
 #!/usr/bin/env bash
-# The main job on the embedded default, as far as it exists today: build
-# sealvol, make a small model-like directory, seal it, and show that
-# sealing is deterministic and that a re-seal of an unchanged tree reads
-# nothing. Later parts extend this to serve + push + mount.
+# The main job on the embedded default, as far as it exists today: start
+# `sealvol serve`, publish a small model-like directory, publish a second
+# version that changes one tensor, show what changed and what was sent,
+# pull a version back by digest and check it is byte-identical, then stop
+# the server. (Mounting comes with the FUSE part.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/deps.sh
 cargo build --release --locked -p sealvol-cli
-bin=target/release/sealvol
+bin=$PWD/target/release/sealvol
 
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+server=
+cleanup() {
+  if [[ -n $server ]]; then kill "$server" 2>/dev/null && wait "$server" 2>/dev/null || true; fi
+  rm -rf "$work"
+}
+trap cleanup EXIT
+export SEALVOL_CACHE_DIR="$work/cache"
+
+# Port 0: the registry picks a free port and prints it when it is ready.
+"$bin" serve --addr 127.0.0.1:0 --root "$work/registry" >"$work/serve.out" &
+server=$!
+for _ in $(seq 100); do
+  grep -q '^sealvol: serving' "$work/serve.out" 2>/dev/null && break
+  sleep 0.1
+done
+addr=$(sed -n 's|^sealvol: serving OCI distribution on http://||p' "$work/serve.out")
+[[ -n $addr ]] || { echo "demo: sealvol serve did not start" >&2; exit 1; }
+export SEALVOL_REGISTRY=$addr
+echo "== sealvol serve on $addr"
+
 model="$work/qwen-tiny"
 mkdir -p "$model/tokenizer"
 printf '{"architectures":["Qwen3ForCausalLM"],"hidden_size":1024}\n' >"$model/config.json"
 printf '{"version":"1.0"}\n' >"$model/tokenizer/tokenizer.json"
-head -c $((64 << 20)) /dev/urandom >"$model/model.safetensors"
+head -c $((64 << 20)) /dev/urandom >"$model/model-00001.safetensors"
+head -c $((64 << 20)) /dev/urandom >"$model/model-00002.safetensors"
 sleep 0.2 # files written within 100 ms are not trusted to the file-state cache
 
-echo "== sealvol seal $model"
-"$bin" seal "$model" --cache-dir "$work/cache"
-echo "== again (file-state cache: no file data read)"
-"$bin" seal "$model" --cache-dir "$work/cache" --output json
-echo "== one byte changed"
-printf 'x' | dd of="$model/model.safetensors" bs=1 seek=1000 conv=notrunc status=none
-"$bin" seal "$model" --cache-dir "$work/cache"
+echo "== sealvol push $model bdn:weights/qwen-tiny --tag prod"
+v1=$("$bin" push "$model" bdn:weights/qwen-tiny --tag prod)
+echo "$v1"
+echo "== push again, unchanged: nothing is sent"
+"$bin" push "$model" bdn:weights/qwen-tiny --tag prod
+echo "== change 1 MiB of one tensor file and push v2: only its chunks are sent"
+head -c $((1 << 20)) /dev/urandom | dd of="$model/model-00002.safetensors" bs=1M seek=10 conv=notrunc status=none
+v2=$("$bin" push "$model" bdn:weights/qwen-tiny)
+echo "$v2"
+echo "== sealvol diff bdn:weights/qwen-tiny:prod bdn:weights/qwen-tiny"
+"$bin" diff bdn:weights/qwen-tiny:prod bdn:weights/qwen-tiny
+echo "== sealvol versions bdn:weights/qwen-tiny"
+"$bin" versions bdn:weights/qwen-tiny
+echo "== sealvol ls $v2"
+"$bin" ls "$v2" --recursive
+echo "== sealvol pull $v2 (by digest) and compare"
+"$bin" pull "$v2" "$work/pulled"
+diff -r "$model" "$work/pulled" && echo "pulled tree is byte-identical"
+echo "== sealvol cat ${v1}/config.json"
+"$bin" cat "$v1/config.json"

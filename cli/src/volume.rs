@@ -35,6 +35,21 @@ pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     tokio::runtime::Runtime::new().context("cannot start the async runtime")
 }
 
+/// Runs `fut` until it ends or SIGINT/SIGTERM arrives; on a signal the
+/// future is dropped (running its cleanup) and the command fails.
+async fn until_signal<T, E>(fut: impl std::future::Future<Output = Result<T, E>>) -> anyhow::Result<T>
+where
+    E: std::error::Error + Send + Sync + 'static,
+{
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).context("cannot watch for SIGTERM")?;
+    tokio::select! {
+        r = fut => Ok(r?),
+        _ = tokio::signal::ctrl_c() => bail!("interrupted; run the same command again to resume"),
+        _ = term.recv() => bail!("terminated; run the same command again to resume"),
+    }
+}
+
 fn print_json<T: serde::Serialize>(v: &T) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
     serde_json::to_writer(&mut out, v)?;
@@ -145,9 +160,10 @@ pub fn pull(
         cache_dir: cache_dir(cache),
     };
     let progress = progress::for_terminal(output == Output::Json);
-    let report = runtime()?.block_on(sealvol_client::pull::pull(
+    // Stopping a pull drops its future, which removes its partial files.
+    let report = runtime()?.block_on(until_signal(sealvol_client::pull::pull(
         &remote, &vref, dir, &opts, progress,
-    ))?;
+    )))?;
     match output {
         Output::Json => print_json(&report)?,
         Output::Text => {

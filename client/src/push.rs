@@ -151,7 +151,7 @@ pub async fn push(
             let built = oci::build_version(
                 &sealed.tree,
                 &VersionMeta {
-                    created: humantime::format_rfc3339_seconds(std::time::SystemTime::now())
+                    created: humantime::format_rfc3339_millis(std::time::SystemTime::now())
                         .to_string(),
                     source: None,
                 },

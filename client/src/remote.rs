@@ -542,10 +542,16 @@ impl Remote {
                 404 if body.contains("MANIFEST_UNKNOWN") || body.contains("NAME_UNKNOWN") => Err(
                     TransportError::NotFound(format!("{what} not found on {}", self.registry)),
                 ),
-                400 | 405 | 404 if body.contains("UNSUPPORTED") || status == 405 => {
+                // distribution 2.8 deletes manifests by digest only, and
+                // answers a tag with DIGEST_INVALID.
+                400 | 404 | 405
+                    if status == 405
+                        || body.contains("UNSUPPORTED")
+                        || body.contains("DIGEST_INVALID") =>
+                {
                     Err(TransportError::Unsupported {
                         registry: self.registry.clone(),
-                        what: "deleting tags".into(),
+                        what: "deleting tags (only manifests by digest)".into(),
                     })
                 }
                 401 | 403 => Err(TransportError::Denied {
