@@ -37,7 +37,9 @@ pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 
 /// Runs `fut` until it ends or SIGINT/SIGTERM arrives; on a signal the
 /// future is dropped (running its cleanup) and the command fails.
-async fn until_signal<T, E>(fut: impl std::future::Future<Output = Result<T, E>>) -> anyhow::Result<T>
+async fn until_signal<T, E>(
+    fut: impl std::future::Future<Output = Result<T, E>>,
+) -> anyhow::Result<T>
 where
     E: std::error::Error + Send + Sync + 'static,
 {

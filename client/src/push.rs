@@ -169,51 +169,71 @@ pub async fn push(
                 opts.jobs
             };
             let counters = Counters::default();
-            stream::iter(locations)
-                .map(|loc| {
-                    send_chunk(
-                        remote,
-                        &repo,
-                        seen.as_ref(),
-                        loc,
-                        &counters,
-                        progress.as_ref(),
-                    )
-                })
-                .buffer_unordered(jobs)
-                .try_collect::<()>()
-                .await?;
+            // Chunks this client saw in the repository before are trusted
+            // without a HEAD. If the registry lost one since, it rejects the
+            // shard manifest that names it; the chunks are then checked
+            // again, this time each with a HEAD.
+            let mut trust_seen = seen.is_some();
+            loop {
+                stream::iter(locations.iter().cloned())
+                    .map(|loc| {
+                        send_chunk(
+                            remote,
+                            &repo,
+                            seen.as_ref(),
+                            trust_seen,
+                            loc,
+                            &counters,
+                            progress.as_ref(),
+                        )
+                    })
+                    .buffer_unordered(jobs)
+                    .try_collect::<()>()
+                    .await?;
+
+                // The small blobs, then manifests: each after what it references.
+                stream::iter(&built.blobs)
+                    .map(|c| async {
+                        let d = c.digest();
+                        if !remote.has_blob(&repo, &d).await? {
+                            remote
+                                .put_blob(&repo, &d, Bytes::from(c.bytes.clone()))
+                                .await?;
+                            report_bytes(&counters, c.bytes.len());
+                        }
+                        Ok::<_, Error>(())
+                    })
+                    .buffer_unordered(jobs)
+                    .try_collect::<()>()
+                    .await?;
+                let manifests = stream::iter(&built.manifests)
+                    .map(|m| async {
+                        let digest = m.digest().to_string();
+                        let media_type = m.descriptor.media_type().to_string();
+                        remote
+                            .put_manifest(&repo, &digest, Bytes::from(m.bytes.clone()), &media_type)
+                            .await
+                    })
+                    .buffer_unordered(jobs)
+                    .try_collect::<()>()
+                    .await;
+                match manifests {
+                    Ok(()) => break,
+                    Err(e) if trust_seen && counters.trusted.load(Ordering::Relaxed) > 0 => {
+                        tracing::debug!(error = %e, "shard manifest rejected");
+                        tracing::warn!("a chunk seen in this volume before is gone from the registry; checking every chunk");
+                        trust_seen = false;
+                        progress.phase(
+                            "uploading",
+                            locations.iter().map(|l| u64::from(l.length)).sum(),
+                        );
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            }
             report.chunks_uploaded = counters.uploaded.load(Ordering::Relaxed);
             report.bytes_uploaded = counters.bytes.load(Ordering::Relaxed);
             report.chunks_mounted = counters.mounted.load(Ordering::Relaxed);
-
-            // The small blobs, then manifests: each after what it references.
-            stream::iter(&built.blobs)
-                .map(|c| async {
-                    let d = c.digest();
-                    if !remote.has_blob(&repo, &d).await? {
-                        remote
-                            .put_blob(&repo, &d, Bytes::from(c.bytes.clone()))
-                            .await?;
-                        report_bytes(&counters, c.bytes.len());
-                    }
-                    Ok::<_, Error>(())
-                })
-                .buffer_unordered(jobs)
-                .try_collect::<()>()
-                .await?;
-            report.bytes_uploaded = counters.bytes.load(Ordering::Relaxed);
-            stream::iter(&built.manifests)
-                .map(|m| async {
-                    let digest = m.digest().to_string();
-                    let media_type = m.descriptor.media_type().to_string();
-                    remote
-                        .put_manifest(&repo, &digest, Bytes::from(m.bytes.clone()), &media_type)
-                        .await
-                })
-                .buffer_unordered(jobs)
-                .try_collect::<()>()
-                .await?;
             let index_digest = built.index.digest();
             let index_bytes = Bytes::from(built.index.bytes.clone());
             remote
@@ -260,6 +280,8 @@ fn head_tag() -> Tag {
 
 #[derive(Default)]
 struct Counters {
+    /// Chunks taken as present because this client saw them there before.
+    trusted: AtomicU64,
     uploaded: AtomicU64,
     bytes: AtomicU64,
     mounted: AtomicU64,
@@ -269,18 +291,27 @@ fn report_bytes(c: &Counters, n: usize) {
     c.bytes.fetch_add(n as u64, Ordering::Relaxed);
 }
 
-/// Makes sure the registry holds one chunk: present already, mounted from
-/// another volume, or read from its file, checked and uploaded.
+/// Makes sure the registry holds one chunk: seen there before (when
+/// `trust_seen`), present, mounted from another volume, or read from its
+/// file, checked and uploaded.
+#[allow(clippy::too_many_arguments)]
 async fn send_chunk(
     remote: &Remote,
     repo: &str,
     seen: Option<&SeenBlobs>,
+    trust_seen: bool,
     loc: ChunkLocation,
     counters: &Counters,
     progress: &dyn Progress,
 ) -> Result<(), Error> {
     let digest = loc.sha256;
     let length = u64::from(loc.length);
+    let known = seen.map(|s| s.repos(&digest)).unwrap_or_default();
+    if trust_seen && known.iter().any(|r| r == repo) {
+        counters.trusted.fetch_add(1, Ordering::Relaxed);
+        progress.advance(length);
+        return Ok(());
+    }
     if remote.has_blob(repo, &digest).await? {
         if let Some(s) = seen {
             s.record(&digest, repo);
@@ -289,7 +320,10 @@ async fn send_chunk(
         return Ok(());
     }
     if let Some(s) = seen {
-        for from in s.repos(&digest).into_iter().filter(|r| r != repo) {
+        if known.iter().any(|r| r == repo) {
+            s.forget(&digest, repo);
+        }
+        for from in known.into_iter().filter(|r| r != repo) {
             if remote.mount_blob(repo, &from, &digest).await {
                 counters.mounted.fetch_add(1, Ordering::Relaxed);
                 s.record(&digest, repo);
