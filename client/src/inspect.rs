@@ -14,7 +14,7 @@ use sealvol_spec::{B3Digest, Sha256Digest};
 use serde::Serialize;
 
 use crate::cache::ChunkCache;
-use crate::pull::{fetch_chunk, PullCounters};
+use crate::pull::{fetch_chunk, FetchStats};
 use crate::remote::{Remote, TransportError};
 use crate::resolve::{display_ref, load_tree, resolve, Resolved};
 use crate::Error;
@@ -189,7 +189,7 @@ pub async fn cat(
             EntryInfo::from(e).kind
         )));
     };
-    let stats = PullCounters::default();
+    let stats = FetchStats::default();
     let repo = opened.version.repo.as_str();
     let mut fetched = stream::iter(chunks.iter())
         .map(|c| fetch_chunk(remote, repo, c, cache, &stats))

@@ -195,7 +195,7 @@ pub async fn pull(
 
     let files = Arc::new(files);
     let places = Arc::new(places);
-    let stats = PullCounters::default();
+    let stats = FetchStats::default();
     progress.phase(
         "downloading",
         wanted.iter().map(|c| u64::from(c.length)).sum(),
@@ -268,11 +268,12 @@ pub async fn pull(
     })
 }
 
-#[derive(Default)]
-pub(crate) struct PullCounters {
-    downloaded: AtomicU64,
-    bytes: AtomicU64,
-    cached: AtomicU64,
+/// Where fetched chunks came from, counted across concurrent fetches.
+#[derive(Debug, Default)]
+pub struct FetchStats {
+    pub downloaded: AtomicU64,
+    pub bytes: AtomicU64,
+    pub cached: AtomicU64,
 }
 
 /// One file being assembled in a temporary file.
@@ -285,13 +286,14 @@ struct FileJob {
     remaining: AtomicUsize,
 }
 
-/// The chunk's bytes, from the cache or the registry, checked.
-pub(crate) async fn fetch_chunk(
+/// The chunk's bytes, from the cache or the registry, checked (sha256 and
+/// BLAKE3); downloaded chunks are added to the cache.
+pub async fn fetch_chunk(
     remote: &Remote,
     repo: &str,
     c: &ChunkRef,
     cache: Option<&ChunkCache>,
-    stats: &PullCounters,
+    stats: &FetchStats,
 ) -> Result<Vec<u8>, Error> {
     if let Some(cache) = cache {
         let cache = cache.clone();
