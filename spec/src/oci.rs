@@ -210,6 +210,20 @@ pub fn view_layer(version: &B3Digest, tree: &Sha256Digest) -> Result<Vec<u8>, Oc
     Ok(b.into_inner()?)
 }
 
+/// `data` as a gzip member of stored (uncompressed) deflate blocks, with
+/// mtime 0 and no name: bytes fixed by the formats alone, not by a
+/// compressor's choices. The view layer ships gzipped because copy tools
+/// (skopeo) compress uncompressed layers on the way to a registry, which
+/// would rewrite the view manifests and the index of every copy.
+pub fn gzip_stored(data: &[u8]) -> Result<Vec<u8>, OciError> {
+    use std::io::Write as _;
+    let mut gz = flate2::GzBuilder::new()
+        .mtime(0)
+        .write(Vec::new(), flate2::Compression::none());
+    gz.write_all(data)?;
+    Ok(gz.finish()?)
+}
+
 /// Lays out `tree` as OCI content (SPEC.md §5).
 pub fn build_version(tree: &TreeIndex, meta: &VersionMeta) -> Result<BuiltVersion, OciError> {
     let digest = tree.version_digest();
@@ -223,13 +237,13 @@ pub fn build_version(tree: &TreeIndex, meta: &VersionMeta) -> Result<BuiltVersio
     let version_ann = || HashMap::from([(ANN_VERSION.to_string(), digest.to_string())]);
 
     // View manifests: one consistent image per platform.
-    let layer_bytes = view_layer(&digest, &tree_blob.digest())?;
-    let mut layer = Content::new(MediaType::ImageLayer, layer_bytes)?;
+    let tar_bytes = view_layer(&digest, &tree_blob.digest())?;
+    let diff_id = Sha256Digest::of(&tar_bytes).to_string();
+    let mut layer = Content::new(MediaType::ImageLayerGzip, gzip_stored(&tar_bytes)?)?;
     layer.descriptor.set_annotations(Some(HashMap::from([
         (ANN_VERSION.to_string(), digest.to_string()),
         (ANN_TREE.to_string(), tree_blob.digest().to_string()),
     ])));
-    let diff_id = layer.digest().to_string();
     let mut view_entries = Vec::new();
     for (os, arch) in VIEW_PLATFORMS {
         let config = ImageConfigurationBuilder::default()
@@ -364,15 +378,18 @@ impl VersionIndex {
     pub fn parse(bytes: &[u8]) -> Result<VersionIndex, OciError> {
         let index: ImageIndex = serde_json::from_slice(bytes)?;
         let bad = |why: &str| OciError::NotAVersion(why.to_string());
+        let ann = index.annotations().clone().unwrap_or_default();
+        // Copy tools that rewrite an index (skopeo when it converts a
+        // layer) drop `artifactType` but keep annotations (SPEC.md §5.7).
         match index.artifact_type() {
             Some(MediaType::Other(t)) if t == MT_VERSION => {}
+            None if ann.contains_key(ANN_VERSION) => {}
             _ => {
                 return Err(bad(
                     "index artifactType is not application/vnd.sealvol.version.v1",
                 ))
             }
         }
-        let ann = index.annotations().clone().unwrap_or_default();
         let digest: B3Digest = ann
             .get(ANN_VERSION)
             .ok_or_else(|| bad("index lacks the dev.sealvol.version annotation"))?
@@ -506,5 +523,64 @@ mod tests {
             VersionIndex::parse(&tampered),
             Err(OciError::NotAVersion(_))
         ));
+    }
+
+    #[test]
+    fn an_index_rewritten_without_artifact_type_is_still_a_version() {
+        let t = tree_with_chunks(3);
+        let v = build_version(&t, &VersionMeta::default()).unwrap();
+        let mut value: serde_json::Value = serde_json::from_slice(&v.index.bytes).unwrap();
+        value.as_object_mut().unwrap().remove("artifactType");
+        let rewritten = serde_json::to_vec(&value).unwrap();
+        assert_eq!(VersionIndex::parse(&rewritten).unwrap().digest, v.digest);
+        value["annotations"]
+            .as_object_mut()
+            .unwrap()
+            .remove(ANN_VERSION);
+        let stripped = serde_json::to_vec(&value).unwrap();
+        assert!(matches!(
+            VersionIndex::parse(&stripped),
+            Err(OciError::NotAVersion(_))
+        ));
+    }
+
+    #[test]
+    fn the_view_layer_is_a_gzip_of_the_tar_its_configs_name() {
+        use std::io::Read as _;
+        let t = tree_with_chunks(2);
+        let v = build_version(&t, &VersionMeta::default()).unwrap();
+        let layer = v
+            .blobs
+            .iter()
+            .find(|c| *c.descriptor.media_type() == MediaType::ImageLayerGzip)
+            .expect("a gzip view layer");
+        let mut tar = Vec::new();
+        flate2::read::GzDecoder::new(layer.bytes.as_slice())
+            .read_to_end(&mut tar)
+            .unwrap();
+        assert_eq!(
+            tar,
+            view_layer(
+                &v.digest,
+                &Content::new(MediaType::Other(MT_TREE_BLOB.into()), t.encode())
+                    .unwrap()
+                    .digest()
+            )
+            .unwrap()
+        );
+        let diff_id = Sha256Digest::of(&tar).to_string();
+        let configs: Vec<&Content> = v
+            .blobs
+            .iter()
+            .filter(|c| *c.descriptor.media_type() == MediaType::ImageConfig)
+            .collect();
+        assert_eq!(configs.len(), VIEW_PLATFORMS.len());
+        for c in configs {
+            let cfg: serde_json::Value = serde_json::from_slice(&c.bytes).unwrap();
+            assert_eq!(cfg["rootfs"]["diff_ids"], serde_json::json!([diff_id]));
+        }
+        // Stored blocks: the gzip is the tar plus fixed framing, so it is the
+        // same whatever the compressor's version.
+        assert!(layer.bytes.len() > tar.len() && layer.bytes.len() < tar.len() + 64);
     }
 }
