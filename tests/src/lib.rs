@@ -310,6 +310,21 @@ impl FlipProxy {
     /// Starts a proxy to `http://{upstream}` (`upstream` is `HOST:PORT`).
     pub fn start(upstream: &str) -> FlipProxy {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind the flip proxy");
+        FlipProxy::serve_on(listener, upstream, None)
+    }
+
+    /// Like [`FlipProxy::start`], but corrupts only the blobs whose digest
+    /// (`sha256:<hex>`) is in `digests`; every other blob passes through
+    /// intact. Lets a test damage one chunk while the manifests and the tree
+    /// index still arrive whole.
+    pub fn start_only(upstream: &str, digests: &[String]) -> FlipProxy {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind the flip proxy");
+        FlipProxy::serve_on(listener, upstream, Some(digests.to_vec()))
+    }
+
+    /// Proxies `listener` to `upstream`, corrupting the blobs in `only`
+    /// (all when None).
+    fn serve_on(listener: TcpListener, upstream: &str, only: Option<Vec<String>>) -> FlipProxy {
         let addr = listener.local_addr().expect("proxy address").to_string();
         let flipped = Arc::new(AtomicUsize::new(0));
         let stop = Arc::new(AtomicBool::new(false));
@@ -317,6 +332,7 @@ impl FlipProxy {
             upstream: upstream.to_string(),
             addr: addr.clone(),
             flipped: flipped.clone(),
+            only,
         });
         let stopping = stop.clone();
         // The blocking client lives on the proxy's own threads, never on the
@@ -371,6 +387,8 @@ struct Proxy {
     upstream: String,
     addr: String,
     flipped: Arc<AtomicUsize>,
+    /// The blob digests to corrupt; None: every blob.
+    only: Option<Vec<String>>,
 }
 
 /// A request as read from the client.
@@ -448,6 +466,7 @@ impl Proxy {
             && status.is_success()
             && !body.is_empty()
             && is_blob_path(req.target.split('?').next().unwrap_or_default())
+            && self.selected(&req.target)
         {
             let mid = body.len() / 2;
             body[mid] ^= 0xff;
@@ -489,6 +508,19 @@ impl Proxy {
             out.extend_from_slice(&body);
         }
         out
+    }
+}
+
+impl Proxy {
+    /// Whether the blob at `target` is one to corrupt.
+    fn selected(&self, target: &str) -> bool {
+        let path = target.split('?').next().unwrap_or_default();
+        match &self.only {
+            None => true,
+            Some(digests) => digests
+                .iter()
+                .any(|d| path.rsplit_once("/blobs/").is_some_and(|(_, p)| p == d)),
+        }
     }
 }
 
@@ -605,4 +637,129 @@ fn read_request(
         headers,
         body,
     })
+}
+
+/// A `HOST:PORT` on loopback where nothing listens (bound, then released):
+/// a registry that is down.
+pub fn closed_addr() -> String {
+    format!("127.0.0.1:{}", free_port())
+}
+
+/// A user's machine as sealvol and its peers (skopeo, oras) see it, private
+/// to one test: its own chunk and file-state cache, `HOME`, docker config
+/// and containers auth file, so neither the developer's credentials nor
+/// another test's cache can change what a command does. Removed when
+/// dropped.
+pub struct Sandbox {
+    dir: tempfile::TempDir,
+}
+
+impl Default for Sandbox {
+    fn default() -> Self {
+        Sandbox::new()
+    }
+}
+
+impl Sandbox {
+    pub fn new() -> Sandbox {
+        let dir = tempfile::tempdir().expect("sandbox folder");
+        for sub in ["home", "docker", "cache"] {
+            std::fs::create_dir(dir.path().join(sub)).expect("sandbox subfolder");
+        }
+        Sandbox { dir }
+    }
+
+    /// The sandbox folder: scratch space for the test's trees.
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// The cache directory its sealvol commands use.
+    pub fn cache(&self) -> PathBuf {
+        self.path().join("cache")
+    }
+
+    /// `program` with the sandbox's environment (`HOME`, `DOCKER_CONFIG`,
+    /// `REGISTRY_AUTH_FILE`, `SEALVOL_CACHE_DIR`; `SEALVOL_REGISTRY` and
+    /// `SEALVOL_LOG` unset).
+    pub fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
+        let home = self.path().join("home");
+        let mut c = Command::new(program);
+        c.env("HOME", &home)
+            .env("DOCKER_CONFIG", self.path().join("docker"))
+            .env("REGISTRY_AUTH_FILE", home.join("auth.json"))
+            .env("SEALVOL_CACHE_DIR", self.cache())
+            .env_remove("SEALVOL_REGISTRY")
+            .env_remove("SEALVOL_LOG")
+            .stdin(Stdio::null());
+        c
+    }
+
+    /// Runs `sealvol ARGS` with `registry` (`HOST:PORT`) as the default
+    /// registry that `bdn:` refs resolve against.
+    pub fn sealvol(&self, registry: &str, args: &[&str]) -> Output {
+        self.command(sealvol_bin())
+            .env("SEALVOL_REGISTRY", registry)
+            .args(args)
+            .output()
+            .expect("run sealvol")
+    }
+}
+
+/// One entry of a file tree as a pull must reproduce it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Node {
+    /// Permission bits.
+    Dir {
+        mode: u32,
+    },
+    /// Permission bits, length and `sha256:<hex>` of the bytes.
+    File {
+        mode: u32,
+        len: u64,
+        sha256: String,
+    },
+    Symlink {
+        target: PathBuf,
+    },
+}
+
+/// Every entry below `root` (not `root` itself) by its `/`-separated path
+/// relative to `root`; symlinks are read, not followed.
+pub fn tree(root: &Path) -> std::collections::BTreeMap<String, Node> {
+    use std::os::unix::fs::PermissionsExt;
+    fn walk(root: &Path, dir: &Path, out: &mut std::collections::BTreeMap<String, Node>) {
+        let entries = std::fs::read_dir(dir)
+            .unwrap_or_else(|e| panic!("read directory {}: {e}", dir.display()));
+        for entry in entries {
+            let path = entry.expect("directory entry").path();
+            let rel = path
+                .strip_prefix(root)
+                .expect("below the root")
+                .to_str()
+                .expect("UTF-8 name")
+                .to_string();
+            let meta = std::fs::symlink_metadata(&path).expect("lstat");
+            let mode = meta.permissions().mode() & 0o7777;
+            let node = if meta.file_type().is_symlink() {
+                Node::Symlink {
+                    target: std::fs::read_link(&path).expect("readlink"),
+                }
+            } else if meta.is_dir() {
+                walk(root, &path, out);
+                Node::Dir { mode }
+            } else {
+                let bytes = std::fs::read(&path).expect("read file");
+                Node::File {
+                    mode,
+                    len: bytes.len() as u64,
+                    sha256: sha256(&bytes),
+                }
+            };
+            out.insert(rel, node);
+        }
+    }
+    let mut out = std::collections::BTreeMap::new();
+    walk(root, root, &mut out);
+    out
 }
