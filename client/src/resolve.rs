@@ -70,7 +70,7 @@ pub async fn resolve(remote: &Remote, vref: &VolumeRef) -> Result<Resolved, Erro
     };
     let index = VersionIndex::parse(&index_bytes).map_err(|e| {
         Error::NotAVersion(format!(
-            "{} is not a sealvol version ({e})",
+            "{}: {e}",
             display_ref(remote, &vref.without_path())
         ))
     })?;
