@@ -228,6 +228,19 @@ impl Remote {
                     message: root_cause(&r),
                 }
             }
+            OciDistributionError::RequestError(r)
+                if r.status().is_some_and(|s| s.as_u16() == 404) =>
+            {
+                TransportError::NotFound(format!("{what} not found on {registry}"))
+            }
+            OciDistributionError::RequestError(r)
+                if r.status().is_some_and(|s| matches!(s.as_u16(), 401 | 403)) =>
+            {
+                TransportError::Denied {
+                    registry,
+                    message: root_cause(&r),
+                }
+            }
             OciDistributionError::RequestError(r) => TransportError::Registry {
                 registry,
                 message: format!("{what}: {}", root_cause(&r)),
@@ -588,9 +601,12 @@ const MANIFEST_TYPES: &[&str] = &[
 
 fn is_transient(e: &OciDistributionError) -> bool {
     match e {
-        OciDistributionError::RequestError(r) => {
-            r.is_timeout() || r.is_connect() || r.is_request() || r.is_body()
-        }
+        // `blob_exists` and `pull_blob` report HTTP errors as reqwest
+        // status errors rather than as registry errors.
+        OciDistributionError::RequestError(r) => match r.status() {
+            Some(status) => status.is_server_error() || status.as_u16() == 429,
+            None => r.is_timeout() || r.is_connect() || r.is_request() || r.is_body(),
+        },
         OciDistributionError::ServerError { code, .. } => *code >= 500 || *code == 429,
         OciDistributionError::RegistryError { envelope, .. } => envelope
             .errors

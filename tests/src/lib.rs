@@ -302,6 +302,7 @@ fn http_status(addr: &str, path: &str) -> Option<u16> {
 pub struct FlipProxy {
     addr: String,
     flipped: Arc<AtomicUsize>,
+    failed: Arc<AtomicUsize>,
     stop: Arc<AtomicBool>,
     accept: Option<std::thread::JoinHandle<()>>,
 }
@@ -310,7 +311,15 @@ impl FlipProxy {
     /// Starts a proxy to `http://{upstream}` (`upstream` is `HOST:PORT`).
     pub fn start(upstream: &str) -> FlipProxy {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind the flip proxy");
-        FlipProxy::serve_on(listener, upstream, None)
+        FlipProxy::serve_on(listener, upstream, None, 0)
+    }
+
+    /// A proxy that corrupts nothing but answers the first `n` requests for
+    /// blobs or uploads with `503 Service Unavailable` without forwarding
+    /// them: a registry that fails now and then.
+    pub fn start_failing(upstream: &str, n: usize) -> FlipProxy {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind the flip proxy");
+        FlipProxy::serve_on(listener, upstream, Some(Vec::new()), n)
     }
 
     /// Like [`FlipProxy::start`], but corrupts only the blobs whose digest
@@ -319,20 +328,28 @@ impl FlipProxy {
     /// index still arrive whole.
     pub fn start_only(upstream: &str, digests: &[String]) -> FlipProxy {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind the flip proxy");
-        FlipProxy::serve_on(listener, upstream, Some(digests.to_vec()))
+        FlipProxy::serve_on(listener, upstream, Some(digests.to_vec()), 0)
     }
 
     /// Proxies `listener` to `upstream`, corrupting the blobs in `only`
     /// (all when None).
-    fn serve_on(listener: TcpListener, upstream: &str, only: Option<Vec<String>>) -> FlipProxy {
+    fn serve_on(
+        listener: TcpListener,
+        upstream: &str,
+        only: Option<Vec<String>>,
+        fail_first: usize,
+    ) -> FlipProxy {
         let addr = listener.local_addr().expect("proxy address").to_string();
         let flipped = Arc::new(AtomicUsize::new(0));
+        let failed = Arc::new(AtomicUsize::new(0));
         let stop = Arc::new(AtomicBool::new(false));
         let proxy = Arc::new(Proxy {
             upstream: upstream.to_string(),
             addr: addr.clone(),
             flipped: flipped.clone(),
             only,
+            fail_first,
+            failed: failed.clone(),
         });
         let stopping = stop.clone();
         // The blocking client lives on the proxy's own threads, never on the
@@ -356,6 +373,7 @@ impl FlipProxy {
         FlipProxy {
             addr,
             flipped,
+            failed,
             stop,
             accept: Some(accept),
         }
@@ -369,6 +387,11 @@ impl FlipProxy {
     /// How many blob bodies the proxy has corrupted so far.
     pub fn flipped(&self) -> usize {
         self.flipped.load(Ordering::SeqCst)
+    }
+
+    /// How many requests [`FlipProxy::start_failing`] has refused so far.
+    pub fn failed(&self) -> usize {
+        self.failed.load(Ordering::SeqCst)
     }
 }
 
@@ -389,6 +412,9 @@ struct Proxy {
     flipped: Arc<AtomicUsize>,
     /// The blob digests to corrupt; None: every blob.
     only: Option<Vec<String>>,
+    /// How many blob and upload requests to refuse with 503 first.
+    fail_first: usize,
+    failed: Arc<AtomicUsize>,
 }
 
 /// A request as read from the client.
@@ -422,6 +448,16 @@ impl Proxy {
         let Ok(method) = reqwest::Method::from_bytes(req.method.as_bytes()) else {
             return simple_response(400, "flip proxy: bad method");
         };
+        if req.target.contains("/blobs/")
+            && self
+                .failed
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                    (n < self.fail_first).then_some(n + 1)
+                })
+                .is_ok()
+        {
+            return simple_response(503, "flip proxy: failing on purpose");
+        }
         let mut headers = reqwest::header::HeaderMap::new();
         for (name, value) in &req.headers {
             if is_hop_header(name) || name.eq_ignore_ascii_case("host") {

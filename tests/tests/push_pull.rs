@@ -428,21 +428,6 @@ fn skopeo_copy(sb: &Sandbox, from: &str, to: &str) {
     );
 }
 
-/// A registry's index for `ns/vol:tag`, parsed, with its digest.
-fn manifest_of(registry: &str, tag: &str) -> (Value, String) {
-    let resp = http()
-        .get(format!("http://{registry}/v2/ns/vol/manifests/{tag}"))
-        .header("Accept", "application/vnd.oci.image.index.v1+json")
-        .send()
-        .unwrap();
-    assert!(resp.status().is_success(), "{registry}: {}", resp.status());
-    let bytes = resp.bytes().unwrap();
-    (
-        serde_json::from_slice(&bytes).unwrap(),
-        sealvol_tests::sha256(&bytes),
-    )
-}
-
 #[test]
 fn skopeo_copies_of_a_version_pull_back_identical() {
     let sb = Sandbox::new();
@@ -504,8 +489,10 @@ fn skopeo_copies_of_a_version_pull_back_identical() {
         );
         let stat = json(out, &format!("stat of the skopeo copy on {registry}"));
         assert_eq!(stat["digest"], v["digest"], "{registry}: {stat}");
-        let (copy, _) = manifest_of(&registry, &tag);
-        let (orig, _) = manifest_of(&host(&origin), &tag);
+        let index = |addr: &str| -> Value {
+            serde_json::from_slice(&manifest_bytes(addr, "ns/vol", &tag, INDEX)).unwrap()
+        };
+        let (copy, orig) = (index(&registry), index(&host(&origin)));
         let entries = |ix: &Value| -> Vec<String> {
             ix["manifests"]
                 .as_array()
@@ -1016,4 +1003,30 @@ fn include_sub_paths_cat_ls_and_tags() {
         "the tag is still there",
     );
     assert_eq!(still, pinned);
+}
+
+#[test]
+fn a_registry_that_fails_now_and_then_is_retried() {
+    let sb = Sandbox::new();
+    let src = sb.path().join("src");
+    sample(&src, BIG);
+    let serve = Server::start(&sb.path().join("serve"));
+    // Each proxy answers its first 3 blob requests with 503; a call gets 4
+    // attempts, so both commands must succeed, and only by retrying.
+    let flaky = FlipProxy::start_failing(&host(&serve), 3);
+    let v = push(&sb, &flaky.addr(), &src, "bdn:ns/vol", &[]);
+    assert_eq!(flaky.failed(), 3, "the push never met a failure");
+    let flaky = FlipProxy::start_failing(&host(&serve), 3);
+    let dest = sb.path().join("dest");
+    let cache = tempfile::tempdir().unwrap();
+    let pulled = pull(
+        &sb,
+        &flaky.addr(),
+        "bdn:ns/vol",
+        &dest,
+        &["--cache-dir", s(cache.path())],
+    );
+    assert_eq!(flaky.failed(), 3, "the pull never met a failure");
+    assert_eq!(pulled["digest"], v["digest"]);
+    assert_same_tree(&src, &dest);
 }
