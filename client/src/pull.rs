@@ -190,6 +190,7 @@ pub async fn pull(
             blake3,
             mode,
             remaining: AtomicUsize::new(chunks.len()),
+            handle: Mutex::new(None),
         });
     }
 
@@ -284,6 +285,26 @@ struct FileJob {
     blake3: B3Digest,
     mode: u32,
     remaining: AtomicUsize,
+    /// Open while chunks are landing: opened by the first, closed by the
+    /// last, so a version of many files never holds many descriptors.
+    handle: Mutex<Option<Arc<std::fs::File>>>,
+}
+
+impl FileJob {
+    fn handle(&self) -> Result<Arc<std::fs::File>, Error> {
+        let mut h = self.handle.lock().expect("file handle lock");
+        if let Some(f) = h.as_ref() {
+            return Ok(f.clone());
+        }
+        let f = Arc::new(
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(&self.tmp)
+                .map_err(|e| Error::io(&self.tmp, e))?,
+        );
+        *h = Some(f.clone());
+        Ok(f)
+    }
 }
 
 /// The chunk's bytes, from the cache or the registry, checked (sha256 and
@@ -320,10 +341,17 @@ pub async fn fetch_chunk(
     }
     stats.downloaded.fetch_add(1, Ordering::Relaxed);
     stats.bytes.fetch_add(bytes.len() as u64, Ordering::Relaxed);
-    if let Some(cache) = cache {
-        cache.put(&c.sha256, &bytes);
-    }
-    Ok(bytes)
+    let Some(cache) = cache else {
+        return Ok(bytes);
+    };
+    // Writing 4 MiB is blocking work; keep it off the async threads.
+    let (cache, digest) = (cache.clone(), c.sha256);
+    Ok(tokio::task::spawn_blocking(move || {
+        cache.put(&digest, &bytes);
+        bytes
+    })
+    .await
+    .expect("cache task panicked"))
 }
 
 /// Writes a chunk everywhere it occurs and finishes the files it completes.
@@ -331,14 +359,11 @@ fn write_chunk(files: &[FileJob], places: &[(usize, u64)], bytes: &[u8]) -> Resu
     use std::os::unix::fs::FileExt as _;
     for &(i, offset) in places {
         let f = &files[i];
-        let file = std::fs::OpenOptions::new()
-            .write(true)
-            .open(&f.tmp)
-            .map_err(|e| Error::io(&f.tmp, e))?;
-        file.write_all_at(bytes, offset)
+        f.handle()?
+            .write_all_at(bytes, offset)
             .map_err(|e| Error::io(&f.dest, e))?;
-        drop(file);
         if f.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
+            f.handle.lock().expect("file handle lock").take();
             finish_file(files, i)?;
         }
     }

@@ -303,6 +303,13 @@ impl Remote {
                 registry,
                 message: e.to_string(),
             },
+            OciDistributionError::IoError(io) if digest_error(&io).is_some() => {
+                TransportError::Corrupt {
+                    what: what.to_string(),
+                    expected: "its digest".into(),
+                    actual: first_line(&digest_error(&io).expect("checked").to_string()),
+                }
+            }
             OciDistributionError::DigestError(d) => TransportError::Corrupt {
                 what: what.to_string(),
                 expected: "its digest".into(),
@@ -412,23 +419,31 @@ impl Remote {
     }
 
     /// Downloads a whole blob; `oci-client` checks its sha256 while it
-    /// streams, and a mismatch is [`TransportError::Corrupt`], not retried.
+    /// streams (once: it skips the second hasher when the registry's
+    /// `Docker-Content-Digest` agrees), and a mismatch is
+    /// [`TransportError::Corrupt`], not retried.
     pub async fn get_blob(
         &self,
         repo: &str,
         digest: &Sha256Digest,
         size: u64,
     ) -> Result<Vec<u8>, TransportError> {
+        use futures_util::StreamExt as _;
         let digest = digest.to_string();
         let reference = self.by_digest(repo, &digest);
         let what = format!("blob {digest}");
         let out = self
             .retry(&what, || async {
+                let mut stream = self
+                    .client
+                    .pull_blob_stream(&reference, digest.as_str())
+                    .await?
+                    .stream;
                 let mut out = Vec::with_capacity(size as usize);
-                self.client
-                    .pull_blob(&reference, digest.as_str(), &mut out)
-                    .await
-                    .map(|()| out)
+                while let Some(piece) = stream.next().await {
+                    out.extend_from_slice(&piece.map_err(OciDistributionError::IoError)?);
+                }
+                Ok(out)
             })
             .await?;
         if out.len() as u64 != size {
@@ -599,8 +614,18 @@ const MANIFEST_TYPES: &[&str] = &[
     "application/vnd.oci.image.manifest.v1+json",
 ];
 
+/// The digest mismatch a verifying blob stream reports as an I/O error.
+fn digest_error(io: &std::io::Error) -> Option<&oci_client::errors::DigestError> {
+    io.get_ref()?.downcast_ref()
+}
+
 fn is_transient(e: &OciDistributionError) -> bool {
     match e {
+        // A body cut short (a reset mid-stream) is worth another try; a
+        // digest mismatch is not.
+        OciDistributionError::IoError(io) => io
+            .get_ref()
+            .is_some_and(|inner| inner.downcast_ref::<reqwest::Error>().is_some()),
         // `blob_exists` and `pull_blob` report HTTP errors as reqwest
         // status errors rather than as registry errors.
         OciDistributionError::RequestError(r) => match r.status() {
