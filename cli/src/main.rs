@@ -108,6 +108,10 @@ enum Command {
         /// Chunk cache shared by pulls and mounts (default: ~/.cache/sealvol)
         #[arg(long, value_name = "DIR", env = "SEALVOL_CACHE_DIR")]
         cache_dir: Option<PathBuf>,
+        /// Keep no copy of the chunks in the cache (half the disk writes; a
+        /// later pull of the same data downloads it again)
+        #[arg(long)]
+        no_cache: bool,
         #[command(flatten)]
         conn: volume::Conn,
         #[arg(long, value_enum, default_value_t = Output::Text)]
@@ -307,9 +311,17 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             includes,
             jobs,
             cache_dir,
+            no_cache,
             conn,
             output,
-        } => volume::pull(&source, &dir, includes, jobs, cache_dir, &conn, output),
+        } => {
+            let cache = if no_cache {
+                None
+            } else {
+                volume::cache_dir(cache_dir)
+            };
+            volume::pull(&source, &dir, includes, jobs, cache, &conn, output)
+        }
         Command::Ls {
             target,
             recursive,

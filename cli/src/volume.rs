@@ -74,7 +74,8 @@ fn human(bytes: u64) -> String {
     }
 }
 
-fn cache_dir(dir: Option<PathBuf>) -> Option<PathBuf> {
+/// The cache directory: the one given, else the default.
+pub fn cache_dir(dir: Option<PathBuf>) -> Option<PathBuf> {
     dir.or_else(sealvol_client::filestate::default_cache_dir)
 }
 
@@ -159,7 +160,7 @@ pub fn pull(
     let opts = PullOptions {
         includes,
         jobs,
-        cache_dir: cache_dir(cache),
+        cache_dir: cache,
     };
     let progress = progress::for_terminal(output == Output::Json);
     // Stopping a pull drops its future, which removes its partial files.
