@@ -5,10 +5,12 @@
 set -euo pipefail
 
 # docker-registry is CNCF distribution 2.8, a peer the tests compare with;
-# skopeo and oras (oras-py) are the clients the push/pull interop tests use.
-APT_PACKAGES=(gcc libc6-dev pkg-config python3 python3-venv time curl docker-registry skopeo)
+# skopeo and oras (oras-py) are the clients the push/pull interop tests use;
+# bcrypt hashes the htpasswd file of the registry the auth tests log in to;
+# fuse3 brings fusermount3, which `sealvol mount` (fuser) mounts with.
+APT_PACKAGES=(gcc libc6-dev pkg-config python3 python3-venv time curl docker-registry skopeo fuse3)
 VENV="${SEALVOL_VENV:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/.venv}"
-PIP_PACKAGES=(blake3==1.0.11 oras==0.2.43)
+PIP_PACKAGES=(blake3==1.0.11 oras==0.2.43 bcrypt==5.0.0)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
@@ -44,7 +46,7 @@ fi
 if [[ ! -x "$VENV/bin/python" ]]; then
   /usr/bin/python3 -m venv "$VENV"
 fi
-if ! "$VENV/bin/python" -c 'import blake3, oras' 2>/dev/null; then
+if ! "$VENV/bin/python" -c 'import blake3, oras, bcrypt' 2>/dev/null; then
   "$VENV/bin/pip" install -q --disable-pip-version-check "${PIP_PACKAGES[@]}"
 fi
 export SEALVOL_VENV="$VENV"

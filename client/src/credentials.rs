@@ -23,6 +23,18 @@ pub fn config_path() -> Option<PathBuf> {
 /// access when none is. A helper that fails is an error: silently falling
 /// back to anonymous would turn it into a confusing "denied" later.
 pub fn auth_for(registry: &str) -> Result<RegistryAuth, TransportError> {
+    // docker_credential reports a file it cannot parse like a missing one;
+    // a broken file must not turn into anonymous access.
+    if let Some(path) = config_path() {
+        if let Ok(bytes) = std::fs::read(&path) {
+            if let Err(e) = serde_json::from_slice::<serde_json::Value>(&bytes) {
+                return Err(TransportError::Credentials(format!(
+                    "{} is not valid JSON ({e}); fix it or move it away",
+                    path.display()
+                )));
+            }
+        }
+    }
     match docker_credential::get_credential(registry) {
         Ok(DockerCredential::UsernamePassword(user, password)) => {
             Ok(RegistryAuth::Basic(user, password))
@@ -74,6 +86,9 @@ pub fn store(registry: &str, user: &str, password: &str) -> Result<PathBuf, Tran
     let token = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
     auths.insert(registry.to_string(), serde_json::json!({ "auth": token }));
 
+    // Write through a symlinked config.json (dotfile setups), as docker does.
+    let path = std::fs::canonicalize(&path).unwrap_or(path);
+    let io = |e: std::io::Error| TransportError::Credentials(format!("{}: {e}", path.display()));
     let dir = path.parent().expect("config path has a parent");
     std::fs::create_dir_all(dir).map_err(io)?;
     let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(io)?;
@@ -124,6 +139,26 @@ mod tests {
             .permissions()
             .mode();
         assert_eq!(mode & 0o777, 0o600);
+
+        // A symlinked config.json is written through, not replaced.
+        let target = dir.path().join("dotfile.json");
+        std::fs::rename(dir.path().join("config.json"), &target).unwrap();
+        std::os::unix::fs::symlink(&target, dir.path().join("config.json")).unwrap();
+        store("other:2", "bob", "pw").unwrap();
+        assert!(std::fs::symlink_metadata(dir.path().join("config.json"))
+            .unwrap()
+            .file_type()
+            .is_symlink());
+        assert!(std::fs::read_to_string(&target)
+            .unwrap()
+            .contains("other:2"));
+
+        // A broken file is an error, not anonymous access.
+        std::fs::write(&target, b"{not json").unwrap();
+        assert!(matches!(
+            auth_for("127.0.0.1:5000"),
+            Err(TransportError::Credentials(m)) if m.contains("not valid JSON")
+        ));
         std::env::remove_var("DOCKER_CONFIG");
     }
 }

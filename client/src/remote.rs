@@ -136,7 +136,13 @@ impl Remote {
             .client
             .auth(&reference, &self.auth, RegistryOperation::Pull)
             .await
-            .map_err(|e| self.classify("login", e))?;
+            .map_err(|e| match self.classify("login", e) {
+                TransportError::Denied { .. } => TransportError::Credentials(format!(
+                    "registry {} rejected the user name or password",
+                    self.registry
+                )),
+                other => other,
+            })?;
         let mut req = self
             .http
             .get(format!("{}://{}/v2/", self.scheme, self.registry));
@@ -151,10 +157,10 @@ impl Remote {
             .map_err(|e| self.classify("login", e.into()))?;
         match resp.status().as_u16() {
             200..=299 => Ok(()),
-            401 | 403 => Err(TransportError::Denied {
-                registry: self.registry.clone(),
-                message: "user name or password rejected".into(),
-            }),
+            401 | 403 => Err(TransportError::Credentials(format!(
+                "registry {} rejected the user name or password",
+                self.registry
+            ))),
             status => Err(TransportError::Registry {
                 registry: self.registry.clone(),
                 message: format!("GET /v2/ answered HTTP {status}"),

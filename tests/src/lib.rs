@@ -136,7 +136,7 @@ pub fn sha256(data: &[u8]) -> String {
 
 /// `$SEALVOL_VENV/bin/NAME`, or `.venv/bin/NAME` in the workspace root: a
 /// program of the Python venv that `scripts/deps.sh` sets up (`python`, with
-/// `blake3` and `oras` installed).
+/// `blake3`, `oras` and `bcrypt` installed).
 pub fn venv_bin(name: &str) -> PathBuf {
     let venv = match std::env::var_os("SEALVOL_VENV") {
         Some(v) if !v.is_empty() => PathBuf::from(v),
@@ -158,8 +158,9 @@ fn free_port() -> u16 {
 
 /// Debian's CNCF distribution 2.8 (`/usr/bin/docker-registry`, installed by
 /// `scripts/deps.sh`), the reference peer: filesystem storage in a temporary
-/// folder, deletes enabled, on a loopback port picked here. Killed when
-/// dropped, even if a test fails.
+/// folder, deletes enabled, on a loopback port picked here, plain HTTP, and
+/// optionally `htpasswd` authentication. Killed when dropped, even if a test
+/// fails.
 pub struct DockerRegistry {
     child: Option<Child>,
     addr: String,
@@ -167,17 +168,51 @@ pub struct DockerRegistry {
     dir: tempfile::TempDir,
 }
 
+/// The realm of [`DockerRegistry::start_with_htpasswd`]'s `Basic` challenge.
+pub const HTPASSWD_REALM: &str = "sealvol-test";
+
 impl DockerRegistry {
     const BIN: &'static str = "/usr/bin/docker-registry";
 
-    /// Starts the registry and waits (up to 20 s) until `GET /v2/` answers
-    /// 200.
+    /// Starts the registry, open to anyone, and waits (up to 20 s) until
+    /// `GET /v2/` answers 200.
     pub fn start() -> DockerRegistry {
+        DockerRegistry::launch(None)
+    }
+
+    /// Starts a registry that lets in only `user` with `password` (HTTP
+    /// Basic, `auth: htpasswd`, realm [`HTPASSWD_REALM`]) over plain HTTP,
+    /// which distribution 2.8 accepts without a word. Waits (up to 20 s)
+    /// until an anonymous `GET /v2/` answers 401, then checks that the
+    /// credentials get 200. The htpasswd line is hashed with Python's
+    /// `bcrypt` from the project venv ([`venv_bin`]).
+    pub fn start_with_htpasswd(user: &str, password: &str) -> DockerRegistry {
+        let line = htpasswd_line(user, password);
+        let registry = DockerRegistry::launch(Some(&line));
+        let basic = {
+            use base64::Engine as _;
+            base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"))
+        };
+        let status = http_status_with(&registry.addr, "/v2/", Some(&basic));
+        assert_eq!(
+            status,
+            Some(200),
+            "docker-registry on {} did not accept {user}'s password on GET /v2/; its log:\n{}",
+            registry.addr,
+            registry.log()
+        );
+        registry
+    }
+
+    /// Starts the registry (with `htpasswd` as its password file when given)
+    /// and waits until `GET /v2/` answers: 200, or 401 with auth on.
+    fn launch(htpasswd: Option<&str>) -> DockerRegistry {
         assert!(
             Path::new(Self::BIN).exists(),
             "{} is missing: run `bash scripts/deps.sh` (as root) to install docker-registry",
             Self::BIN
         );
+        let ready = if htpasswd.is_some() { 401 } else { 200 };
         // The port is free when picked, but another process may take it
         // before the registry binds: a registry that exits at once gets a
         // second and a third port.
@@ -186,22 +221,27 @@ impl DockerRegistry {
             let dir = tempfile::tempdir().expect("temporary folder for docker-registry");
             let storage = dir.path().join("storage");
             let addr = format!("127.0.0.1:{}", free_port());
-            let config = dir.path().join("config.yml");
-            std::fs::write(
-                &config,
-                format!(
-                    "version: 0.1\n\
-                     log:\n  level: warn\n  accesslog:\n    disabled: true\n\
-                     storage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\n\
-                     http:\n  addr: {addr}\n  secret: sealvol-tests\n",
-                    storage.display()
-                ),
-            )
-            .expect("write docker-registry config");
+            let mut config = format!(
+                "version: 0.1\n\
+                 log:\n  level: warn\n  accesslog:\n    disabled: true\n\
+                 storage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\n\
+                 http:\n  addr: {addr}\n  secret: sealvol-tests\n",
+                storage.display()
+            );
+            if let Some(line) = htpasswd {
+                let file = dir.path().join("htpasswd");
+                std::fs::write(&file, line).expect("write the htpasswd file");
+                config.push_str(&format!(
+                    "auth:\n  htpasswd:\n    realm: {HTPASSWD_REALM}\n    path: {}\n",
+                    file.display()
+                ));
+            }
+            let config_path = dir.path().join("config.yml");
+            std::fs::write(&config_path, config).expect("write docker-registry config");
             let log = std::fs::File::create(dir.path().join("registry.log")).expect("log file");
             let child = Command::new(Self::BIN)
                 .arg("serve")
-                .arg(&config)
+                .arg(&config_path)
                 .stdin(Stdio::null())
                 .stdout(log.try_clone().expect("log file"))
                 .stderr(log)
@@ -213,11 +253,11 @@ impl DockerRegistry {
                 storage,
                 dir,
             };
-            match registry.wait_ready(Duration::from_secs(20)) {
+            match registry.wait_ready(ready, Duration::from_secs(20)) {
                 Ok(()) => return registry,
                 Err(true) => last_log = registry.log(),
                 Err(false) => panic!(
-                    "docker-registry on {} did not answer GET /v2/ with 200 within 20 s; its log:\n{}",
+                    "docker-registry on {} did not answer GET /v2/ with {ready} within 20 s; its log:\n{}",
                     registry.addr,
                     registry.log()
                 ),
@@ -244,9 +284,9 @@ impl DockerRegistry {
         std::fs::read_to_string(self.dir.path().join("registry.log")).unwrap_or_default()
     }
 
-    /// Polls `GET /v2/`; `Err(true)` if the process exited, `Err(false)`
-    /// on timeout.
-    fn wait_ready(&mut self, timeout: Duration) -> Result<(), bool> {
+    /// Polls `GET /v2/` until it answers `status`; `Err(true)` if the
+    /// process exited, `Err(false)` on timeout.
+    fn wait_ready(&mut self, status: u16, timeout: Duration) -> Result<(), bool> {
         let deadline = Instant::now() + timeout;
         while Instant::now() < deadline {
             if let Some(c) = &mut self.child {
@@ -254,7 +294,7 @@ impl DockerRegistry {
                     return Err(true);
                 }
             }
-            if http_status(&self.addr, "/v2/") == Some(200) {
+            if http_status(&self.addr, "/v2/") == Some(status) {
                 return Ok(());
             }
             std::thread::sleep(Duration::from_millis(50));
@@ -279,16 +319,72 @@ impl Drop for DockerRegistry {
 /// The status code of a plain `GET PATH` to `addr`, or None if it fails.
 /// Plain std, so it also works inside an async runtime.
 fn http_status(addr: &str, path: &str) -> Option<u16> {
+    http_status_with(addr, path, None)
+}
+
+/// [`http_status`] with `Authorization: Basic BASIC` when given (`BASIC`:
+/// base64 of `user:password`).
+fn http_status_with(addr: &str, path: &str, basic: Option<&str>) -> Option<u16> {
     let mut s = TcpStream::connect(addr).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    let auth = basic
+        .map(|b| format!("Authorization: Basic {b}\r\n"))
+        .unwrap_or_default();
     write!(
         s,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Connection: close\r\n\r\n"
     )
     .ok()?;
     let mut line = String::new();
     BufReader::new(s).read_line(&mut line).ok()?;
     line.split(' ').nth(1)?.parse().ok()
+}
+
+/// One `user:<bcrypt hash>` line of an htpasswd file, hashed by Python's
+/// `bcrypt` in the project venv. Cost 4, the lowest: distribution checks
+/// the password against the hash on every request.
+fn htpasswd_line(user: &str, password: &str) -> String {
+    assert!(
+        !user.is_empty() && !user.contains([':', '\n', '\r']),
+        "htpasswd user {user:?}: no colon or line break"
+    );
+    let python = venv_bin("python");
+    let mut child = Command::new(&python)
+        .args([
+            "-c",
+            "import sys, bcrypt\n\
+             h = bcrypt.hashpw(sys.stdin.buffer.read(), bcrypt.gensalt(rounds=4))\n\
+             sys.stdout.write(sys.argv[1] + ':' + h.decode() + '\\n')",
+            user,
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| {
+            panic!(
+                "run {}: {e}; run `bash scripts/deps.sh` to set up the venv",
+                python.display()
+            )
+        });
+    child
+        .stdin
+        .take()
+        .expect("piped stdin")
+        .write_all(password.as_bytes())
+        .expect("send the password to python");
+    let out = child.wait_with_output().expect("wait for python");
+    assert!(
+        out.status.success(),
+        "hashing the htpasswd password with python bcrypt failed (run `bash scripts/deps.sh`): {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let line = String::from_utf8(out.stdout).expect("UTF-8 htpasswd line");
+    assert!(
+        line.starts_with(&format!("{user}:$2")) && line.ends_with('\n'),
+        "not an htpasswd bcrypt line: {line:?}"
+    );
+    line
 }
 
 /// A loopback HTTP/1.1 reverse proxy to a registry that corrupts blobs: the
@@ -715,6 +811,12 @@ impl Sandbox {
         self.path().join("cache")
     }
 
+    /// The folder `DOCKER_CONFIG` names for its commands (empty at first):
+    /// where `sealvol login`, docker and skopeo keep `config.json`.
+    pub fn docker_config(&self) -> PathBuf {
+        self.path().join("docker")
+    }
+
     /// `program` with the sandbox's environment (`HOME`, `DOCKER_CONFIG`,
     /// `REGISTRY_AUTH_FILE`, `SEALVOL_CACHE_DIR`; `SEALVOL_REGISTRY` and
     /// `SEALVOL_LOG` unset).
@@ -722,7 +824,7 @@ impl Sandbox {
         let home = self.path().join("home");
         let mut c = Command::new(program);
         c.env("HOME", &home)
-            .env("DOCKER_CONFIG", self.path().join("docker"))
+            .env("DOCKER_CONFIG", self.docker_config())
             .env("REGISTRY_AUTH_FILE", home.join("auth.json"))
             .env("SEALVOL_CACHE_DIR", self.cache())
             .env_remove("SEALVOL_REGISTRY")
@@ -739,6 +841,31 @@ impl Sandbox {
             .args(args)
             .output()
             .expect("run sealvol")
+    }
+
+    /// [`Sandbox::sealvol`] with `stdin` as the command's standard input
+    /// (a pipe, not a terminal), closed after the last byte.
+    pub fn sealvol_stdin(&self, registry: &str, args: &[&str], stdin: &[u8]) -> Output {
+        let mut child = self
+            .command(sealvol_bin())
+            .env("SEALVOL_REGISTRY", registry)
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run sealvol");
+        let mut pipe = child.stdin.take().expect("piped stdin");
+        let input = stdin.to_vec();
+        // Written on its own thread so a command that prints a lot before
+        // reading cannot deadlock with us; one that exits without reading
+        // everything closes the pipe, which is not an error here.
+        let writer = std::thread::spawn(move || {
+            let _ = pipe.write_all(&input);
+        });
+        let out = child.wait_with_output().expect("wait for sealvol");
+        let _ = writer.join();
+        out
     }
 }
 

@@ -1,12 +1,13 @@
 //! The helpers that stand in for peers in the push/pull interop tests work:
-//! CNCF distribution starts and speaks the registry API, and the flip proxy
-//! corrupts exactly one byte of each blob body and nothing else.
+//! CNCF distribution starts and speaks the registry API (open, or behind an
+//! htpasswd login), and the flip proxy corrupts exactly one byte of each
+//! blob body and nothing else.
 
 use std::time::Duration;
 
 use reqwest::blocking::Client;
 use reqwest::StatusCode;
-use sealvol_tests::{sha256, DockerRegistry, FlipProxy};
+use sealvol_tests::{sha256, DockerRegistry, FlipProxy, HTPASSWD_REALM};
 
 fn client() -> Client {
     Client::builder()
@@ -73,6 +74,37 @@ fn docker_registry_starts_and_speaks_registry_v2() {
     let other = DockerRegistry::start();
     assert_ne!(other.addr(), addr);
     assert_ne!(other.storage(), reg.storage());
+}
+
+#[test]
+fn docker_registry_with_htpasswd_lets_in_only_its_user() {
+    let reg = DockerRegistry::start_with_htpasswd("alice", "pa:ss word");
+    let url = format!("http://{}/v2/", reg.addr());
+    let r = client().get(&url).send().unwrap();
+    assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(
+        r.headers()
+            .get("www-authenticate")
+            .map(|v| v.to_str().unwrap()),
+        Some(format!("Basic realm=\"{HTPASSWD_REALM}\"").as_str())
+    );
+    let status = |user: &str, password: &str| {
+        client()
+            .get(&url)
+            .basic_auth(user, Some(password))
+            .send()
+            .unwrap()
+            .status()
+    };
+    assert_eq!(status("alice", "pa:ss word"), StatusCode::OK);
+    assert_eq!(status("alice", "pa:ss"), StatusCode::UNAUTHORIZED);
+    assert_eq!(status("bob", "pa:ss word"), StatusCode::UNAUTHORIZED);
+    // Uploads need the login too.
+    let r = client()
+        .post(format!("http://{}/v2/ns/vol/blobs/uploads/", reg.addr()))
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
 }
 
 #[test]
