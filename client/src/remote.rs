@@ -465,33 +465,25 @@ impl Remote {
     /// Every tag of `repo`, following pagination. A repository that does not
     /// exist has no tags.
     pub async fn tags(&self, repo: &str) -> Result<Vec<String>, TransportError> {
-        const PAGE: usize = 1000;
         let reference = self.by_tag(repo, "head");
-        let mut all: Vec<String> = Vec::new();
-        loop {
-            let last = all.last().cloned();
-            let page = match self
-                .retry(&format!("tags of {repo}"), || {
-                    self.client
-                        .list_tags(&reference, &self.auth, Some(PAGE), last.as_deref())
-                })
-                .await
-            {
-                Ok(p) => p.tags,
-                Err(TransportError::NotFound(_)) => Vec::new(),
-                Err(e) => return Err(e),
-            };
-            let n = page.len();
-            let fresh: Vec<String> = page
-                .into_iter()
-                .filter(|t| last.as_deref().is_none_or(|l| t.as_str() > l))
-                .collect();
-            let progressed = !fresh.is_empty();
-            all.extend(fresh);
-            if n < PAGE || !progressed {
-                break;
+        let what = format!("tags of {repo}");
+        let mut all = paginate(|last| {
+            let (reference, what) = (&reference, &what);
+            async move {
+                match self
+                    .retry(what, || {
+                        self.client
+                            .list_tags(reference, &self.auth, Some(PAGE), last.as_deref())
+                    })
+                    .await
+                {
+                    Ok(p) => Ok(p.tags),
+                    Err(TransportError::NotFound(_)) => Ok(Vec::new()),
+                    Err(e) => Err(e),
+                }
             }
-        }
+        })
+        .await?;
         all.sort();
         all.dedup();
         Ok(all)
@@ -500,37 +492,26 @@ impl Remote {
     /// Every repository of the registry (`/v2/_catalog`), following
     /// pagination.
     pub async fn catalog(&self) -> Result<Vec<String>, TransportError> {
-        const PAGE: usize = 1000;
         let reference = self.by_tag("library/catalog", "latest");
-        let mut all: Vec<String> = Vec::new();
-        loop {
-            let last = all.last().cloned();
-            let page = self
-                .retry("the repository catalog", || {
+        paginate(|last| {
+            let reference = &reference;
+            async move {
+                self.retry("the repository catalog", || {
                     self.client
-                        .catalog(&reference, &self.auth, Some(PAGE), last.as_deref())
+                        .catalog(reference, &self.auth, Some(PAGE), last.as_deref())
                 })
                 .await
+                .map(|p| p.repositories)
                 .map_err(|e| match e {
                     TransportError::NotFound(_) => TransportError::Unsupported {
                         registry: self.registry.clone(),
                         what: "listing repositories (/v2/_catalog)".into(),
                     },
                     e => e,
-                })?
-                .repositories;
-            let n = page.len();
-            let fresh: Vec<String> = page
-                .into_iter()
-                .filter(|t| last.as_deref().is_none_or(|l| t.as_str() > l))
-                .collect();
-            let progressed = !fresh.is_empty();
-            all.extend(fresh);
-            if n < PAGE || !progressed {
-                break;
+                })
             }
-        }
-        Ok(all)
+        })
+        .await
     }
 
     /// Deletes a tag (not the manifest it points to). CNCF distribution 2.8
@@ -610,6 +591,34 @@ impl Remote {
             RegistryOperation::Pull
         };
         self.authenticate(&reference, op).await;
+    }
+}
+
+/// Page size for tag and repository lists.
+const PAGE: usize = 1000;
+
+/// Follows `?n=&last=` pagination: asks for pages after the last name seen
+/// until a short page, or one that brings nothing new (a registry that
+/// ignores `last`).
+async fn paginate<F, Fut>(mut page: F) -> Result<Vec<String>, TransportError>
+where
+    F: FnMut(Option<String>) -> Fut,
+    Fut: std::future::Future<Output = Result<Vec<String>, TransportError>>,
+{
+    let mut all: Vec<String> = Vec::new();
+    loop {
+        let last = all.last().cloned();
+        let names = page(last.clone()).await?;
+        let n = names.len();
+        let before = all.len();
+        all.extend(
+            names
+                .into_iter()
+                .filter(|t| last.as_deref().is_none_or(|l| t.as_str() > l)),
+        );
+        if n < PAGE || all.len() == before {
+            return Ok(all);
+        }
     }
 }
 

@@ -926,3 +926,76 @@ pub fn tree(root: &Path) -> std::collections::BTreeMap<String, Node> {
     walk(root, root, &mut out);
     out
 }
+
+// Assertions and small helpers the end-to-end test files share.
+
+pub fn write(path: &Path, bytes: &[u8], mode: u32) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, bytes).unwrap();
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+pub fn s(p: &Path) -> &str {
+    p.to_str().expect("UTF-8 temp path")
+}
+
+pub fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Asserts that the command succeeded; its stdout, trimmed.
+pub fn ok(out: Output, what: &str) -> String {
+    assert!(
+        out.status.success(),
+        "{what} failed ({:?}): {}",
+        out.status,
+        stderr(&out)
+    );
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+/// Asserts that the command succeeded; its stdout as one JSON value.
+pub fn json(out: Output, what: &str) -> serde_json::Value {
+    let text = ok(out, what);
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{what}: not JSON ({e}): {text}"))
+}
+
+/// Asserts a clean failure: exit code 1 and exactly one line on stderr,
+/// starting `sealvol: `. Returns that line.
+pub fn fails(out: Output, what: &str) -> String {
+    let err = stderr(&out);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{what} should fail cleanly: {err}"
+    );
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(
+        lines.len(),
+        1,
+        "{what}: one-line error expected, got: {err:?}"
+    );
+    assert!(lines[0].starts_with("sealvol: "), "{what}: {err:?}");
+    assert!(!err.contains("panicked"), "{what}: {err}");
+    lines[0].to_string()
+}
+
+/// Same entries, kinds, modes, bytes and symlink targets.
+pub fn assert_same_tree(expected: &Path, actual: &Path) {
+    let (want, got) = (tree(expected), tree(actual));
+    if want != got {
+        let keys: std::collections::BTreeSet<&String> = want.keys().chain(got.keys()).collect();
+        let diffs: Vec<String> = keys
+            .into_iter()
+            .filter(|k| want.get(*k) != got.get(*k))
+            .map(|k| format!("{k}: want {:?}, got {:?}", want.get(k), got.get(k)))
+            .collect();
+        panic!(
+            "{} differs from {}:\n{}",
+            actual.display(),
+            expected.display(),
+            diffs.join("\n")
+        );
+    }
+}

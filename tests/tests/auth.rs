@@ -5,25 +5,20 @@
 //! docker's `config.json` the way `docker login` does, so sealvol and
 //! standard tools (skopeo) read each other's credentials.
 
-use std::collections::BTreeSet;
 use std::os::unix::fs::{symlink, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
 use base64::Engine as _;
-use sealvol_tests::{closed_addr, tree, DockerRegistry, Sandbox};
+use sealvol_tests::{
+    assert_same_tree, closed_addr, fails, json, ok, s, stderr, tree, write, DockerRegistry, Sandbox,
+};
 use serde_json::Value;
 
 const USER: &str = "alice";
 /// With a colon and a space: docker's `auth` is base64 of `user:password`
 /// and readers split it at the first colon.
 const PASSWORD: &str = "c0rrect:horse battery";
-
-fn write(path: &Path, bytes: &[u8], mode: u32) {
-    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-    std::fs::write(path, bytes).unwrap();
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
-}
 
 /// A small tree: files of several sizes and modes, a nested directory, an
 /// empty one and a symlink. Modes are set explicitly, whatever the umask.
@@ -40,70 +35,6 @@ fn sample(root: &Path) {
     symlink("nested/params.json", root.join("link")).unwrap();
     for dir in ["", "nested", "emptydir"] {
         std::fs::set_permissions(root.join(dir), std::fs::Permissions::from_mode(0o755)).unwrap();
-    }
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().expect("UTF-8 temp path")
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-/// Asserts that the command succeeded; its stdout, trimmed.
-fn ok(out: Output, what: &str) -> String {
-    assert!(
-        out.status.success(),
-        "{what} failed ({:?}): {}",
-        out.status,
-        stderr(&out)
-    );
-    String::from_utf8(out.stdout).unwrap().trim().to_string()
-}
-
-/// Asserts that the command succeeded; its stdout as one JSON value.
-fn json(out: Output, what: &str) -> Value {
-    let text = ok(out, what);
-    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{what}: not JSON ({e}): {text}"))
-}
-
-/// Asserts a clean failure: exit code 1 and exactly one line on stderr,
-/// starting `sealvol: `. Returns that line.
-fn fails(out: Output, what: &str) -> String {
-    let err = stderr(&out);
-    assert_eq!(
-        out.status.code(),
-        Some(1),
-        "{what} should fail cleanly: {err}"
-    );
-    let lines: Vec<&str> = err.lines().collect();
-    assert_eq!(
-        lines.len(),
-        1,
-        "{what}: one-line error expected, got: {err:?}"
-    );
-    assert!(lines[0].starts_with("sealvol: "), "{what}: {err:?}");
-    assert!(!err.contains("panicked"), "{what}: {err}");
-    lines[0].to_string()
-}
-
-/// Same entries, kinds, modes, bytes and symlink targets.
-fn assert_same_tree(expected: &Path, actual: &Path) {
-    let (want, got) = (tree(expected), tree(actual));
-    if want != got {
-        let keys: BTreeSet<&String> = want.keys().chain(got.keys()).collect();
-        let diffs: Vec<String> = keys
-            .into_iter()
-            .filter(|k| want.get(*k) != got.get(*k))
-            .map(|k| format!("{k}: want {:?}, got {:?}", want.get(k), got.get(k)))
-            .collect();
-        panic!(
-            "{} differs from {}:\n{}",
-            actual.display(),
-            expected.display(),
-            diffs.join("\n")
-        );
     }
 }
 

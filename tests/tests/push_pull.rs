@@ -7,11 +7,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::fs::{symlink, PermissionsExt};
 use std::path::Path;
-use std::process::Output;
 use std::time::Duration;
 
 use sealvol_tests::{
-    closed_addr, sha256, tree, venv_bin, DockerRegistry, FlipProxy, Node, Sandbox, Server,
+    assert_same_tree, closed_addr, fails, json, ok, s, sha256, stderr, tree, venv_bin, write,
+    DockerRegistry, FlipProxy, Node, Sandbox, Server,
 };
 use serde_json::Value;
 
@@ -31,12 +31,6 @@ fn noise(len: usize, seed: u64) -> Vec<u8> {
     }
     out.truncate(len);
     out
-}
-
-fn write(path: &Path, bytes: &[u8], mode: u32) {
-    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-    std::fs::write(path, bytes).unwrap();
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
 }
 
 /// A small model directory: a big file of `big_len` bytes, JSON files, an
@@ -61,54 +55,9 @@ fn sample(root: &Path, big_len: usize) {
 /// Files (not directories or symlinks) in `sample`.
 const SAMPLE_FILES: u64 = 8;
 
-fn s(p: &Path) -> &str {
-    p.to_str().expect("UTF-8 temp path")
-}
-
 /// `127.0.0.1:PORT` of a `sealvol serve`.
 fn host(server: &Server) -> String {
     server.url.trim_start_matches("http://").to_string()
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-/// Asserts that the command succeeded; its stdout, trimmed.
-fn ok(out: Output, what: &str) -> String {
-    assert!(
-        out.status.success(),
-        "{what} failed ({:?}): {}",
-        out.status,
-        stderr(&out)
-    );
-    String::from_utf8(out.stdout).unwrap().trim().to_string()
-}
-
-/// Asserts that the command succeeded; its stdout as one JSON value.
-fn json(out: Output, what: &str) -> Value {
-    let text = ok(out, what);
-    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{what}: not JSON ({e}): {text}"))
-}
-
-/// Asserts a clean failure: exit code 1 and exactly one line on stderr,
-/// starting `sealvol: `. Returns that line.
-fn fails(out: Output, what: &str) -> String {
-    let err = stderr(&out);
-    assert_eq!(
-        out.status.code(),
-        Some(1),
-        "{what} should fail cleanly: {err}"
-    );
-    let lines: Vec<&str> = err.lines().collect();
-    assert_eq!(
-        lines.len(),
-        1,
-        "{what}: one-line error expected, got: {err:?}"
-    );
-    assert!(lines[0].starts_with("sealvol: "), "{what}: {err:?}");
-    assert!(!err.contains("panicked"), "{what}: {err}");
-    lines[0].to_string()
 }
 
 fn push(sb: &Sandbox, registry: &str, dir: &Path, reference: &str, extra: &[&str]) -> Value {
@@ -134,25 +83,6 @@ fn hex_of(digest: &Value) -> String {
         "{d}"
     );
     hex.to_string()
-}
-
-/// Same entries, kinds, modes, bytes and symlink targets.
-fn assert_same_tree(expected: &Path, actual: &Path) {
-    let (want, got) = (tree(expected), tree(actual));
-    if want != got {
-        let keys: BTreeSet<&String> = want.keys().chain(got.keys()).collect();
-        let diffs: Vec<String> = keys
-            .into_iter()
-            .filter(|k| want.get(*k) != got.get(*k))
-            .map(|k| format!("{k}: want {:?}, got {:?}", want.get(k), got.get(k)))
-            .collect();
-        panic!(
-            "{} differs from {}:\n{}",
-            actual.display(),
-            expected.display(),
-            diffs.join("\n")
-        );
-    }
 }
 
 /// After a failed pull into `dest`: no temporary file is left, and every
