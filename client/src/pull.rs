@@ -144,6 +144,7 @@ pub async fn pull(
     // Files already complete at the destination stay; the rest get a
     // temporary file next to where they go.
     let staging = Staging::default();
+    let mut swept = std::collections::HashSet::new();
     let mut files: Vec<FileJob> = Vec::new();
     // Each distinct chunk once, with every place it goes.
     let mut wanted: Vec<ChunkRef> = Vec::new();
@@ -174,6 +175,11 @@ pub async fn pull(
         if complete {
             present += 1;
             continue;
+        }
+        if let Some(parent) = dest.parent() {
+            if swept.insert(parent.to_path_buf()) {
+                Staging::sweep(parent);
+            }
         }
         let tmp = staging.create(&dest, size)?;
         for c in chunks {
@@ -450,6 +456,29 @@ struct Staging {
 }
 
 impl Staging {
+    /// Removes the temporary files a pull that was killed (SIGKILL, power
+    /// loss) left in `dir`: `.<name>.sealvol-<pid>` of a process that no
+    /// longer runs.
+    fn sweep(dir: &Path) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for e in entries.flatten() {
+            let name = e.file_name();
+            let Some(name) = name.to_str() else { continue };
+            let Some((_, pid)) = name.rsplit_once(".sealvol-") else {
+                continue;
+            };
+            let stale = name.starts_with('.')
+                && pid.parse::<u32>().is_ok_and(|pid| {
+                    pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists()
+                });
+            if stale {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+    }
+
     /// `.<name>.sealvol-<pid>` next to `dest`, sized to `size`.
     fn create(&self, dest: &Path, size: u64) -> Result<PathBuf, Error> {
         let name = dest

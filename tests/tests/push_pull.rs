@@ -960,3 +960,29 @@ fn a_registry_that_fails_now_and_then_is_retried() {
     assert_eq!(pulled["digest"], v["digest"]);
     assert_same_tree(&src, &dest);
 }
+
+#[test]
+fn a_pull_sweeps_what_a_killed_pull_left_behind() {
+    let sb = Sandbox::new();
+    let src = sb.path().join("src");
+    sample(&src, BIG);
+    let serve = Server::start(&sb.path().join("serve"));
+    let reg = host(&serve);
+    push(&sb, &reg, &src, "bdn:ns/vol", &[]);
+    // What a pull killed with SIGKILL leaves: its temporary files, named
+    // after a process that is gone. One of a process that still runs (init)
+    // belongs to a pull in progress and must stay.
+    let dest = sb.path().join("dest");
+    let gone = (4_000_000..4_194_000)
+        .find(|pid| !Path::new(&format!("/proc/{pid}")).exists())
+        .unwrap();
+    let stale = dest.join("nested").join(format!(".deep.bin.sealvol-{gone}"));
+    let live = dest.join(".big.bin.sealvol-1");
+    write(&stale, b"partial", 0o644);
+    write(&live, b"in progress", 0o644);
+    pull(&sb, &reg, "bdn:ns/vol", &dest, &[]);
+    assert!(!stale.exists(), "a dead pull's temporary file was kept");
+    assert!(live.exists(), "a running pull's temporary file was removed");
+    std::fs::remove_file(&live).unwrap();
+    assert_same_tree(&src, &dest);
+}
