@@ -8,6 +8,7 @@ use anyhow::Context as _;
 use clap::{Parser, Subcommand, ValueEnum};
 use sealvol_client::{ReadMode, SealOptions};
 
+mod mount;
 mod progress;
 mod volume;
 
@@ -182,6 +183,15 @@ enum Command {
         #[arg(long, value_enum, default_value_t = Output::Text)]
         output: Output,
     },
+    /// Mount a version read-only (FUSE); files appear at once, bytes stream in as they are read
+    Mount(mount::MountArgs),
+    /// Unmount a sealvol mount; the process serving it then exits
+    Umount {
+        mountpoint: PathBuf,
+        /// Detach it even while files are open (they fail once its process exits)
+        #[arg(long, short = 'l')]
+        lazy: bool,
+    },
     /// Store credentials for a registry in docker's config.json
     Login {
         /// host[:port] (default: the default registry)
@@ -246,8 +256,11 @@ fn main() -> ExitCode {
     exit_cleanly_on_sigbus();
     let cli = Cli::parse();
     // A server says what it does; one-shot commands speak only when asked.
+    // A mount logs reads that fail; fuser's own warnings are about
+    // requests the mount answers on purpose.
     let default_level = match cli.command {
         Command::Serve { .. } => "info",
+        Command::Mount(_) => "warn,fuser=error",
         _ => "warn",
     };
     tracing_subscriber::fmt()
@@ -256,6 +269,7 @@ fn main() -> ExitCode {
                 .unwrap_or_else(|_| default_level.into()),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
@@ -360,6 +374,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             } => volume::tag_delete(&target, &conn, output),
         },
         Command::Diff { a, b, conn, output } => volume::diff(&a, &b, &conn, output),
+        Command::Mount(args) => mount::mount(args),
+        Command::Umount { mountpoint, lazy } => mount::umount(&mountpoint, lazy),
         Command::Login {
             registry,
             username,

@@ -6,12 +6,22 @@
 //! again on every read, so a damaged cache file is refetched rather than
 //! served.
 //!
+//! A cache may be bounded ([`ChunkCache::open_bounded`]): every read
+//! refreshes a chunk file's modification time, so the oldest times are the
+//! least recently used chunks, and a write that takes the cache over its
+//! bound removes those until it is back under. The order lives in the files
+//! themselves, so it survives restarts and is shared by every process using
+//! the cache.
+//!
 //! The cache also remembers which repositories of a registry were seen
 //! holding a chunk, so a push to a new volume can ask the registry to mount
 //! the chunk from one of them instead of uploading it.
 
-use std::io::Write as _;
+use std::io::{Read as _, Write as _};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
 
 use sealvol_spec::tree::ChunkRef;
 use sealvol_spec::{B3Digest, Sha256Digest};
@@ -19,15 +29,154 @@ use sealvol_spec::{B3Digest, Sha256Digest};
 #[derive(Clone, Debug)]
 pub struct ChunkCache {
     root: PathBuf,
+    /// The size bound, when there is one; shared by clones.
+    budget: Option<Arc<Budget>>,
+}
+
+/// The bookkeeping of a bounded cache: how many bytes it holds, as far as
+/// this process knows (recounted from the files at each eviction, since
+/// other processes add chunks too).
+#[derive(Debug)]
+struct Budget {
+    max: u64,
+    used: AtomicU64,
+    /// One eviction at a time.
+    evicting: Mutex<()>,
+}
+
+/// What an eviction did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Evicted {
+    pub chunks: u64,
+    pub bytes: u64,
+    /// Bytes the cache holds afterwards.
+    pub kept: u64,
 }
 
 impl ChunkCache {
-    /// Opens (creating) the cache under `dir`.
+    /// Opens (creating) the cache under `dir`, with no size bound.
     pub fn open(dir: &Path) -> std::io::Result<ChunkCache> {
         let root = dir.join("chunks");
         std::fs::create_dir_all(root.join("tmp"))?;
         std::fs::create_dir_all(root.join("sha256"))?;
-        Ok(ChunkCache { root })
+        Ok(ChunkCache { root, budget: None })
+    }
+
+    /// Opens (creating) the cache under `dir`, holding at most `max_bytes`
+    /// of chunks: when a new chunk takes it over, the least recently used
+    /// chunks are removed until it holds at most 90% of the bound. A cache
+    /// already over the bound (a pull is unbounded) is trimmed now.
+    pub fn open_bounded(dir: &Path, max_bytes: u64) -> std::io::Result<ChunkCache> {
+        let mut cache = ChunkCache::open(dir)?;
+        let used = cache.scan()?.iter().map(|f| f.len).sum();
+        cache.budget = Some(Arc::new(Budget {
+            max: max_bytes,
+            used: AtomicU64::new(used),
+            evicting: Mutex::new(()),
+        }));
+        if used > max_bytes {
+            cache.evict_to(max_bytes / 10 * 9)?;
+        }
+        Ok(cache)
+    }
+
+    /// The size bound, if any.
+    pub fn max_bytes(&self) -> Option<u64> {
+        self.budget.as_ref().map(|b| b.max)
+    }
+
+    /// Bytes of chunks the cache holds now (counted from its files).
+    pub fn size(&self) -> std::io::Result<u64> {
+        Ok(self.scan()?.iter().map(|f| f.len).sum())
+    }
+
+    /// Removes the least recently used chunks until the cache holds at most
+    /// `target` bytes.
+    pub fn evict_to(&self, target: u64) -> std::io::Result<Evicted> {
+        let mut files = self.scan()?;
+        let mut kept: u64 = files.iter().map(|f| f.len).sum();
+        // Oldest use first; the path breaks ties so the order is stable.
+        files.sort_by(|a, b| a.used.cmp(&b.used).then_with(|| a.path.cmp(&b.path)));
+        let mut out = Evicted::default();
+        for f in files {
+            if kept <= target {
+                break;
+            }
+            match std::fs::remove_file(&f.path) {
+                Ok(()) => {
+                    kept -= f.len;
+                    out.chunks += 1;
+                    out.bytes += f.len;
+                }
+                // Another process removed it first.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => kept -= f.len,
+                Err(e) => return Err(e),
+            }
+        }
+        out.kept = kept;
+        if let Some(b) = &self.budget {
+            b.used.store(kept, Ordering::Relaxed);
+        }
+        if out.chunks > 0 {
+            tracing::debug!(
+                chunks = out.chunks,
+                bytes = out.bytes,
+                kept,
+                "evicted least recently used chunks"
+            );
+        }
+        Ok(out)
+    }
+
+    /// Every chunk file with its size and last use.
+    fn scan(&self) -> std::io::Result<Vec<CachedFile>> {
+        let mut out = Vec::new();
+        for shard in std::fs::read_dir(self.root.join("sha256"))? {
+            let shard = shard?;
+            if !shard.file_type()?.is_dir() {
+                continue;
+            }
+            let entries = match std::fs::read_dir(shard.path()) {
+                Ok(e) => e,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(e),
+            };
+            for entry in entries {
+                let entry = entry?;
+                let meta = match entry.metadata() {
+                    Ok(m) => m,
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                    Err(e) => return Err(e),
+                };
+                if meta.is_file() {
+                    out.push(CachedFile {
+                        path: entry.path(),
+                        len: meta.len(),
+                        used: meta.modified().unwrap_or(SystemTime::UNIX_EPOCH),
+                    });
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// After `bytes` more were stored: evicts when over the bound.
+    fn account(&self, bytes: u64) {
+        let Some(b) = &self.budget else {
+            return;
+        };
+        let used = b.used.fetch_add(bytes, Ordering::Relaxed) + bytes;
+        if used <= b.max {
+            return;
+        }
+        // One eviction at a time, each counting the files again. Waiting
+        // (puts run on blocking threads) rather than skipping keeps the
+        // bound: the eviction before this one may have counted the files
+        // before this chunk landed.
+        let _guard = b.evicting.lock().unwrap_or_else(|e| e.into_inner());
+        if let Err(e) = self.evict_to(b.max / 10 * 9) {
+            tracing::warn!(cache = %self.root.display(), error = %e, "could not evict chunks");
+        }
     }
 
     fn path(&self, digest: &Sha256Digest) -> PathBuf {
@@ -37,10 +186,15 @@ impl ChunkCache {
 
     /// The chunk's bytes when the cache holds an intact copy. A copy whose
     /// length or BLAKE3 is wrong is removed and reported as absent.
+    /// A hit counts as a use for the LRU order.
     pub fn get(&self, chunk: &ChunkRef) -> Option<Vec<u8>> {
         let path = self.path(&chunk.sha256);
-        let bytes = std::fs::read(&path).ok()?;
+        let mut file = std::fs::File::open(&path).ok()?;
+        let mut bytes = Vec::with_capacity(chunk.length as usize);
+        file.read_to_end(&mut bytes).ok()?;
         if bytes.len() == chunk.length as usize && B3Digest::of(&bytes) == chunk.blake3 {
+            // Best effort: a cache shared read-only still serves.
+            let _ = file.set_modified(SystemTime::now());
             Some(bytes)
         } else {
             tracing::warn!(path = %path.display(), "damaged cache entry removed");
@@ -71,8 +225,15 @@ impl ChunkCache {
         let mut tmp = tempfile::NamedTempFile::new_in(self.root.join("tmp"))?;
         tmp.write_all(bytes)?;
         tmp.persist(&path).map_err(|e| e.error)?;
+        self.account(bytes.len() as u64);
         Ok(())
     }
+}
+
+struct CachedFile {
+    path: PathBuf,
+    len: u64,
+    used: SystemTime,
 }
 
 /// Where chunks were seen on a registry: `<cache dir>/seen/<registry>/<2
@@ -172,6 +333,78 @@ mod tests {
         std::fs::write(cache.path(&c.sha256), b"hello chunK").unwrap();
         assert!(cache.get(&c).is_none(), "damaged entry served");
         assert!(!cache.contains(&c.sha256), "damaged entry kept");
+    }
+
+    /// Sets a chunk file's last use to `secs` after the epoch.
+    fn age(cache: &ChunkCache, c: &ChunkRef, secs: u64) {
+        let f = std::fs::File::options()
+            .write(true)
+            .open(cache.path(&c.sha256))
+            .unwrap();
+        f.set_modified(SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(secs))
+            .unwrap();
+    }
+
+    #[test]
+    fn a_bounded_cache_evicts_the_least_recently_used() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = ChunkCache::open_bounded(dir.path(), 1000).unwrap();
+        assert_eq!(cache.max_bytes(), Some(1000));
+        let data: Vec<Vec<u8>> = (0u8..4).map(|i| vec![i; 300]).collect();
+        let chunks: Vec<ChunkRef> = data.iter().map(|d| chunk(d)).collect();
+        for (i, (c, d)) in chunks.iter().zip(&data).take(3).enumerate() {
+            cache.put(&c.sha256, d);
+            age(&cache, c, 1000 + i as u64);
+        }
+        assert_eq!(cache.size().unwrap(), 900);
+        // A read makes chunk 0 the most recently used.
+        assert!(cache.get(&chunks[0]).is_some());
+        // 1200 bytes > 1000: down to at most 900 by dropping the oldest use,
+        // chunk 1 (chunk 3 was just written, chunk 0 just read).
+        cache.put(&chunks[3].sha256, &data[3]);
+        assert!(
+            cache.contains(&chunks[0].sha256),
+            "recently read chunk evicted"
+        );
+        assert!(
+            !cache.contains(&chunks[1].sha256),
+            "least recently used chunk kept"
+        );
+        assert!(cache.contains(&chunks[2].sha256));
+        assert!(
+            cache.contains(&chunks[3].sha256),
+            "the new chunk was evicted"
+        );
+        assert_eq!(cache.size().unwrap(), 900);
+    }
+
+    #[test]
+    fn a_bound_applies_to_what_is_already_there_and_survives_reopening() {
+        let dir = tempfile::tempdir().unwrap();
+        let unbounded = ChunkCache::open(dir.path()).unwrap();
+        let data: Vec<Vec<u8>> = (0u8..5).map(|i| vec![i; 100]).collect();
+        let chunks: Vec<ChunkRef> = data.iter().map(|d| chunk(d)).collect();
+        for (i, (c, d)) in chunks.iter().zip(&data).enumerate() {
+            unbounded.put(&c.sha256, d);
+            age(&unbounded, c, 2000 - i as u64);
+        }
+        assert_eq!(unbounded.size().unwrap(), 500);
+        // Opening with a bound of 300 trims to 270: the two oldest uses go
+        // first (chunks 4 and 3), then chunk 2 to get under 90%.
+        let bounded = ChunkCache::open_bounded(dir.path(), 300).unwrap();
+        assert_eq!(bounded.size().unwrap(), 200);
+        for (i, c) in chunks.iter().enumerate() {
+            assert_eq!(bounded.contains(&c.sha256), i < 2, "chunk {i}");
+        }
+        let report = bounded.evict_to(0).unwrap();
+        assert_eq!(
+            report,
+            Evicted {
+                chunks: 2,
+                bytes: 200,
+                kept: 0
+            }
+        );
     }
 
     #[test]

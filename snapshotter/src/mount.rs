@@ -1,0 +1,529 @@
+//! Mounting a version: resolve the ref, fetch and check the tree index (the
+//! only download before the mount is ready), build the inode table, and
+//! start a FUSE session on its own thread. The returned [`Mount`] unmounts
+//! when asked or dropped.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use sealvol_client::cache::ChunkCache;
+use sealvol_client::pull::FetchStats;
+use sealvol_client::resolve::{display_ref, load_tree, resolve};
+use sealvol_client::Remote;
+use sealvol_spec::reference::VolumeRef;
+use sealvol_spec::B3Digest;
+
+use crate::fs::VolumeFs;
+use crate::inodes::{Inodes, Owner};
+use crate::prefetch::Prefetcher;
+use crate::reader::{ChunkReader, RegistrySource};
+use crate::MountError;
+
+/// What to fetch before it is read.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Prefetch {
+    /// Only what reads touch, plus read-ahead while a file is read in order.
+    #[default]
+    None,
+    /// Also a file's whole content, in the background, once it is opened.
+    Open,
+    /// Also the whole version, in the background from the start: files that
+    /// are opened first, then the rest in canonical order.
+    All,
+}
+
+/// How a version is mounted.
+#[derive(Clone, Debug)]
+pub struct MountOptions {
+    /// The chunk cache folder, shared with `pull` (`~/.cache/sealvol`).
+    pub cache_dir: PathBuf,
+    /// Bound of the on-disk chunk cache in bytes (least recently used
+    /// chunks are removed past it); `None` for no bound.
+    pub cache_size: Option<u64>,
+    pub prefetch: Prefetch,
+    /// Bytes of verified chunks kept in memory for reads.
+    pub memory_bytes: u64,
+    /// How long a read waits for one chunk before failing with `EIO`.
+    pub fetch_timeout: Duration,
+    /// Parallel fetches of a background prefetch.
+    pub prefetch_jobs: usize,
+    /// Let other users read the mount (FUSE's `allow_other`; a non-root
+    /// user needs `user_allow_other` in `/etc/fuse.conf`).
+    pub allow_other: bool,
+}
+
+impl MountOptions {
+    /// The defaults, with the chunk cache in `cache_dir`.
+    pub fn new(cache_dir: impl Into<PathBuf>) -> MountOptions {
+        MountOptions {
+            cache_dir: cache_dir.into(),
+            cache_size: None,
+            prefetch: Prefetch::None,
+            memory_bytes: 128 << 20,
+            fetch_timeout: Duration::from_secs(30),
+            prefetch_jobs: sealvol_client::push::DEFAULT_JOBS,
+            allow_other: false,
+        }
+    }
+}
+
+/// Where a mount's reads were served from so far.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MountStats {
+    /// Chunks downloaded from the registry, and their bytes.
+    pub chunks_downloaded: u64,
+    pub bytes_downloaded: u64,
+    /// Chunks read from the on-disk cache.
+    pub chunks_from_disk: u64,
+    /// Chunk requests served from memory.
+    pub memory_hits: u64,
+    /// Chunk requests that joined a fetch already under way.
+    pub joined_fetches: u64,
+    /// Reads answered with `EIO`.
+    pub read_errors: u64,
+    /// Chunks a background prefetch fetched.
+    pub prefetched: u64,
+}
+
+/// A mounted version. Dropping it unmounts (lazily if files are open).
+pub struct Mount {
+    mountpoint: PathBuf,
+    reference: String,
+    version: B3Digest,
+    unmounter: Option<fuser::SessionUnmounter>,
+    session: Option<std::thread::JoinHandle<()>>,
+    ended: tokio::sync::watch::Receiver<bool>,
+    fetch_stats: Arc<FetchStats>,
+    reader: Arc<ChunkReader>,
+    prefetch: Option<Arc<Prefetcher>>,
+    read_errors: Arc<std::sync::atomic::AtomicU64>,
+}
+
+/// How an unmount went.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unmounted {
+    /// Gone, and the session has ended.
+    Clean,
+    /// Files were open: the mount was detached from the tree (new lookups
+    /// fail), and reads of the open files fail once this process exits.
+    Detached,
+    /// Someone else unmounted it already.
+    Already,
+}
+
+/// Mounts the version `vref` names (a directory of it when the ref has a
+/// path) at `mountpoint`, an existing directory. Only the tree index is
+/// fetched; file bytes come as they are read. Must run inside a
+/// multi-threaded tokio runtime, which serves the reads for as long as the
+/// mount lives.
+pub async fn mount(
+    remote: &Remote,
+    vref: &VolumeRef,
+    mountpoint: &Path,
+    opts: &MountOptions,
+) -> Result<Mount, MountError> {
+    let mountpoint = check_mountpoint(mountpoint)?;
+    let rt = tokio::runtime::Handle::current();
+    let repo = vref.repository();
+    remote.prepare(&repo, false).await;
+    let version = resolve(remote, vref).await?;
+    let tree = load_tree(remote, &version).await?;
+    let reference = display_ref(remote, &version.pinned);
+    let created = version
+        .index
+        .created
+        .as_deref()
+        .and_then(|c| humantime::parse_rfc3339_weak(c).ok())
+        .unwrap_or(SystemTime::UNIX_EPOCH);
+    let inodes = Arc::new(Inodes::new(
+        tree,
+        vref.path.as_deref(),
+        Owner::current(created),
+    )?);
+
+    let cache = {
+        let (dir, size) = (opts.cache_dir.clone(), opts.cache_size);
+        tokio::task::spawn_blocking(move || match size {
+            Some(max) => ChunkCache::open_bounded(&dir, max),
+            None => ChunkCache::open(&dir),
+        })
+        .await
+        .expect("cache task panicked")
+        .map_err(|e| MountError::Cache {
+            path: opts.cache_dir.clone(),
+            message: e.to_string(),
+        })?
+    };
+    let fetch_stats = Arc::new(FetchStats::default());
+    let source = Arc::new(RegistrySource {
+        remote: remote.clone(),
+        repo,
+        cache,
+        stats: Arc::clone(&fetch_stats),
+        timeout: opts.fetch_timeout,
+    });
+    let reader = ChunkReader::new(source, opts.memory_bytes, rt.clone());
+    let prefetch = match opts.prefetch {
+        Prefetch::None => None,
+        Prefetch::Open | Prefetch::All => Some(Prefetcher::new(
+            Arc::clone(&reader),
+            Arc::clone(&inodes),
+            opts.prefetch == Prefetch::All,
+            opts.prefetch_jobs,
+            rt.clone(),
+        )),
+    };
+    let fs = VolumeFs::new(
+        Arc::clone(&inodes),
+        Arc::clone(&reader),
+        prefetch.clone(),
+        rt.clone(),
+    );
+    let read_errors = Arc::clone(&fs.read_errors);
+
+    let mut config = fuser::Config::default();
+    config.mount_options = vec![
+        fuser::MountOption::FSName(format!("sealvol:{reference}")),
+        fuser::MountOption::Subtype("sealvol".into()),
+        fuser::MountOption::RO,
+        fuser::MountOption::NoAtime,
+        fuser::MountOption::NoDev,
+        fuser::MountOption::NoSuid,
+        // The kernel checks permissions against the modes of the version.
+        fuser::MountOption::DefaultPermissions,
+    ];
+    if opts.allow_other {
+        config.acl = fuser::SessionACL::All;
+    }
+    // Mounting waits for the kernel's INIT: off the async threads.
+    let mut session = {
+        let at = mountpoint.clone();
+        tokio::task::spawn_blocking(move || fuser::Session::new(fs, &at, &config))
+            .await
+            .expect("mount task panicked")
+            .map_err(|e| MountError::Fuse {
+                path: mountpoint.clone(),
+                message: e.to_string(),
+            })?
+    };
+    let unmounter = session.unmount_callable();
+    let (ended_tx, ended) = tokio::sync::watch::channel(false);
+    let thread = std::thread::Builder::new()
+        .name("sealvol-fuse".into())
+        .spawn({
+            let shown = mountpoint.display().to_string();
+            move || {
+                if let Err(e) = session.run() {
+                    tracing::warn!(mountpoint = shown, error = %e, "FUSE session ended");
+                }
+                let _ = ended_tx.send(true);
+            }
+        })
+        .map_err(|e| MountError::Fuse {
+            path: mountpoint.clone(),
+            message: format!("cannot start the session thread: {e}"),
+        })?;
+    raise_readahead(&mountpoint);
+    Ok(Mount {
+        mountpoint,
+        reference,
+        version: version.index.digest,
+        unmounter: Some(unmounter),
+        session: Some(thread),
+        ended,
+        fetch_stats,
+        reader,
+        prefetch,
+        read_errors,
+    })
+}
+
+/// The mountpoint as an absolute path, if it is a directory.
+fn check_mountpoint(path: &Path) -> Result<PathBuf, MountError> {
+    let err = |message: String| MountError::Mountpoint {
+        path: path.to_path_buf(),
+        message,
+    };
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_dir() => {}
+        Ok(_) => return Err(err("not a directory".into())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(err("no such directory; create it first".into()))
+        }
+        Err(e) => return Err(err(e.to_string())),
+    }
+    path.canonicalize().map_err(|e| err(e.to_string()))
+}
+
+/// The kernel reads ahead only 128 KiB on a FUSE mount by default, which
+/// makes a sequential read many small requests. Chunks are megabytes, so
+/// ask for 4 MiB per file (the bdi setting; only root may change it).
+fn raise_readahead(mountpoint: &Path) {
+    use std::os::unix::fs::MetadataExt as _;
+    let Ok(meta) = std::fs::metadata(mountpoint) else {
+        return;
+    };
+    let dev = meta.dev();
+    let path = format!(
+        "/sys/class/bdi/{}:{}/read_ahead_kb",
+        libc::major(dev),
+        libc::minor(dev)
+    );
+    if let Err(e) = std::fs::write(&path, "4096") {
+        tracing::debug!(path, error = %e, "read-ahead left at the kernel's default");
+    }
+}
+
+impl Mount {
+    /// The absolute path the version is mounted at.
+    pub fn mountpoint(&self) -> &Path {
+        &self.mountpoint
+    }
+
+    /// The mounted ref, pinned to its digest: `bdn:ns/vol@b3:<hex>[/path]`.
+    pub fn reference(&self) -> &str {
+        &self.reference
+    }
+
+    /// The version digest.
+    pub fn version(&self) -> B3Digest {
+        self.version
+    }
+
+    pub fn stats(&self) -> MountStats {
+        let r = &self.reader.stats;
+        MountStats {
+            chunks_downloaded: self.fetch_stats.downloaded.load(Ordering::Relaxed),
+            bytes_downloaded: self.fetch_stats.bytes.load(Ordering::Relaxed),
+            chunks_from_disk: self.fetch_stats.cached.load(Ordering::Relaxed),
+            memory_hits: r.memory_hits.load(Ordering::Relaxed),
+            joined_fetches: r.joined.load(Ordering::Relaxed),
+            read_errors: self.read_errors.load(Ordering::Relaxed),
+            prefetched: self
+                .prefetch
+                .as_ref()
+                .map_or(0, |p| p.fetched.load(Ordering::Relaxed)),
+        }
+    }
+
+    /// Resolves when the mount has gone away without [`Mount::unmount`]
+    /// (`sealvol umount`, `fusermount3 -u`, `umount`).
+    pub fn ended(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let mut rx = self.ended.clone();
+        async move {
+            let _ = rx.wait_for(|ended| *ended).await;
+        }
+    }
+
+    /// Unmounts. When files are still open the mount is detached instead
+    /// ([`Unmounted::Detached`]).
+    pub fn unmount(mut self) -> Result<Unmounted, MountError> {
+        self.unmount_inner()
+    }
+
+    fn unmount_inner(&mut self) -> Result<Unmounted, MountError> {
+        if let Some(p) = &self.prefetch {
+            p.stop();
+        }
+        let Some(mut unmounter) = self.unmounter.take() else {
+            return Ok(Unmounted::Already);
+        };
+        if *self.ended.borrow() {
+            self.join();
+            return Ok(Unmounted::Already);
+        }
+        match unmounter.unmount() {
+            Ok(()) => {
+                self.join();
+                Ok(Unmounted::Clean)
+            }
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
+                detach(&self.mountpoint).map_err(|e| MountError::Unmount {
+                    path: self.mountpoint.clone(),
+                    message: e.to_string(),
+                })?;
+                // The session lives on until the open files are closed or
+                // this process exits; do not wait for it.
+                self.session.take();
+                Ok(Unmounted::Detached)
+            }
+            Err(e) => Err(MountError::Unmount {
+                path: self.mountpoint.clone(),
+                message: e.to_string(),
+            }),
+        }
+    }
+
+    /// Waits (a little) for the session thread to see the unmount.
+    fn join(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !*self.ended.borrow() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        if *self.ended.borrow() {
+            if let Some(t) = self.session.take() {
+                let _ = t.join();
+            }
+        }
+    }
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        if let Err(e) = self.unmount_inner() {
+            tracing::warn!(error = %e, "unmount failed");
+        }
+    }
+}
+
+/// Lazily unmounts `path` (`umount -l`).
+fn detach(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::ffi::OsStrExt as _;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+    // SAFETY: `c` is a valid NUL-terminated path for the call's duration.
+    if unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) } == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// A sealvol mount on this machine, from `/proc/self/mountinfo`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MountEntry {
+    pub mountpoint: PathBuf,
+    /// What the mount shows as its source: `sealvol:<ref>`.
+    pub source: String,
+}
+
+/// The sealvol mounts this process can see.
+pub fn mounts() -> std::io::Result<Vec<MountEntry>> {
+    Ok(parse_mountinfo(&std::fs::read_to_string(
+        "/proc/self/mountinfo",
+    )?))
+}
+
+fn parse_mountinfo(text: &str) -> Vec<MountEntry> {
+    text.lines()
+        .filter_map(|line| {
+            let (left, right) = line.split_once(" - ")?;
+            let mountpoint = left.split(' ').nth(4)?;
+            let mut right = right.split(' ');
+            let (fstype, source) = (right.next()?, right.next()?);
+            let source = unescape(source);
+            (fstype.starts_with("fuse") && source.starts_with("sealvol:")).then(|| MountEntry {
+                mountpoint: PathBuf::from(unescape(mountpoint)),
+                source,
+            })
+        })
+        .collect()
+}
+
+/// Undoes mountinfo's octal escapes (`\040` for a space).
+fn unescape(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\'
+            && i + 3 < b.len()
+            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
+        {
+            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Unmounts the sealvol mount at `path` (`sealvol umount`); with `lazy`,
+/// detaches it even while files are open. The process serving it then
+/// exits.
+pub fn unmount(path: &Path, lazy: bool) -> Result<(), MountError> {
+    let err = |message: String| MountError::Unmount {
+        path: path.to_path_buf(),
+        message,
+    };
+    // A mount whose process died cannot be resolved (ENOTCONN): fall back
+    // to the path as given.
+    let abs = path
+        .canonicalize()
+        .or_else(|_| std::path::absolute(path))
+        .map_err(|e| err(e.to_string()))?;
+    let known = mounts().map_err(|e| err(format!("cannot list mounts: {e}")))?;
+    if !known.iter().any(|m| m.mountpoint == abs) {
+        return Err(err("not a sealvol mount".into()));
+    }
+    let flags = if lazy { libc::MNT_DETACH } else { 0 };
+    use std::os::unix::ffi::OsStrExt as _;
+    let c = std::ffi::CString::new(abs.as_os_str().as_bytes()).map_err(|e| err(e.to_string()))?;
+    // SAFETY: `c` is a valid NUL-terminated path for the call's duration.
+    if unsafe { libc::umount2(c.as_ptr(), flags) } == 0 {
+        return Ok(());
+    }
+    let e = std::io::Error::last_os_error();
+    match e.raw_os_error() {
+        Some(libc::EBUSY) => Err(err(
+            "busy: a file is open or a process works in it; close them, or pass --lazy".into(),
+        )),
+        // Not root: the setuid helper unmounts what this user mounted.
+        Some(libc::EPERM) => {
+            let mut cmd = std::process::Command::new("fusermount3");
+            cmd.arg("-u");
+            if lazy {
+                cmd.arg("-z");
+            }
+            let out = cmd
+                .arg("--")
+                .arg(&abs)
+                .output()
+                .map_err(|e| err(format!("cannot run fusermount3 ({e}); install fuse3")))?;
+            if out.status.success() {
+                Ok(())
+            } else {
+                let msg = String::from_utf8_lossy(&out.stderr);
+                Err(err(msg
+                    .lines()
+                    .next()
+                    .unwrap_or("fusermount3 failed")
+                    .trim()
+                    .to_string()))
+            }
+        }
+        _ => Err(err(e.to_string())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mountinfo_lists_sealvol_mounts_only() {
+        let text = "\
+22 1 0:21 / /proc rw,nosuid - proc proc rw
+98 22 0:50 / /mnt/my\\040vol ro,nosuid,nodev,noatime - fuse sealvol:bdn:ns/vol@b3:ab rw,user_id=0
+99 22 0:51 / /mnt/b ro - fuse.sealvol sealvol:127.0.0.1:5000/ns/v@b3:cd rw
+100 22 0:52 / /mnt/other ro - fuse.sshfs host:/x rw
+";
+        assert_eq!(
+            parse_mountinfo(text),
+            vec![
+                MountEntry {
+                    mountpoint: "/mnt/my vol".into(),
+                    source: "sealvol:bdn:ns/vol@b3:ab".into()
+                },
+                MountEntry {
+                    mountpoint: "/mnt/b".into(),
+                    source: "sealvol:127.0.0.1:5000/ns/v@b3:cd".into()
+                },
+            ]
+        );
+    }
+}

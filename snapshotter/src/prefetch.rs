@@ -1,0 +1,179 @@
+//! Background prefetch into the on-disk chunk cache, so later reads are
+//! local. With [`Prefetch::Open`](crate::Prefetch::Open) a file's chunks are
+//! fetched once it is opened; with [`Prefetch::All`](crate::Prefetch::All)
+//! the whole version is, files that were opened first, then the rest in
+//! canonical order. A few workers fetch in parallel (like `pull`), each
+//! distinct chunk once; chunks already on this machine are skipped.
+//!
+//! Prefetch never stands in the way of reads: a read of a chunk being
+//! prefetched joins that fetch, and a failed prefetch is only logged (the
+//! read that needs the chunk fetches it again).
+
+use std::collections::{HashSet, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use sealvol_spec::tree::ChunkRef;
+use sealvol_spec::Sha256Digest;
+
+use crate::inodes::Inodes;
+use crate::reader::{ChunkReader, Keep};
+
+pub(crate) struct Prefetcher {
+    reader: Arc<ChunkReader>,
+    inodes: Arc<Inodes>,
+    /// Parallel fetches.
+    jobs: usize,
+    queue: Mutex<Queue>,
+    rt: tokio::runtime::Handle,
+    stopped: AtomicBool,
+    pub fetched: AtomicU64,
+    pub failed: AtomicU64,
+}
+
+#[derive(Default)]
+struct Queue {
+    /// Opened files not yet fully scheduled, first opened first, with the
+    /// next chunk to schedule.
+    opened: VecDeque<(u64, usize)>,
+    /// Files ever queued, so reopening one queues nothing.
+    queued: HashSet<u64>,
+    /// The whole version's files in canonical order (prefetch all), with
+    /// the position of the next chunk to schedule.
+    order: Vec<u64>,
+    next_file: usize,
+    next_chunk: usize,
+    /// Chunks already scheduled.
+    scheduled: HashSet<Sha256Digest>,
+    workers: usize,
+}
+
+impl Prefetcher {
+    /// A prefetcher for the files opened from now on, and for the whole
+    /// version too when `all`.
+    pub fn new(
+        reader: Arc<ChunkReader>,
+        inodes: Arc<Inodes>,
+        all: bool,
+        jobs: usize,
+        rt: tokio::runtime::Handle,
+    ) -> Arc<Prefetcher> {
+        let order = if all {
+            inodes.files().collect()
+        } else {
+            Vec::new()
+        };
+        let p = Arc::new(Prefetcher {
+            reader,
+            inodes,
+            jobs: jobs.max(1),
+            queue: Mutex::new(Queue {
+                order,
+                ..Queue::default()
+            }),
+            rt,
+            stopped: AtomicBool::new(false),
+            fetched: AtomicU64::new(0),
+            failed: AtomicU64::new(0),
+        });
+        if all {
+            p.kick(&mut p.queue());
+        }
+        p
+    }
+
+    fn queue(&self) -> std::sync::MutexGuard<'_, Queue> {
+        self.queue.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A file was opened: its chunks go first.
+    pub fn opened(self: &Arc<Self>, ino: u64) {
+        let mut q = self.queue();
+        if q.queued.insert(ino) {
+            q.opened.push_back((ino, 0));
+            self.kick(&mut q);
+        }
+    }
+
+    /// Stops scheduling (the mount is going away); fetches under way finish.
+    pub fn stop(&self) {
+        self.stopped.store(true, Ordering::Relaxed);
+    }
+
+    /// Starts workers up to `jobs`; each stops when nothing is left.
+    fn kick(self: &Arc<Self>, q: &mut Queue) {
+        while q.workers < self.jobs {
+            q.workers += 1;
+            let me = Arc::clone(self);
+            self.rt.spawn(async move { me.work().await });
+        }
+    }
+
+    async fn work(self: Arc<Self>) {
+        loop {
+            let next = {
+                let mut q = self.queue();
+                let next = self.next(&mut q);
+                if next.is_none() {
+                    // Decided under the lock `opened` takes, so a file queued
+                    // after this finds one worker fewer and starts another.
+                    q.workers -= 1;
+                }
+                next
+            };
+            let Some(c) = next else {
+                return;
+            };
+            match self.reader.chunk(c, Keep::DiskOnly).await {
+                Ok(_) => {
+                    self.fetched.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(e) => {
+                    // One line for the first failure; the rest would repeat
+                    // it while the registry is away.
+                    if self.failed.fetch_add(1, Ordering::Relaxed) == 0 {
+                        tracing::warn!(error = %e, "prefetch failed; reads will fetch what they need");
+                    } else {
+                        tracing::debug!(error = %e, "prefetch failed");
+                    }
+                }
+            }
+        }
+    }
+
+    /// The next chunk to fetch: from the files opened, first opened first,
+    /// then from the whole version. Skips chunks scheduled or local.
+    fn next(&self, q: &mut Queue) -> Option<ChunkRef> {
+        if self.stopped.load(Ordering::Relaxed) {
+            return None;
+        }
+        while let Some(&(ino, i)) = q.opened.front() {
+            let chunks = self.inodes.file(ino).map(|f| f.chunks).unwrap_or(&[]);
+            let Some(c) = chunks.get(i) else {
+                q.opened.pop_front();
+                continue;
+            };
+            q.opened[0].1 += 1;
+            if self.wanted(q, c) {
+                return Some(*c);
+            }
+        }
+        while let Some(&ino) = q.order.get(q.next_file) {
+            let chunks = self.inodes.file(ino).map(|f| f.chunks).unwrap_or(&[]);
+            let Some(c) = chunks.get(q.next_chunk) else {
+                q.next_file += 1;
+                q.next_chunk = 0;
+                continue;
+            };
+            q.next_chunk += 1;
+            if self.wanted(q, c) {
+                return Some(*c);
+            }
+        }
+        None
+    }
+
+    fn wanted(&self, q: &mut Queue, c: &ChunkRef) -> bool {
+        q.scheduled.insert(c.sha256) && !self.reader.is_local(c)
+    }
+}

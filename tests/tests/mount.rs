@@ -1,0 +1,1389 @@
+//! `sealvol mount` as a user meets it: a version appears at once as
+//! read-only files that match the source byte for byte (modes and symlinks
+//! too), its bytes arrive as they are read and are checked first, reads run
+//! side by side, the registry may go away and come back, and every mount is
+//! gone when its test ends, passed or failed.
+//!
+//! Each mount here is a real `sealvol mount` process on a real FUSE mount
+//! (CI runs as root with /dev/fuse). A [`Mounted`] guard stops the process
+//! and lazily unmounts whatever is left when it is dropped, and every read
+//! runs with a deadline, so a hung mount fails the test instead of hanging
+//! it.
+
+use std::collections::BTreeSet;
+use std::fs::File;
+use std::io::{BufRead as _, BufReader, Read as _, Write as _};
+use std::net::{TcpListener, TcpStream};
+use std::os::unix::fs::{symlink, FileExt as _, MetadataExt as _, PermissionsExt as _};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use sealvol_tests::{fails, ok, s, sealvol_bin, sha256, stderr, write, FlipProxy, Sandbox, Server};
+use serde_json::Value;
+
+/// Larger than the 16 MiB maximum chunk, so the big file has several chunks.
+const BIG: usize = 40 << 20;
+
+/// How long any one step may take before the test gives up on it. Only a
+/// hung mount comes near it.
+const DEADLINE: Duration = Duration::from_secs(120);
+
+/// Bytes that look random but are the same on every run (xorshift64*).
+fn noise(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    let mut out = Vec::with_capacity(len + 8);
+    while out.len() < len {
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        out.extend_from_slice(&x.wrapping_mul(0x2545_f491_4f6c_dd1d).to_le_bytes());
+    }
+    out.truncate(len);
+    out
+}
+
+/// A small model directory: a big file of several chunks, JSON files, an
+/// empty file, an empty directory, symlinks, 0600, 0755 and 0444 files,
+/// a 0700 directory and nested directories.
+fn sample(root: &Path) {
+    write(&root.join("big.bin"), &noise(BIG, 1), 0o644);
+    write(&root.join("config.json"), b"{\"hidden_size\": 64}\n", 0o644);
+    write(&root.join("tokenizer.json"), &noise(3000, 2), 0o444);
+    write(&root.join("empty"), b"", 0o644);
+    write(&root.join("secret.key"), b"not for everyone\n", 0o600);
+    write(&root.join("run.sh"), b"#!/bin/sh\necho hi\n", 0o755);
+    write(&root.join("nested/params.json"), b"{\"lr\": 0.1}\n", 0o644);
+    write(&root.join("nested/deeper/notes.txt"), b"deep\n", 0o644);
+    write(&root.join("private/key"), b"k\n", 0o600);
+    std::fs::create_dir_all(root.join("emptydir")).unwrap();
+    symlink("nested/params.json", root.join("link")).unwrap();
+    symlink("../config.json", root.join("nested/up")).unwrap();
+    for (dir, mode) in [
+        ("", 0o755),
+        ("nested", 0o755),
+        ("nested/deeper", 0o750),
+        ("emptydir", 0o755),
+        ("private", 0o700),
+    ] {
+        std::fs::set_permissions(root.join(dir), std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+}
+
+fn host(server: &Server) -> String {
+    server.url.trim_start_matches("http://").to_string()
+}
+
+/// Pushes `dir` as `reference`; the 64 hex digits of its version digest.
+fn push(sb: &Sandbox, registry: &str, dir: &Path, reference: &str) -> String {
+    let out = ok(
+        sb.sealvol(registry, &["push", s(dir), reference, "--output", "json"]),
+        &format!("push {reference}"),
+    );
+    let v: Value = serde_json::from_str(&out).unwrap();
+    v["digest"]
+        .as_str()
+        .and_then(|d| d.strip_prefix("b3:"))
+        .unwrap_or_else(|| panic!("push printed {out}"))
+        .to_string()
+}
+
+/// An empty directory to mount at, as the kernel will name it.
+fn mountpoint(sb: &Sandbox, name: &str) -> PathBuf {
+    let p = sb.path().join(name);
+    std::fs::create_dir_all(&p).unwrap();
+    p.canonicalize().unwrap()
+}
+
+/// Whether something is mounted at `path` (from /proc/self/mountinfo).
+fn is_mounted(path: &Path) -> bool {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let want = path.to_str().unwrap().replace(' ', "\\040");
+    info.lines()
+        .any(|l| l.split(' ').nth(4) == Some(want.as_str()))
+}
+
+/// Lazily unmounts `path` if anything is mounted there (the mount process
+/// may have died and left it stale).
+fn force_unmount(path: &Path) {
+    if !is_mounted(path) {
+        return;
+    }
+    let _ = Command::new("fusermount3")
+        .args(["-u", "-z", "-q", "--"])
+        .arg(path)
+        .stderr(Stdio::null())
+        .status();
+    if is_mounted(path) {
+        let _ = Command::new("umount").arg("-l").arg(path).status();
+    }
+}
+
+/// Runs `f` on its own thread and waits at most [`DEADLINE`]: a read that
+/// hangs on a broken mount fails the test (and the [`Mounted`] guard then
+/// kills the mount, which ends the read) instead of hanging it.
+fn within<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = mpsc::channel();
+    let worker = std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    match rx.recv_timeout(DEADLINE) {
+        Ok(v) => v,
+        // It panicked: pass its panic on.
+        Err(mpsc::RecvTimeoutError::Disconnected) => match worker.join() {
+            Err(panic) => std::panic::resume_unwind(panic),
+            Ok(()) => unreachable!("{what} ended without a result"),
+        },
+        Err(mpsc::RecvTimeoutError::Timeout) => panic!("{what} did not finish within {DEADLINE:?}"),
+    }
+}
+
+/// A running `sealvol mount` process and the mountpoints it serves. When
+/// dropped (a test that passed or panicked) it is stopped with SIGTERM (then
+/// SIGKILL), and whatever it left mounted is lazily unmounted.
+struct Mounted {
+    child: Option<Child>,
+    mountpoints: Vec<PathBuf>,
+    /// The `sealvol: mounted …` lines, in order.
+    ready: Vec<String>,
+    /// Everything it printed after them, and on stderr.
+    stdout: Arc<Mutex<String>>,
+    stderr: Arc<Mutex<String>>,
+}
+
+impl Mounted {
+    /// Runs `sealvol ARGS` against `registry` and waits until it has
+    /// printed one ready line for each of `mountpoints`.
+    fn start(sb: &Sandbox, registry: &str, args: &[&str], mountpoints: &[&Path]) -> Mounted {
+        let mut child = sb
+            .command(sealvol_bin())
+            .env("SEALVOL_REGISTRY", registry)
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start sealvol mount");
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let stdout = Arc::new(Mutex::new(String::new()));
+        {
+            let mut pipe = child.stderr.take().unwrap();
+            let stderr = stderr.clone();
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                while let Ok(n) = pipe.read(&mut buf) {
+                    if n == 0 {
+                        break;
+                    }
+                    stderr
+                        .lock()
+                        .unwrap()
+                        .push_str(&String::from_utf8_lossy(&buf[..n]));
+                }
+            });
+        }
+        let (tx, rx) = mpsc::channel();
+        {
+            let pipe = child.stdout.take().unwrap();
+            let stdout = stdout.clone();
+            let want = mountpoints.len();
+            std::thread::spawn(move || {
+                let mut seen = 0;
+                for line in BufReader::new(pipe).lines() {
+                    let Ok(line) = line else { break };
+                    if seen < want && line.starts_with("sealvol: mounted ") {
+                        seen += 1;
+                        let _ = tx.send(line);
+                    } else {
+                        stdout.lock().unwrap().push_str(&(line + "\n"));
+                    }
+                }
+            });
+        }
+        let mut m = Mounted {
+            child: Some(child),
+            mountpoints: mountpoints.iter().map(|p| p.to_path_buf()).collect(),
+            ready: Vec::new(),
+            stdout,
+            stderr,
+        };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while m.ready.len() < mountpoints.len() {
+            match rx.recv_timeout(Duration::from_millis(100)) {
+                Ok(line) => m.ready.push(line),
+                Err(_) => {
+                    let exited = m.child.as_mut().unwrap().try_wait().unwrap();
+                    if exited.is_some() || Instant::now() > deadline {
+                        std::thread::sleep(Duration::from_millis(200));
+                        panic!(
+                            "sealvol {args:?} did not report its mounts ready ({exited:?}); stderr:\n{}",
+                            m.stderr()
+                        );
+                    }
+                }
+            }
+        }
+        m
+    }
+
+    fn pid(&self) -> i32 {
+        self.child.as_ref().expect("running").id() as i32
+    }
+
+    fn signal(&self, sig: libc::c_int) {
+        // SAFETY: signalling our own child process.
+        unsafe {
+            libc::kill(self.pid(), sig);
+        }
+    }
+
+    fn stderr(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    /// SIGTERM, and the exit status once it has unmounted and exited.
+    fn stop(&mut self) -> ExitStatus {
+        self.signal(libc::SIGTERM);
+        let mut child = self.child.take().expect("running");
+        within("sealvol mount to stop", move || child.wait().unwrap())
+    }
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            // SAFETY: as in `signal`.
+            unsafe {
+                libc::kill(c.id() as i32, libc::SIGTERM);
+            }
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = c.try_wait() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        for p in &self.mountpoints {
+            force_unmount(p);
+        }
+    }
+}
+
+/// A file's bytes, read through the mount with a deadline.
+fn read(path: &Path) -> std::io::Result<Vec<u8>> {
+    let path = path.to_path_buf();
+    within(&format!("reading {}", path.display()), move || {
+        std::fs::read(path)
+    })
+}
+
+/// `len` bytes at `offset`, read with one pread.
+fn pread(path: &Path, offset: u64, len: usize) -> std::io::Result<Vec<u8>> {
+    let path = path.to_path_buf();
+    within(&format!("reading {}", path.display()), move || {
+        let f = File::open(&path)?;
+        let mut buf = vec![0u8; len];
+        let n = f.read_at(&mut buf, offset)?;
+        buf.truncate(n);
+        Ok(buf)
+    })
+}
+
+/// Drops the kernel's cached pages of `path`, so the next read reaches the
+/// mount process.
+fn drop_page_cache(path: &Path) {
+    let f = File::open(path).unwrap();
+    use std::os::fd::AsRawFd as _;
+    // SAFETY: fadvise on a descriptor we own.
+    let rc = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    assert_eq!(rc, 0, "fadvise {}", path.display());
+}
+
+fn assert_eio(r: std::io::Result<Vec<u8>>, what: &str) {
+    match r {
+        Ok(b) => panic!("{what}: read {} bytes instead of failing with EIO", b.len()),
+        Err(e) => assert_eq!(e.raw_os_error(), Some(libc::EIO), "{what}: {e}"),
+    }
+}
+
+/// [`sealvol_tests::assert_same_tree`], with a deadline.
+fn assert_same_tree(expected: &Path, actual: &Path) {
+    let (e, a) = (expected.to_path_buf(), actual.to_path_buf());
+    within("comparing the trees", move || {
+        sealvol_tests::assert_same_tree(&e, &a)
+    });
+}
+
+fn http() -> reqwest::blocking::Client {
+    reqwest::blocking::Client::builder()
+        .no_proxy()
+        .timeout(Duration::from_secs(60))
+        .build()
+        .unwrap()
+}
+
+/// The chunk blobs (digest, size) of a version, in order of first use: a
+/// version's first file in canonical order (`big.bin` in [`sample`]) has
+/// the first ones, in file order.
+fn chunk_blobs(addr: &str, repo: &str, hex: &str) -> Vec<(String, u64)> {
+    let manifest = |reference: &str, accept: &str| -> Value {
+        let r = http()
+            .get(format!("http://{addr}/v2/{repo}/manifests/{reference}"))
+            .header("accept", accept)
+            .send()
+            .unwrap();
+        assert!(r.status().is_success(), "GET manifest {reference}");
+        serde_json::from_slice(&r.bytes().unwrap()).unwrap()
+    };
+    let index = manifest(
+        &format!("b3-{hex}"),
+        "application/vnd.oci.image.index.v1+json",
+    );
+    let mut out = Vec::new();
+    for m in index["manifests"].as_array().unwrap() {
+        if m["annotations"]["dev.sealvol.role"] != "chunks" {
+            continue;
+        }
+        let shard = manifest(
+            m["digest"].as_str().unwrap(),
+            "application/vnd.oci.image.manifest.v1+json",
+        );
+        for l in shard["layers"].as_array().unwrap() {
+            out.push((
+                l["digest"].as_str().unwrap().to_string(),
+                l["size"].as_u64().unwrap(),
+            ));
+        }
+    }
+    out
+}
+
+/// The chunks of `big.bin` in [`sample`]: (digest, offset, length).
+fn big_chunks(addr: &str, repo: &str, hex: &str) -> Vec<(String, u64, u64)> {
+    let mut out = Vec::new();
+    let mut offset = 0;
+    for (digest, size) in chunk_blobs(addr, repo, hex) {
+        if offset == BIG as u64 {
+            break;
+        }
+        out.push((digest, offset, size));
+        offset += size;
+    }
+    assert_eq!(offset, BIG as u64, "big.bin's chunks come first");
+    assert!(out.len() >= 3, "big.bin has too few chunks: {out:?}");
+    out
+}
+
+/// The `sha256:<hex>` digests of the chunks in a chunk cache folder.
+fn cached_chunks(cache: &Path) -> BTreeSet<String> {
+    let root = cache.join("chunks").join("sha256");
+    let Ok(shards) = std::fs::read_dir(&root) else {
+        return BTreeSet::new();
+    };
+    shards
+        .flat_map(|d| std::fs::read_dir(d.unwrap().path()).unwrap())
+        .map(|f| format!("sha256:{}", f.unwrap().file_name().to_str().unwrap()))
+        .collect()
+}
+
+/// `GET` requests a `sealvol serve` answered with 200, from its metrics.
+fn gets_served(addr: &str) -> u64 {
+    let text = http()
+        .get(format!("http://{addr}/metrics"))
+        .send()
+        .unwrap()
+        .text()
+        .unwrap();
+    text.lines()
+        .filter(|l| {
+            l.starts_with("sealvol_http_requests_total{")
+                && l.contains("method=\"GET\"")
+                && l.contains("status=\"200\"")
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
+}
+
+#[test]
+fn a_mount_matches_its_source_and_fetches_only_what_is_read() {
+    let sb = Sandbox::new();
+    let src = sb.path().join("src");
+    sample(&src);
+    let serve = Server::start(&sb.path().join("serve"));
+    let reg = host(&serve);
+    let hex = push(&sb, &reg, &src, "bdn:ns/vol");
+    let big = big_chunks(&reg, "ns/vol", &hex);
+    let cache = sb.path().join("mount-cache");
+    let mnt = mountpoint(&sb, "mnt");
+
+    let reference = format!("bdn:ns/vol@b3:{hex}");
+    let mut m = Mounted::start(
+        &sb,
+        &reg,
+        &["mount", &reference, s(&mnt), "--cache-dir", s(&cache)],
+        &[&mnt],
+    );
+    assert_eq!(
+        m.ready,
+        [format!("sealvol: mounted {reference} at {}", mnt.display())]
+    );
+    assert!(is_mounted(&mnt));
+    // Names, kinds, modes, sizes and link targets, without reading a byte
+    // of content: nothing but the tree index was fetched.
+    let meta = |p: &str| std::fs::symlink_metadata(mnt.join(p)).unwrap();
+    for (path, mode, size) in [
+        ("big.bin", 0o644, BIG as u64),
+        ("tokenizer.json", 0o444, 3000),
+        ("secret.key", 0o600, 17),
+        ("run.sh", 0o755, 18),
+        ("empty", 0o644, 0),
+    ] {
+        let m = meta(path);
+        assert!(m.is_file(), "{path}");
+        assert_eq!((m.mode() & 0o7777, m.len()), (mode, size), "{path}");
+        // Blocks as a file of that size takes, so `du` adds up.
+        assert_eq!(m.blocks(), size.div_ceil(512), "{path}");
+        // SAFETY: getuid/getgid cannot fail.
+        assert_eq!((m.uid(), m.gid()), unsafe {
+            (libc::getuid(), libc::getgid())
+        });
+    }
+    assert_eq!(meta("private").mode() & 0o7777, 0o700);
+    assert_eq!(meta("nested/deeper").mode() & 0o7777, 0o750);
+    // A directory links to itself, its parent's entry and each subdirectory.
+    assert_eq!(meta("nested").nlink(), 3);
+    assert_eq!(meta("emptydir").nlink(), 2);
+    assert!(meta("link").file_type().is_symlink());
+    assert_eq!(
+        std::fs::read_link(mnt.join("nested/up")).unwrap(),
+        Path::new("../config.json")
+    );
+    let mut names: Vec<String> = std::fs::read_dir(&mnt)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "big.bin",
+            "config.json",
+            "empty",
+            "emptydir",
+            "link",
+            "nested",
+            "private",
+            "run.sh",
+            "secret.key",
+            "tokenizer.json"
+        ]
+    );
+    assert_eq!(
+        std::fs::metadata(mnt.join("nope")).unwrap_err().kind(),
+        std::io::ErrorKind::NotFound
+    );
+    assert!(
+        cached_chunks(&cache).is_empty(),
+        "a chunk was fetched at mount"
+    );
+
+    // A read fetches the chunks it touches and no other.
+    assert_eq!(
+        read(&mnt.join("config.json")).unwrap(),
+        b"{\"hidden_size\": 64}\n"
+    );
+    assert_eq!(cached_chunks(&cache).len(), 1);
+    let (digest, offset, len) = &big[1];
+    let at = offset + len / 2;
+    let source = noise(BIG, 1);
+    assert_eq!(
+        pread(&mnt.join("big.bin"), at, 4096).unwrap(),
+        &source[at as usize..at as usize + 4096]
+    );
+    let cached = cached_chunks(&cache);
+    assert_eq!(cached.len(), 2, "{cached:?}");
+    assert!(
+        cached.contains(digest),
+        "big.bin's second chunk not fetched"
+    );
+
+    // Everything, as diff sees it, and as the pull tests compare trees.
+    let out = within("diff -r", {
+        let (src, mnt) = (src.clone(), mnt.clone());
+        move || {
+            Command::new("diff")
+                .args(["-r", "--no-dereference"])
+                .arg(&src)
+                .arg(&mnt)
+                .output()
+                .unwrap()
+        }
+    });
+    assert!(
+        out.status.success(),
+        "diff -r {} {}:\n{}{}",
+        src.display(),
+        mnt.display(),
+        String::from_utf8_lossy(&out.stdout),
+        stderr(&out)
+    );
+    assert_same_tree(&src, &mnt);
+    let du = ok(
+        Command::new("du").arg("-sk").arg(&mnt).output().unwrap(),
+        "du",
+    );
+    let kib: u64 = du.split_whitespace().next().unwrap().parse().unwrap();
+    assert!(kib >= (BIG as u64) >> 10, "du says {du}");
+
+    // Read-only: every write is refused with EROFS.
+    let erofs = |r: std::io::Result<()>, what: &str| {
+        let e = r.expect_err(what);
+        assert_eq!(e.raw_os_error(), Some(libc::EROFS), "{what}: {e}");
+    };
+    erofs(
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(mnt.join("config.json"))
+            .map(drop),
+        "open for writing",
+    );
+    erofs(File::create(mnt.join("new")).map(drop), "create");
+    erofs(std::fs::create_dir(mnt.join("d")), "mkdir");
+    erofs(std::fs::remove_file(mnt.join("empty")), "unlink");
+    erofs(
+        std::fs::set_permissions(mnt.join("run.sh"), std::fs::Permissions::from_mode(0o777)),
+        "chmod",
+    );
+    assert_same_tree(&src, &mnt);
+
+    // SIGTERM: unmounted and gone, exit 0.
+    let status = m.stop();
+    assert!(status.success(), "{status:?}: {}", m.stderr());
+    assert!(!is_mounted(&mnt), "still mounted after SIGTERM");
+    assert!(
+        m.stdout.lock().unwrap().contains("sealvol: unmounted"),
+        "{}",
+        m.stdout.lock().unwrap()
+    );
+}
+
+#[test]
+fn mmap_reads_the_same_bytes() {
+    let sb = Sandbox::new();
+    let src = sb.path().join("src");
+    sample(&src);
+    let serve = Server::start(&sb.path().join("serve"));
+    let reg = host(&serve);
+    push(&sb, &reg, &src, "bdn:ns/vol");
+    let mnt = mountpoint(&sb, "mnt");
+    let _m = Mounted::start(
+        &sb,
+        &reg,
+        &[
+            "mount",
+            "bdn:ns/vol",
+            s(&mnt),
+            "--cache-dir",
+            s(&sb.path().join("c")),
+        ],
+        &[&mnt],
+    );
+    let source = noise(BIG, 1);
+    let path = mnt.join("big.bin");
+    let (header, tail, middle, whole) = within("mmap reads", move || {
+        let f = File::open(&path).unwrap();
+        // SAFETY: the mapped file is on a read-only mount; nothing changes it.
+        let map = unsafe { memmap2::Mmap::map(&f) }.expect("mmap a file of the mount");
+        assert_eq!(map.len(), BIG);
+        // A safetensors loader reads the header first, then jumps around.
+        let header = map[..8].to_vec();
+        let tail = map[BIG - 100..].to_vec();
+        let middle = map[BIG / 2..BIG / 2 + 4096].to_vec();
+        (header, tail, middle, sha256(&map))
+    });
+    assert_eq!(header, source[..8]);
+    assert_eq!(tail, source[BIG - 100..]);
+    assert_eq!(middle, source[BIG / 2..BIG / 2 + 4096]);
+    assert_eq!(whole, sha256(&source));
+}
+
+#[test]
+fn eight_readers_run_side_by_side_and_share_fetches() {
+    let sb = Sandbox::new();
+    let src = sb.path().join("src");
+    let files: Vec<(String, Vec<u8>)> = (0..8u64)
+        .map(|i| {
+            (
+                format!("shard-{i}.bin"),
+                noise((3 << 20) + 1000 * i as usize, 100 + i),
+            )
+        })
+        .collect();
+    for (name, bytes) in &files {
+        write(&src.join(name), bytes, 0o644);
+    }
+    let shared = noise(BIG, 7);
+    write(&src.join("shared.bin"), &shared, 0o644);
+    let serve = Server::start(&sb.path().join("serve"));
+    let reg = host(&serve);
+    push(&sb, &reg, &src, "bdn:ns/vol");
+    let mnt = mountpoint(&sb, "mnt");
+    let _m = Mounted::start(
+        &sb,
+        &reg,
+        &[
+            "mount",
+            "bdn:ns/vol",
+            s(&mnt),
+            "--cache-dir",
+            s(&sb.path().join("c")),
+        ],
+        &[&mnt],
+    );
+
+    // Eight readers, each over its own file in 128 KiB reads, all at once.
+    let barrier = Arc::new(std::sync::Barrier::new(files.len()));
+    let readers: Vec<_> = files
+        .iter()
+        .map(|(name, _)| {
+            let (path, barrier) = (mnt.join(name), barrier.clone());
+            std::thread::spawn(move || {
+                let mut f = File::open(&path).unwrap();
+                barrier.wait();
+                let mut out = Vec::new();
+                let mut buf = vec![0u8; 128 << 10];
+                loop {
+                    let n = f.read(&mut buf).unwrap();
+                    if n == 0 {
+                        break;
+                    }
+                    out.extend_from_slice(&buf[..n]);
+                }
+                sha256(&out)
+            })
+        })
+        .collect();
+    let sums = within("eight readers", move || {
+        readers
+            .into_iter()
+            .map(|r| r.join().unwrap())
+            .collect::<Vec<_>>()
+    });
+    for ((name, bytes), sum) in files.iter().zip(sums) {
+        assert_eq!(sum, sha256(bytes), "{name}");
+    }
+
+    // What one chunk fetch costs the registry in GETs (the client may ask
+    // `/v2/` first), measured on the last chunk of the shared file; each
+    // count includes the GET /metrics that took the one before.
+    let before = gets_served(&reg);
+    assert_eq!(
+        pread(&mnt.join("shared.bin"), BIG as u64 - 4096, 4096).unwrap(),
+        shared[BIG - 4096..]
+    );
+    let per_fetch = gets_served(&reg) - before - 1;
+    assert!(per_fetch >= 1);
+
+    // Eight readers of one chunk (the first 1 MiB of a file is always in
+    // its first chunk), none at offset 0 and one read each, so nothing is
+    // read ahead: the registry sends that chunk once.
+    let before = gets_served(&reg);
+    let barrier = Arc::new(std::sync::Barrier::new(8));
+    let readers: Vec<_> = (1..=8u64)
+        .map(|i| {
+            let (path, barrier) = (mnt.join("shared.bin"), barrier.clone());
+            std::thread::spawn(move || {
+                let f = File::open(&path).unwrap();
+                barrier.wait();
+                let mut buf = vec![0u8; 4096];
+                let at = (i * 100) << 10;
+                f.read_exact_at(&mut buf, at).unwrap();
+                (at, buf)
+            })
+        })
+        .collect();
+    let got = within("eight readers of one chunk", move || {
+        readers
+            .into_iter()
+            .map(|r| r.join().unwrap())
+            .collect::<Vec<_>>()
+    });
+    for (at, buf) in got {
+        assert_eq!(buf, shared[at as usize..at as usize + 4096], "at {at}");
+    }
+    assert_eq!(
+        gets_served(&reg) - before - 1,
+        per_fetch,
+        "eight readers of one chunk caused more than one fetch"
+    );
+}
+
+#[test]
+fn a_config_file_mounts_every_entry() {
+    let sb = Sandbox::new();
+    let (a, b) = (sb.path().join("a"), sb.path().join("b"));
+    sample(&a);
+    write(&b.join("adapter.safetensors"), &noise(5 << 20, 9), 0o644);
+    write(&b.join("adapter_config.json"), b"{\"r\": 8}\n", 0o644);
+    let serve = Server::start(&sb.path().join("serve"));
+    let reg = host(&serve);
+    push(&sb, &reg, &a, "bdn:ns/base");
+    let hex_b = push(&sb, &reg, &b, "bdn:ns/lora");
+    let deploy = sb.path().join("deploy");
+    let mnt_a = mountpoint(&sb, "deploy/models/base");
+    let mnt_b = mountpoint(&sb, "elsewhere/lora");
+    let config = deploy.join("config.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "# the deployment file\n\
+             name: chat\n\
+             replicas: 2\n\
+             bdn:\n  \
+               mounts:\n    \
+                 - source: bdn:ns/base:head\n      \
+                   path: models/base\n    \
+                 - source: \"bdn:ns/lora@b3:{hex_b}\"\n      \
+                   path: {}\n",
+            mnt_b.display()
+        ),
+    )
+    .unwrap();
+    let mut m = Mounted::start(
+        &sb,
+        &reg,
+        &[
+            "mount",
+            "--config",
+            s(&config),
+            "--cache-dir",
+            s(&sb.path().join("c")),
+        ],
+        &[&mnt_a, &mnt_b],
+    );
+    assert!(
+        m.ready[0].ends_with(&format!(" at {}", mnt_a.display())),
+        "{:?}",
+        m.ready
+    );
+    assert_eq!(
+        m.ready[1],
+        format!(
+            "sealvol: mounted bdn:ns/lora@b3:{hex_b} at {}",
+            mnt_b.display()
+        )
+    );
+    assert_same_tree(&a, &mnt_a);
+    assert_same_tree(&b, &mnt_b);
+    let status = m.stop();
+    assert!(status.success(), "{status:?}: {}", m.stderr());
+    assert!(!is_mounted(&mnt_a) && !is_mounted(&mnt_b));
+
+    // A file without mounts, or with a bad ref, fails before mounting.
+    std::fs::write(&config, "bdn:\n  mounts: []\n").unwrap();
+    let line = fails(
+        sb.sealvol(&reg, &["mount", "--config", s(&config)]),
+        "mount an empty list",
+    );
+    assert!(line.contains("no mounts"), "{line}");
+    std::fs::write(
+        &config,
+        "bdn:\n  mounts:\n    - {source: bdn:ns/Bad, path: x}\n",
+    )
+    .unwrap();
+    fails(
+        sb.sealvol(&reg, &["mount", "--config", s(&config)]),
+        "mount a bad ref",
+    );
+    assert!(!is_mounted(&mnt_a) && !is_mounted(&mnt_b));
+}
+
+#[test]
+fn reads_of_cached_data_go_on_while_the_registry_is_down() {
+    let sb = Sandbox::new();
+    let src = sb.path().join("src");
+    sample(&src);
+    let root = sb.path().join("serve");
+    let serve = Server::start(&root);
+    let reg = host(&serve);
+    let hex = push(&sb, &reg, &src, "bdn:ns/vol");
+    let big = big_chunks(&reg, "ns/vol", &hex);
+    let mnt = mountpoint(&sb, "mnt");
+    let _m = Mounted::start(
+        &sb,
+        &reg,
+        &[
+            "mount",
+            "bdn:ns/vol",
+            s(&mnt),
+            "--cache-dir",
+            s(&sb.path().join("c")),
+        ],
+        &[&mnt],
+    );
+    let source = noise(BIG, 1);
+    let path = mnt.join("big.bin");
+    // Some of big.bin's first chunk and config.json are read, so cached.
+    // (One small read: reads in order would fetch chunks ahead.)
+    assert_eq!(pread(&path, 100, 4096).unwrap(), source[100..4196]);
+    let config = read(&mnt.join("config.json")).unwrap();
+
+    // The registry dies.
+    serve.kill();
+    for p in [&path, &mnt.join("config.json")] {
+        drop_page_cache(p);
+    }
+    assert_eq!(read(&mnt.join("config.json")).unwrap(), config);
+    assert_eq!(
+        pread(&path, 100, 4096).unwrap(),
+        source[100..4196],
+        "cached chunk"
+    );
+    // Data not cached: EIO, soon, each time.
+    let (_, last_offset, _) = *big.last().unwrap();
+    for _ in 0..2 {
+        let started = Instant::now();
+        assert_eio(
+            pread(&path, last_offset + 10, 4096),
+            "uncached read, registry down",
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "EIO took {:?}",
+            started.elapsed()
+        );
+    }
+    assert_eio(read(&mnt.join("tokenizer.json")), "another uncached file");
+
+    // The registry is back on the same address: the same reads succeed.
+    let _back = Server::start_with(&["serve", "--addr", &reg, "--root", s(&root)], &root);
+    let at = last_offset as usize + 10;
+    assert_eq!(
+        pread(&path, last_offset + 10, 4096).unwrap(),
+        source[at..at + 4096]
+    );
+    assert_same_tree(&src, &mnt);
+}
+
+/// A TCP relay to a registry that can be told to hold every request: bytes
+/// from clients wait (connections stay open) until it is released. A
+/// registry that hangs rather than refuses.
+struct Gate {
+    addr: String,
+    hold: Arc<AtomicBool>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Gate {
+    fn start(upstream: &str) -> Gate {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let (hold, stop) = (
+            Arc::new(AtomicBool::new(false)),
+            Arc::new(AtomicBool::new(false)),
+        );
+        let upstream = upstream.to_string();
+        let (h, st) = (hold.clone(), stop.clone());
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                if st.load(Ordering::SeqCst) {
+                    break;
+                }
+                let Ok(client) = conn else { continue };
+                let Ok(server) = TcpStream::connect(&upstream) else {
+                    continue;
+                };
+                let (mut c_in, mut s_out) =
+                    (client.try_clone().unwrap(), server.try_clone().unwrap());
+                let (mut s_in, mut c_out) = (server, client);
+                let (h, st) = (h.clone(), st.clone());
+                std::thread::spawn(move || {
+                    let mut buf = vec![0u8; 64 << 10];
+                    while let Ok(n) = c_in.read(&mut buf) {
+                        if n == 0 {
+                            break;
+                        }
+                        while h.load(Ordering::SeqCst) && !st.load(Ordering::SeqCst) {
+                            std::thread::sleep(Duration::from_millis(20));
+                        }
+                        if s_out.write_all(&buf[..n]).is_err() {
+                            break;
+                        }
+                    }
+                    let _ = s_out.shutdown(std::net::Shutdown::Write);
+                });
+                std::thread::spawn(move || {
+                    let _ = std::io::copy(&mut s_in, &mut c_out);
+                    let _ = c_out.shutdown(std::net::Shutdown::Write);
+                });
+            }
+        });
+        Gate { addr, hold, stop }
+    }
+}
+
+impl Drop for Gate {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        let _ = TcpStream::connect(&self.addr);
+    }
+}
+
+#[test]
+fn a_read_waiting_on_a_hung_registry_blocks_no_other_read() {
+    let sb = Sandbox::new();
+    let src = sb.path().join("src");
+    sample(&src);
+    let serve = Server::start(&sb.path().join("serve"));
+    let reg = host(&serve);
+    let hex = push(&sb, &reg, &src, "bdn:ns/vol");
+    let big = big_chunks(&reg, "ns/vol", &hex);
+    let gate = Gate::start(&reg);
+    let mnt = mountpoint(&sb, "mnt");
+    let _m = Mounted::start(
+        &sb,
+        &gate.addr,
+        &[
+            "mount",
+            "bdn:ns/vol",
+            s(&mnt),
+            "--cache-dir",
+            s(&sb.path().join("c")),
+            "--fetch-timeout",
+            "10",
+        ],
+        &[&mnt],
+    );
+    let config = read(&mnt.join("config.json")).unwrap();
+    let params = read(&mnt.join("nested/params.json")).unwrap();
+
+    gate.hold.store(true, Ordering::SeqCst);
+    let (_, last_offset, _) = *big.last().unwrap();
+    let cold = {
+        let path = mnt.join("big.bin");
+        std::thread::spawn(move || {
+            let started = Instant::now();
+            let r = File::open(&path).and_then(|f| {
+                let mut buf = vec![0u8; 4096];
+                f.read_exact_at(&mut buf, last_offset + 10).map(|()| buf)
+            });
+            (r, started.elapsed())
+        })
+    };
+    // Give the cold read time to reach the mount and wait there.
+    std::thread::sleep(Duration::from_millis(500));
+    for (p, want) in [("config.json", &config), ("nested/params.json", &params)] {
+        drop_page_cache(&mnt.join(p));
+        assert_eq!(&read(&mnt.join(p)).unwrap(), want, "{p}");
+    }
+    assert!(std::fs::read_dir(&mnt).unwrap().count() > 5);
+    assert!(
+        !cold.is_finished(),
+        "the cold read ended before the cached reads were done"
+    );
+    let (r, took) = within("the cold read", move || cold.join().unwrap());
+    assert_eio(r, "a read of a chunk the registry holds back");
+    assert!(took < Duration::from_secs(60), "EIO took {took:?}");
+
+    // Released: the same read succeeds.
+    gate.hold.store(false, Ordering::SeqCst);
+    let source = noise(BIG, 1);
+    let at = last_offset as usize + 10;
+    assert_eq!(
+        pread(&mnt.join("big.bin"), last_offset + 10, 4096).unwrap(),
+        source[at..at + 4096]
+    );
+}
+
+#[test]
+fn a_corrupt_chunk_gives_eio_and_never_wrong_bytes() {
+    let sb = Sandbox::new();
+    let src = sb.path().join("src");
+    sample(&src);
+    let serve = Server::start(&sb.path().join("serve"));
+    let reg = host(&serve);
+    let hex = push(&sb, &reg, &src, "bdn:ns/vol");
+    let big = big_chunks(&reg, "ns/vol", &hex);
+    let (bad, bad_offset, bad_len) = big[1].clone();
+    let proxy = FlipProxy::start_only(&reg, std::slice::from_ref(&bad));
+    let cache = sb.path().join("c");
+    let mnt = mountpoint(&sb, "mnt");
+    let mut m = Mounted::start(
+        &sb,
+        &proxy.addr(),
+        &["mount", "bdn:ns/vol", s(&mnt), "--cache-dir", s(&cache)],
+        &[&mnt],
+    );
+    let source = noise(BIG, 1);
+    let path = mnt.join("big.bin");
+
+    // Bytes of the intact first chunk are served.
+    assert_eq!(pread(&path, 1000, 4096).unwrap(), source[1000..5096]);
+    // The corrupt chunk: EIO, every time (nothing wrong was kept).
+    for _ in 0..2 {
+        assert_eio(
+            pread(&path, bad_offset + bad_len / 2, 4096),
+            "a read inside the corrupt chunk",
+        );
+    }
+    assert!(proxy.flipped() >= 2, "the proxy corrupted nothing");
+    assert!(
+        !cached_chunks(&cache).contains(&bad),
+        "corrupt chunk cached"
+    );
+
+    // Reading the whole file in order: every byte returned is right, and
+    // the read fails at the latest where the corrupt chunk begins.
+    let (returned, err) = within("reading big.bin in order", move || {
+        let mut f = File::open(&path).unwrap();
+        let mut out = Vec::new();
+        let mut buf = vec![0u8; 64 << 10];
+        loop {
+            match f.read(&mut buf) {
+                Ok(0) => return (out, None),
+                Ok(n) => out.extend_from_slice(&buf[..n]),
+                Err(e) => return (out, Some(e)),
+            }
+        }
+    });
+    let err = err.expect("reading past a corrupt chunk succeeded");
+    assert_eq!(err.raw_os_error(), Some(libc::EIO), "{err}");
+    assert!(
+        returned.len() as u64 <= bad_offset,
+        "bytes of the corrupt chunk were served"
+    );
+    assert!(returned == source[..returned.len()], "wrong bytes served");
+
+    // Other files are intact.
+    assert_eq!(read(&mnt.join("tokenizer.json")).unwrap(), noise(3000, 2));
+    m.stop();
+    let log = m.stderr();
+    assert!(
+        log.lines()
+            .any(|l| l.contains("EIO") && l.contains(&bad) && l.contains("corrupt")),
+        "no log line names the corrupt chunk:\n{log}"
+    );
+}
+
+#[test]
+fn prefetch_all_fills_the_cache_and_cache_size_bounds_it() {
+    let sb = Sandbox::new();
+    let src = sb.path().join("src");
+    sample(&src);
+    let serve = Server::start(&sb.path().join("serve"));
+    let reg = host(&serve);
+    let hex = push(&sb, &reg, &src, "bdn:ns/vol");
+    let all: BTreeSet<String> = chunk_blobs(&reg, "ns/vol", &hex)
+        .into_iter()
+        .map(|(d, _)| d)
+        .collect();
+
+    // --cache-size: reading everything leaves at most that much cached.
+    let small = sb.path().join("small-cache");
+    let mnt = mountpoint(&sb, "mnt-small");
+    let mut m = Mounted::start(
+        &sb,
+        &reg,
+        &[
+            "mount",
+            "bdn:ns/vol",
+            s(&mnt),
+            "--cache-dir",
+            s(&small),
+            "--cache-size",
+            "8M",
+        ],
+        &[&mnt],
+    );
+    assert_same_tree(&src, &mnt);
+    m.stop();
+    let held: u64 = cached_chunks(&small)
+        .iter()
+        .map(|d| {
+            let hex = d.trim_start_matches("sha256:");
+            std::fs::metadata(small.join("chunks/sha256").join(&hex[..2]).join(hex))
+                .unwrap()
+                .len()
+        })
+        .sum();
+    assert!(held <= 8 << 20, "the cache holds {held} bytes, over 8 MiB");
+
+    // --prefetch all: every chunk arrives without a read; then the registry
+    // can go away and the whole version still reads.
+    let cache = sb.path().join("c");
+    let mnt = mountpoint(&sb, "mnt");
+    let _m = Mounted::start(
+        &sb,
+        &reg,
+        &[
+            "mount",
+            "bdn:ns/vol",
+            s(&mnt),
+            "--cache-dir",
+            s(&cache),
+            "--prefetch",
+            "all",
+        ],
+        &[&mnt],
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while cached_chunks(&cache) != all {
+        assert!(
+            Instant::now() < deadline,
+            "prefetch fetched {} of {} chunks",
+            cached_chunks(&cache).len(),
+            all.len()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    serve.kill();
+    assert_same_tree(&src, &mnt);
+}
+
+/// Waits (up to a minute) until `cache` holds every chunk in `want`.
+fn wait_cached(cache: &Path, want: &BTreeSet<String>, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let have = cached_chunks(cache);
+        if want.is_subset(&have) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what}: {} of {} chunks fetched",
+            want.intersection(&have).count(),
+            want.len()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn reads_in_order_and_opened_files_are_fetched_ahead() {
+    let sb = Sandbox::new();
+    let src = sb.path().join("src");
+    sample(&src);
+    let serve = Server::start(&sb.path().join("serve"));
+    let reg = host(&serve);
+    let hex = push(&sb, &reg, &src, "bdn:ns/vol");
+    let big: BTreeSet<String> = big_chunks(&reg, "ns/vol", &hex)
+        .into_iter()
+        .map(|(d, _, _)| d)
+        .collect();
+    let source = noise(BIG, 1);
+
+    // Two reads in order from the start: the chunks after the first
+    // arrive without being read, and nothing of other files.
+    let cache = sb.path().join("c1");
+    let mnt = mountpoint(&sb, "mnt1");
+    let _m = Mounted::start(
+        &sb,
+        &reg,
+        &["mount", "bdn:ns/vol", s(&mnt), "--cache-dir", s(&cache)],
+        &[&mnt],
+    );
+    let path = mnt.join("big.bin");
+    let head = within("two reads in order", move || {
+        let mut f = File::open(&path).unwrap();
+        let mut buf = vec![0u8; 256 << 10];
+        f.read_exact(&mut buf[..128 << 10]).unwrap();
+        f.read_exact(&mut buf[128 << 10..]).unwrap();
+        buf
+    });
+    assert_eq!(head, source[..256 << 10]);
+    wait_cached(&cache, &big, "read-ahead");
+    assert_eq!(cached_chunks(&cache), big, "read-ahead fetched other files");
+
+    // --prefetch open: one byte read, and the whole file arrives.
+    let cache = sb.path().join("c2");
+    let mnt = mountpoint(&sb, "mnt2");
+    let _m = Mounted::start(
+        &sb,
+        &reg,
+        &[
+            "mount",
+            "bdn:ns/vol",
+            s(&mnt),
+            "--cache-dir",
+            s(&cache),
+            "--prefetch",
+            "open",
+        ],
+        &[&mnt],
+    );
+    assert_eq!(
+        pread(&mnt.join("big.bin"), 5000, 1).unwrap(),
+        [source[5000]]
+    );
+    wait_cached(&cache, &big, "prefetch open");
+    assert_eq!(
+        cached_chunks(&cache),
+        big,
+        "prefetch open fetched other files"
+    );
+}
+
+#[test]
+fn unmounting_leaves_no_stale_mount() {
+    let sb = Sandbox::new();
+    let src = sb.path().join("src");
+    sample(&src);
+    let serve = Server::start(&sb.path().join("serve"));
+    let reg = host(&serve);
+    push(&sb, &reg, &src, "bdn:ns/vol");
+    let cache = sb.path().join("c");
+    let mnt = mountpoint(&sb, "mnt");
+
+    // --daemon returns once the mount is ready; `sealvol umount` ends it.
+    let mut daemon_cmd = sb.command(sealvol_bin());
+    daemon_cmd.env("SEALVOL_REGISTRY", &reg).args([
+        "mount",
+        "--daemon",
+        "bdn:ns/vol",
+        s(&mnt),
+        "--cache-dir",
+        s(&cache),
+    ]);
+    let out = within("sealvol mount --daemon", move || {
+        daemon_cmd.output().unwrap()
+    });
+    // The guard cleans up if anything below fails.
+    let _guard = MountGuard(mnt.clone());
+    let line = ok(out, "sealvol mount --daemon");
+    assert!(
+        line.starts_with("sealvol: mounted bdn:ns/vol@b3:"),
+        "{line}"
+    );
+    assert!(is_mounted(&mnt));
+    let daemon = mount_process(&mnt).expect("the daemon serving the mount");
+    assert_eq!(
+        read(&mnt.join("config.json")).unwrap(),
+        b"{\"hidden_size\": 64}\n"
+    );
+
+    // Busy while a file is open: refused, unless lazily.
+    let open = File::open(mnt.join("run.sh")).unwrap();
+    let line = fails(sb.sealvol(&reg, &["umount", s(&mnt)]), "umount while busy");
+    assert!(line.contains("busy"), "{line}");
+    assert!(is_mounted(&mnt));
+    drop(open);
+    ok(sb.sealvol(&reg, &["umount", s(&mnt)]), "sealvol umount");
+    assert!(!is_mounted(&mnt), "still mounted after sealvol umount");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while alive(daemon) {
+        assert!(Instant::now() < deadline, "the daemon outlived its mount");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let line = fails(sb.sealvol(&reg, &["umount", s(&mnt)]), "umount twice");
+    assert!(line.contains("not a sealvol mount"), "{line}");
+
+    // A mount whose process crashed is stale until the guard clears it.
+    let m = Mounted::start(
+        &sb,
+        &reg,
+        &["mount", "bdn:ns/vol", s(&mnt), "--cache-dir", s(&cache)],
+        &[&mnt],
+    );
+    m.signal(libc::SIGKILL);
+    // Attributes stay cached; listing a directory needs the process.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let err = loop {
+        match std::fs::read_dir(&mnt) {
+            Err(e) => break e,
+            Ok(_) => assert!(Instant::now() < deadline, "the mount outlived its process"),
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(
+        matches!(
+            err.raw_os_error(),
+            Some(libc::ENOTCONN | libc::ECONNABORTED)
+        ),
+        "{err}"
+    );
+    assert!(is_mounted(&mnt));
+    drop(m);
+    assert!(!is_mounted(&mnt), "the guard left a stale mount");
+
+    // A test that panics with a mount up leaves nothing behind.
+    let (sb_ref, reg2, mnt2, cache2) = (&sb, reg.clone(), mnt.clone(), cache.clone());
+    let pid = Arc::new(Mutex::new(0));
+    let pid2 = pid.clone();
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+        let m = Mounted::start(
+            sb_ref,
+            &reg2,
+            &["mount", "bdn:ns/vol", s(&mnt2), "--cache-dir", s(&cache2)],
+            &[&mnt2],
+        );
+        *pid2.lock().unwrap() = m.pid();
+        panic!("a failing test");
+    }));
+    assert!(r.is_err());
+    assert!(!is_mounted(&mnt), "a failed test left its mount");
+    assert!(
+        !alive(*pid.lock().unwrap()),
+        "a failed test left its mount process"
+    );
+
+    // Mounts that cannot be made fail with one line and mount nothing.
+    let line = fails(
+        sb.sealvol(
+            &reg,
+            &["mount", "bdn:ns/vol", s(&sb.path().join("nowhere"))],
+        ),
+        "mount on a missing directory",
+    );
+    assert!(line.contains("create it first"), "{line}");
+    let down = sealvol_tests::closed_addr();
+    let line = fails(
+        sb.sealvol(&down, &["mount", "bdn:ns/vol", s(&mnt), "--daemon"]),
+        "mount --daemon from a registry that is down",
+    );
+    assert!(line.contains(&down), "{line}");
+    assert!(!is_mounted(&mnt));
+}
+
+/// Lazily unmounts its path when dropped, whatever mounted it.
+struct MountGuard(PathBuf);
+
+impl Drop for MountGuard {
+    fn drop(&mut self) {
+        if let Some(pid) = mount_process(&self.0) {
+            // SAFETY: stopping the mount process this test started.
+            unsafe {
+                libc::kill(pid, libc::SIGTERM);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(200));
+        force_unmount(&self.0);
+    }
+}
+
+/// Whether process `pid` is running (a zombie is not).
+fn alive(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => !stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+        Err(_) => false,
+    }
+}
+
+/// The `sealvol mount` process whose arguments name `mountpoint`.
+fn mount_process(mountpoint: &Path) -> Option<i32> {
+    let want = mountpoint.to_str()?;
+    std::fs::read_dir("/proc").ok()?.find_map(|e| {
+        let pid: i32 = e.ok()?.file_name().to_str()?.parse().ok()?;
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+        let args: Vec<&[u8]> = cmdline.split(|&b| b == 0).collect();
+        let is_mount = args.iter().any(|a| *a == b"mount")
+            && args.contains(&want.as_bytes())
+            && args.first().is_some_and(|a| a.ends_with(b"sealvol"));
+        (is_mount && alive(pid)).then_some(pid)
+    })
+}
