@@ -1,17 +1,23 @@
 //! The OCI transport: one registry, reached through `oci-client` (auth
 //! challenges, scoped bearer tokens, blob and manifest calls, digest
-//! checks), plus the one call it lacks (tag deletion) over its own reqwest.
-//! Every call is retried with backoff on 5xx, 429, resets and timeouts, and
-//! every failure is turned into a [`TransportError`] a user can act on.
+//! checks), plus over its own reqwest what it lacks: tag deletion, and blob
+//! calls to an open registry without a `GET /v2/` before each (see
+//! [`Remote::is_open`]). Every call is retried with backoff on 5xx, 429,
+//! resets and timeouts, and every failure is turned into a
+//! [`TransportError`] a user can act on.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use oci_client::client::{ClientConfig, ClientProtocol};
-use oci_client::errors::{OciDistributionError, OciErrorCode};
+use oci_client::errors::{OciDistributionError, OciEnvelope, OciErrorCode};
 use oci_client::secrets::RegistryAuth;
 use oci_client::{Client, Reference, RegistryOperation};
+use reqwest::{StatusCode, Url};
 use sealvol_spec::Sha256Digest;
+use sha2::Digest as _;
+use tokio::sync::OnceCell;
 
 use crate::credentials;
 
@@ -48,7 +54,7 @@ const ATTEMPTS: u32 = 4;
 const FIRST_BACKOFF: Duration = Duration::from_millis(250);
 
 /// A connection to one registry: clone it freely, clones share the HTTP
-/// connection pool and the token cache.
+/// connection pools, the token cache and what [`Remote::is_open`] learned.
 #[derive(Clone)]
 pub struct Remote {
     client: Client,
@@ -56,6 +62,7 @@ pub struct Remote {
     registry: String,
     auth: RegistryAuth,
     scheme: &'static str,
+    open: Arc<OnceCell<bool>>,
 }
 
 /// Plain HTTP is for loopback (the embedded registry's default) or when the
@@ -99,6 +106,7 @@ impl Remote {
         let http = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(10))
             .read_timeout(Duration::from_secs(120))
+            .user_agent(concat!("sealvol/", env!("CARGO_PKG_VERSION")))
             .build()
             .map_err(|e| TransportError::Registry {
                 registry: registry.to_string(),
@@ -110,6 +118,7 @@ impl Remote {
             registry: registry.to_string(),
             auth,
             scheme: if http_only { "http" } else { "https" },
+            open: Arc::new(OnceCell::new()),
         })
     }
 
@@ -170,6 +179,56 @@ impl Remote {
 
     pub fn registry(&self) -> &str {
         &self.registry
+    }
+
+    /// Whether the registry lets anyone in: this connection carries no
+    /// credentials and `GET /v2/` answers 200 without a challenge. Asked
+    /// once per connection (a failed probe is asked again next time). Blob
+    /// calls to an open registry go over plain reqwest: `oci-client` would
+    /// send a `GET /v2/` before each one, since it caches tokens only, and
+    /// an open registry hands out none.
+    async fn is_open(&self) -> bool {
+        if !matches!(self.auth, RegistryAuth::Anonymous) {
+            return false;
+        }
+        let probe = || async {
+            let url = format!("{}://{}/v2/", self.scheme, self.resolved_registry());
+            let resp = self.http.get(url).send().await?;
+            Ok::<bool, reqwest::Error>(
+                resp.status() == StatusCode::OK
+                    && !resp
+                        .headers()
+                        .contains_key(reqwest::header::WWW_AUTHENTICATE),
+            )
+        };
+        match self.open.get_or_try_init(probe).await {
+            Ok(open) => *open,
+            Err(e) => {
+                tracing::debug!(registry = %self.registry, error = %e, "probing /v2/");
+                false
+            }
+        }
+    }
+
+    /// The host `oci-client` sends to (`docker.io` is `index.docker.io`).
+    fn resolved_registry(&self) -> String {
+        self.by_tag("sealvol/probe", "head")
+            .resolve_registry()
+            .to_string()
+    }
+
+    /// `<scheme>://<registry>/v2/<repo>/blobs/<rest>`, as `oci-client`
+    /// builds it.
+    fn blob_url(&self, repo: &str, rest: &str) -> Result<Url, TransportError> {
+        let url = format!(
+            "{}://{}/v2/{repo}/blobs/{rest}",
+            self.scheme,
+            self.resolved_registry()
+        );
+        Url::parse(&url).map_err(|e| TransportError::Registry {
+            registry: self.registry.clone(),
+            message: format!("{url} is not a valid URL: {e}"),
+        })
     }
 
     fn by_tag(&self, repo: &str, tag: &str) -> Reference {
@@ -388,11 +447,23 @@ impl Remote {
         digest: &Sha256Digest,
     ) -> Result<bool, TransportError> {
         let digest = digest.to_string();
+        let what = format!("blob {digest}");
+        if self.is_open().await {
+            let url = self.blob_url(repo, &digest)?;
+            return self
+                .retry(&what, || async {
+                    let resp = self.http.head(url.clone()).send().await?;
+                    match resp.status() {
+                        s if s.is_success() => Ok(true),
+                        StatusCode::NOT_FOUND => Ok(false),
+                        _ => Err(status_error(resp).await),
+                    }
+                })
+                .await;
+        }
         let reference = self.by_digest(repo, &digest);
-        self.retry(&format!("blob {digest}"), || {
-            self.client.blob_exists(&reference, &digest)
-        })
-        .await
+        self.retry(&what, || self.client.blob_exists(&reference, &digest))
+            .await
     }
 
     /// Asks the registry to link a blob of another repository into `repo`
@@ -416,18 +487,64 @@ impl Remote {
         bytes: Bytes,
     ) -> Result<(), TransportError> {
         let digest = digest.to_string();
+        let what = format!("blob {digest}");
+        if self.is_open().await {
+            let start = self.blob_url(repo, "uploads/")?;
+            return self
+                .retry(&what, || self.upload_open(&start, &digest, bytes.clone()))
+                .await;
+        }
         let reference = self.by_digest(repo, &digest);
-        self.retry(&format!("blob {digest}"), || {
+        self.retry(&what, || {
             self.client.push_blob(&reference, bytes.clone(), &digest)
         })
         .await?;
         Ok(())
     }
 
-    /// Downloads a whole blob; `oci-client` checks its sha256 while it
-    /// streams (once: it skips the second hasher when the registry's
-    /// `Docker-Content-Digest` agrees), and a mismatch is
-    /// [`TransportError::Corrupt`], not retried.
+    /// A monolithic upload to an open registry: `POST` opens the session,
+    /// one `PUT` to its `Location` carries the bytes and the digest.
+    async fn upload_open(
+        &self,
+        start: &Url,
+        digest: &str,
+        bytes: Bytes,
+    ) -> Result<(), OciDistributionError> {
+        let resp = self
+            .http
+            .post(start.clone())
+            .header(reqwest::header::CONTENT_LENGTH, 0)
+            .send()
+            .await?;
+        if resp.status() != StatusCode::ACCEPTED {
+            return Err(unexpected(resp, StatusCode::ACCEPTED).await);
+        }
+        let location = resp
+            .headers()
+            .get(reqwest::header::LOCATION)
+            .ok_or(OciDistributionError::RegistryNoLocationError)?
+            .to_str()?;
+        // Relative to the session URL, and it may carry a query already.
+        let mut url = start
+            .join(location)
+            .map_err(|e| OciDistributionError::UrlParseError(format!("{location}: {e}")))?;
+        url.query_pairs_mut().append_pair("digest", digest);
+        let resp = self
+            .http
+            .put(url)
+            .header(reqwest::header::CONTENT_TYPE, "application/octet-stream")
+            .body(bytes)
+            .send()
+            .await?;
+        if resp.status() != StatusCode::CREATED {
+            return Err(unexpected(resp, StatusCode::CREATED).await);
+        }
+        Ok(())
+    }
+
+    /// Downloads a whole blob, checking its sha256 while it streams (our
+    /// own hasher from an open registry, `oci-client`'s otherwise); a
+    /// mismatch is [`TransportError::Corrupt`], not retried.
     pub async fn get_blob(
         &self,
         repo: &str,
@@ -436,8 +553,42 @@ impl Remote {
     ) -> Result<Vec<u8>, TransportError> {
         use futures_util::StreamExt as _;
         let digest = digest.to_string();
-        let reference = self.by_digest(repo, &digest);
         let what = format!("blob {digest}");
+        if self.is_open().await {
+            let url = self.blob_url(repo, &digest)?;
+            let (out, actual) = self
+                .retry(&what, || async {
+                    let mut resp = self.http.get(url.clone()).send().await?;
+                    if !resp.status().is_success() {
+                        return Err(status_error(resp).await);
+                    }
+                    let mut hasher = sha2::Sha256::new();
+                    let mut out = Vec::with_capacity(size as usize);
+                    // A body cut short is an I/O error, retried as on the
+                    // oci-client path (reqwest calls it a decode error).
+                    let read = |e| OciDistributionError::IoError(std::io::Error::other(e));
+                    while let Some(piece) = resp.chunk().await.map_err(read)? {
+                        hasher.update(&piece);
+                        out.extend_from_slice(&piece);
+                        if out.len() as u64 > size {
+                            // Longer than promised: no need to read the rest.
+                            break;
+                        }
+                    }
+                    Ok((out, format!("sha256:{}", hex::encode(hasher.finalize()))))
+                })
+                .await?;
+            check_len(&what, size, out.len())?;
+            if actual != digest {
+                return Err(TransportError::Corrupt {
+                    what,
+                    expected: digest,
+                    actual,
+                });
+            }
+            return Ok(out);
+        }
+        let reference = self.by_digest(repo, &digest);
         let out = self
             .retry(&what, || async {
                 let mut stream = self
@@ -452,13 +603,7 @@ impl Remote {
                 Ok(out)
             })
             .await?;
-        if out.len() as u64 != size {
-            return Err(TransportError::Corrupt {
-                what,
-                expected: format!("{size} bytes"),
-                actual: format!("{} bytes", out.len()),
-            });
-        }
+        check_len(&what, size, out.len())?;
         Ok(out)
     }
 
@@ -654,6 +799,52 @@ fn is_transient(e: &OciDistributionError) -> bool {
             .any(|e| matches!(e.code, OciErrorCode::Toomanyrequests)),
         _ => false,
     }
+}
+
+/// A length check on a downloaded blob: the wrong length is
+/// [`TransportError::Corrupt`].
+fn check_len(what: &str, size: u64, len: usize) -> Result<(), TransportError> {
+    if len as u64 == size {
+        return Ok(());
+    }
+    Err(TransportError::Corrupt {
+        what: what.to_string(),
+        expected: format!("{size} bytes"),
+        actual: format!("{len} bytes"),
+    })
+}
+
+/// An error answer from the registry as `oci-client` reports one, so that
+/// [`Remote::retry`] and [`Remote::classify`] treat both paths alike: a
+/// client error with the OCI error JSON is a registry error, anything else
+/// (429 and 5xx included, which are retried) a server error.
+async fn status_error(resp: reqwest::Response) -> OciDistributionError {
+    let status = resp.status();
+    let url = resp.url().to_string();
+    let body = resp.bytes().await.unwrap_or_default();
+    if status.is_client_error() && status != StatusCode::TOO_MANY_REQUESTS {
+        if let Ok(envelope) = serde_json::from_slice::<OciEnvelope>(&body) {
+            return OciDistributionError::RegistryError { envelope, url };
+        }
+    }
+    OciDistributionError::ServerError {
+        code: status.as_u16(),
+        url,
+        message: String::from_utf8_lossy(&body).into_owned(),
+    }
+}
+
+/// A response other than `expected`: an error answer, or a success the
+/// OCI distribution spec does not allow there.
+async fn unexpected(resp: reqwest::Response, expected: StatusCode) -> OciDistributionError {
+    if resp.status().is_success() {
+        return OciDistributionError::SpecViolationError(format!(
+            "expected HTTP {expected}, got {} from {}",
+            resp.status(),
+            resp.url()
+        ));
+    }
+    status_error(resp).await
 }
 
 /// The innermost cause of a reqwest error: "Connection refused (os error

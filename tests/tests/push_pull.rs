@@ -976,7 +976,9 @@ fn a_pull_sweeps_what_a_killed_pull_left_behind() {
     let gone = (4_000_000..4_194_000)
         .find(|pid| !Path::new(&format!("/proc/{pid}")).exists())
         .unwrap();
-    let stale = dest.join("nested").join(format!(".deep.bin.sealvol-{gone}"));
+    let stale = dest
+        .join("nested")
+        .join(format!(".deep.bin.sealvol-{gone}"));
     let live = dest.join(".big.bin.sealvol-1");
     write(&stale, b"partial", 0o644);
     write(&live, b"in progress", 0o644);
@@ -985,4 +987,120 @@ fn a_pull_sweeps_what_a_killed_pull_left_behind() {
     assert!(live.exists(), "a running pull's temporary file was removed");
     std::fs::remove_file(&live).unwrap();
     assert_same_tree(&src, &dest);
+}
+
+/// The requests a `sealvol serve` answered so far, by method and status,
+/// from its Prometheus metrics (which count this `GET /metrics` only after
+/// answering it).
+fn requests_served(addr: &str) -> BTreeMap<(String, u16), u64> {
+    let text = http()
+        .get(format!("http://{addr}/metrics"))
+        .send()
+        .unwrap()
+        .text()
+        .unwrap();
+    let label = |line: &str, name: &str| -> Option<String> {
+        let start = line.find(&format!("{name}=\""))? + name.len() + 2;
+        let len = line[start..].find('"')?;
+        Some(line[start..start + len].to_string())
+    };
+    let mut out = BTreeMap::new();
+    for line in text
+        .lines()
+        .filter(|l| l.starts_with("sealvol_http_requests_total{"))
+    {
+        let (Some(method), Some(status), Some(n)) = (
+            label(line, "method"),
+            label(line, "status").and_then(|s| s.parse().ok()),
+            line.rsplit(' ').next().and_then(|n| n.parse::<f64>().ok()),
+        ) else {
+            panic!("unexpected metrics line: {line}");
+        };
+        *out.entry((method, status)).or_insert(0) += n as u64;
+    }
+    out
+}
+
+/// What happened between two [`requests_served`], less the `GET /metrics`
+/// that took the first.
+fn served_between(
+    before: &BTreeMap<(String, u16), u64>,
+    after: &BTreeMap<(String, u16), u64>,
+) -> BTreeMap<(String, u16), u64> {
+    let mut out: BTreeMap<(String, u16), u64> = after
+        .iter()
+        .map(|(k, n)| (k.clone(), n - before.get(k).copied().unwrap_or(0)))
+        .filter(|(_, n)| *n > 0)
+        .collect();
+    let metrics = ("GET".to_string(), 200);
+    if let Some(n) = out.get_mut(&metrics) {
+        *n -= 1;
+    }
+    out
+}
+
+fn count(served: &BTreeMap<(String, u16), u64>, method: &str) -> u64 {
+    served
+        .iter()
+        .filter(|((m, _), _)| m == method)
+        .map(|(_, n)| n)
+        .sum()
+}
+
+#[test]
+fn an_open_registry_is_asked_for_v2_once_not_once_per_blob() {
+    let sb = Sandbox::new();
+    let src = sb.path().join("src");
+    sample(&src, BIG);
+    // Many small files, one chunk each: any per-blob overhead shows.
+    for i in 0..40 {
+        write(
+            &src.join(format!("many/{i:02}.bin")),
+            &noise(1000 + i, 100 + i as u64),
+            0o644,
+        );
+    }
+    let serve = Server::start(&sb.path().join("serve"));
+    let reg = host(&serve);
+
+    let before = requests_served(&reg);
+    let pushed = push(&sb, &reg, &src, "bdn:ns/vol", &[]);
+    let after_push = requests_served(&reg);
+    let dest = sb.path().join("dest");
+    let cache = tempfile::tempdir().unwrap();
+    let pulled = pull(
+        &sb,
+        &reg,
+        "bdn:ns/vol",
+        &dest,
+        &["--cache-dir", s(cache.path())],
+    );
+    let after_pull = requests_served(&reg);
+    assert_same_tree(&src, &dest);
+
+    // The registry lets anyone in, so `GET /v2/` has nothing to say after
+    // the first time. A push GETs nothing else but a manifest or two; a pull
+    // GETs its chunks and a few manifests and tree blobs. Either may ask
+    // `/v2/` before each manifest, but not before each blob.
+    const HANDFUL: u64 = 12;
+    let served = served_between(&before, &after_push);
+    let chunks = pushed["chunks_uploaded"].as_u64().unwrap();
+    assert!(chunks >= 48, "{pushed}");
+    for method in ["HEAD", "POST", "PUT"] {
+        assert!(
+            count(&served, method) >= chunks,
+            "push: fewer {method} requests than chunks sent: {served:?}"
+        );
+    }
+    assert!(
+        count(&served, "GET") <= HANDFUL,
+        "push of {chunks} chunks: GET /v2/ before each blob request? {served:?}"
+    );
+    let served = served_between(&after_push, &after_pull);
+    let chunks = pulled["chunks_downloaded"].as_u64().unwrap();
+    assert!(chunks >= 48, "{pulled}");
+    assert!(
+        count(&served, "GET") <= chunks + HANDFUL,
+        "pull of {chunks} chunks: GET /v2/ before each blob? {served:?}"
+    );
 }
