@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# The main job on the embedded default, as far as it exists today: start
+# The main job on the embedded default, the whole promise in one go: start
 # `sealvol serve`, publish a small model-like directory, publish a second
 # version that changes one tensor, show what changed and what was sent,
-# pull a version back by digest and check it is byte-identical, then stop
-# the server. (Mounting comes with the FUSE part.)
+# pull a version back by digest and check it is byte-identical, mount it by
+# digest (FUSE; bytes stream in as they are read), list and read it,
+# unmount, then stop the server. Cleans up on any exit: no mount, server or
+# temporary folder is left behind.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/deps.sh
@@ -11,12 +13,22 @@ cargo build --release --locked -p sealvol-cli
 bin=$PWD/target/release/sealvol
 
 work=$(mktemp -d)
+mnt="$work/mnt"
 server=
+mounted() { grep -qsF " $mnt " /proc/self/mountinfo; }
 cleanup() {
+  # Detach the mount first (its process then exits), so that rm never
+  # walks into it.
+  if mounted; then "$bin" umount --lazy "$mnt" 2>/dev/null || fusermount3 -uz "$mnt" 2>/dev/null || true; fi
   if [[ -n $server ]]; then kill "$server" 2>/dev/null && wait "$server" 2>/dev/null || true; fi
-  rm -rf "$work"
+  if mounted; then
+    echo "demo: $mnt is still mounted; unmount it with: fusermount3 -uz $mnt" >&2
+  else
+    rm -rf --one-file-system "$work"
+  fi
 }
 trap cleanup EXIT
+trap 'exit 130' INT TERM
 export SEALVOL_CACHE_DIR="$work/cache"
 
 # Port 0: the registry picks a free port and prints it when it is ready.
@@ -59,3 +71,28 @@ echo "== sealvol pull $v2 (by digest) and compare"
 diff -r "$model" "$work/pulled" && echo "pulled tree is byte-identical"
 echo "== sealvol cat ${v1}/config.json"
 "$bin" cat "$v1/config.json"
+
+# A fresh cache dir, as on a machine that never saw this volume: the bytes
+# come from the registry as they are read.
+echo "== sealvol mount $v2 $mnt --daemon (only the tree index is fetched)"
+mkdir -p "$mnt"
+"$bin" mount "$v2" "$mnt" --daemon --cache-dir "$work/mount-cache"
+echo "== ls -la $mnt"
+ls -la "$mnt"
+echo "== cat $mnt/config.json"
+cat "$mnt/config.json"
+echo "== sha256sum of a tensor file, through the mount and at the source"
+mounted_sum=$(sha256sum <"$mnt/model-00002.safetensors" | cut -d' ' -f1)
+source_sum=$(sha256sum <"$model/model-00002.safetensors" | cut -d' ' -f1)
+echo "mount:  $mounted_sum"
+echo "source: $source_sum"
+[[ $mounted_sum == "$source_sum" ]] || { echo "demo: the mounted file differs from the source" >&2; exit 1; }
+diff -r "$model" "$mnt" && echo "mounted tree is byte-identical"
+echo "== sealvol umount $mnt"
+"$bin" umount "$mnt"
+if mounted; then echo "demo: $mnt is still mounted after sealvol umount" >&2; exit 1; fi
+echo "unmounted"
+echo "== stop sealvol serve"
+kill "$server" && wait "$server" 2>/dev/null || true
+server=
+echo "done"

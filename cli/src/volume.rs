@@ -130,7 +130,7 @@ pub fn push(
                 );
             } else {
                 eprintln!(
-                    "{} files, {}; sent {} of {} chunks ({}), mounted {}, in {:.2}s; tags: {}",
+                    "{} files, {}; sent {} of {} chunks ({} in all, manifests included), mounted {}, in {:.2}s; tags: {}",
                     report.files,
                     human(report.bytes),
                     report.chunks_uploaded,

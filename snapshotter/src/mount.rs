@@ -254,7 +254,24 @@ fn check_mountpoint(path: &Path) -> Result<PathBuf, MountError> {
         }
         Err(e) => return Err(err(e.to_string())),
     }
-    path.canonicalize().map_err(|e| err(e.to_string()))
+    let canonical = path.canonicalize().map_err(|e| err(e.to_string()))?;
+    // Mounting over a mount would hide it, and unmounting by path later
+    // would take down whichever is on top: refuse.
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    if mount_points(&mountinfo).any(|m| m == canonical) {
+        return Err(err(
+            "already a mount point; unmount it first (sealvol umount) or choose another directory"
+                .into(),
+        ));
+    }
+    Ok(canonical)
+}
+
+/// Every mount point in a mountinfo text, whatever is mounted there.
+fn mount_points(mountinfo: &str) -> impl Iterator<Item = PathBuf> + '_ {
+    mountinfo
+        .lines()
+        .filter_map(|line| Some(PathBuf::from(unescape(line.split(' ').nth(4)?))))
 }
 
 /// The kernel reads ahead only 128 KiB on a FUSE mount by default, which
@@ -503,6 +520,16 @@ pub fn unmount(path: &Path, lazy: bool) -> Result<(), MountError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn mount_points_are_every_mount_unescaped() {
+        let text = "22 1 0:21 / /proc rw - proc proc rw\n98 22 0:50 / /mnt/my\\040vol ro - fuse.sshfs x rw\n";
+        let points: Vec<PathBuf> = mount_points(text).collect();
+        assert_eq!(
+            points,
+            vec![PathBuf::from("/proc"), PathBuf::from("/mnt/my vol")]
+        );
+    }
 
     #[test]
     fn mountinfo_lists_sealvol_mounts_only() {

@@ -1265,6 +1265,22 @@ fn unmounting_leaves_no_stale_mount() {
         b"{\"hidden_size\": 64}\n"
     );
 
+    // A second mount on top is refused: it would hide this one, and
+    // unmounting by path would take down whichever is on top.
+    let line = fails(
+        sb.sealvol(
+            &reg,
+            &["mount", "bdn:ns/vol", s(&mnt), "--cache-dir", s(&cache)],
+        ),
+        "a second mount on a mount point",
+    );
+    assert!(line.contains("already a mount point"), "{line}");
+    assert_eq!(
+        read(&mnt.join("config.json")).unwrap(),
+        b"{\"hidden_size\": 64}\n",
+        "the first mount was disturbed"
+    );
+
     // Busy while a file is open: refused, unless lazily.
     let open = File::open(mnt.join("run.sh")).unwrap();
     let line = fails(sb.sealvol(&reg, &["umount", s(&mnt)]), "umount while busy");
