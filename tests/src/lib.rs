@@ -999,3 +999,23 @@ pub fn assert_same_tree(expected: &Path, actual: &Path) {
         );
     }
 }
+
+/// Bytes that look random but are the same on every run (xorshift64*), so
+/// chunk boundaries are stable and a flipped byte cannot hide.
+pub fn noise(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    let mut out = Vec::with_capacity(len + 8);
+    while out.len() < len {
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        out.extend_from_slice(&x.wrapping_mul(0x2545_f491_4f6c_dd1d).to_le_bytes());
+    }
+    out.truncate(len);
+    out
+}
+
+/// `HOST:PORT` of a running `sealvol serve`.
+pub fn host(server: &Server) -> String {
+    server.url.trim_start_matches("http://").to_string()
+}

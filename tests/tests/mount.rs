@@ -21,7 +21,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use sealvol_tests::{fails, ok, s, sealvol_bin, sha256, stderr, write, FlipProxy, Sandbox, Server};
+use sealvol_tests::{
+    fails, host, noise, ok, s, sealvol_bin, sha256, stderr, write, FlipProxy, Sandbox, Server,
+};
 use serde_json::Value;
 
 /// Larger than the 16 MiB maximum chunk, so the big file has several chunks.
@@ -30,20 +32,6 @@ const BIG: usize = 40 << 20;
 /// How long any one step may take before the test gives up on it. Only a
 /// hung mount comes near it.
 const DEADLINE: Duration = Duration::from_secs(120);
-
-/// Bytes that look random but are the same on every run (xorshift64*).
-fn noise(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    let mut out = Vec::with_capacity(len + 8);
-    while out.len() < len {
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        out.extend_from_slice(&x.wrapping_mul(0x2545_f491_4f6c_dd1d).to_le_bytes());
-    }
-    out.truncate(len);
-    out
-}
 
 /// A small model directory: a big file of several chunks, JSON files, an
 /// empty file, an empty directory, symlinks, 0600, 0755 and 0444 files,
@@ -70,10 +58,6 @@ fn sample(root: &Path) {
     ] {
         std::fs::set_permissions(root.join(dir), std::fs::Permissions::from_mode(mode)).unwrap();
     }
-}
-
-fn host(server: &Server) -> String {
-    server.url.trim_start_matches("http://").to_string()
 }
 
 /// Pushes `dir` as `reference`; the 64 hex digits of its version digest.

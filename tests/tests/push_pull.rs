@@ -10,28 +10,13 @@ use std::path::Path;
 use std::time::Duration;
 
 use sealvol_tests::{
-    assert_same_tree, closed_addr, fails, json, ok, s, sha256, stderr, tree, venv_bin, write,
-    DockerRegistry, FlipProxy, Node, Sandbox, Server,
+    assert_same_tree, closed_addr, fails, host, json, noise, ok, s, sha256, stderr, tree, venv_bin,
+    write, DockerRegistry, FlipProxy, Node, Sandbox, Server,
 };
 use serde_json::Value;
 
 /// Larger than the 16 MiB maximum chunk, so the big file has several chunks.
 const BIG: usize = 20 << 20;
-
-/// Bytes that look random but are the same on every run (xorshift64*), so
-/// chunk boundaries are stable and a flipped byte cannot hide.
-fn noise(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    let mut out = Vec::with_capacity(len + 8);
-    while out.len() < len {
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        out.extend_from_slice(&x.wrapping_mul(0x2545_f491_4f6c_dd1d).to_le_bytes());
-    }
-    out.truncate(len);
-    out
-}
 
 /// A small model directory: a big file of `big_len` bytes, JSON files, an
 /// empty file, an empty directory, a symlink, a 0600 and a 0755 file and
@@ -54,11 +39,6 @@ fn sample(root: &Path, big_len: usize) {
 
 /// Files (not directories or symlinks) in `sample`.
 const SAMPLE_FILES: u64 = 8;
-
-/// `127.0.0.1:PORT` of a `sealvol serve`.
-fn host(server: &Server) -> String {
-    server.url.trim_start_matches("http://").to_string()
-}
 
 fn push(sb: &Sandbox, registry: &str, dir: &Path, reference: &str, extra: &[&str]) -> Value {
     let mut args = vec!["push", s(dir), reference, "--output", "json"];
