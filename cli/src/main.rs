@@ -252,9 +252,26 @@ fn exit_cleanly_on_sigbus() {
     }
 }
 
+/// glibc gives each thread that allocates its own arena, up to 8 per core,
+/// and an arena keeps what is freed in it. Pulls and mounts move megabyte
+/// chunks through many short-lived blocking threads, so freed chunk buffers
+/// pile up in arenas: a warm pull of 1 GiB peaked at 180-250 MB RSS with the
+/// default and at 72-80 MB with two arenas, no slower.
+fn limit_malloc_arenas() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: mallopt only tunes the allocator; called before any thread
+    // other than main exists.
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, 2);
+    }
+}
+
 fn main() -> ExitCode {
     exit_cleanly_on_sigbus();
     let cli = Cli::parse();
+    if !matches!(cli.command, Command::Serve { .. }) {
+        limit_malloc_arenas();
+    }
     // A server says what it does; one-shot commands speak only when asked.
     // A mount logs reads that fail; fuser's own warnings are about
     // requests the mount answers on purpose.
