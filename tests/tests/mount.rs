@@ -211,6 +211,14 @@ impl Mounted {
         m
     }
 
+    /// Mounts `bdn:ns/vol` at `mnt` with the chunk cache `cache`, plus
+    /// `extra` flags: what most tests mount.
+    fn volume(sb: &Sandbox, registry: &str, mnt: &Path, cache: &str, extra: &[&str]) -> Mounted {
+        let mut args = vec!["mount", "bdn:ns/vol", s(mnt), "--cache-dir", cache];
+        args.extend_from_slice(extra);
+        Mounted::start(sb, registry, &args, &[mnt])
+    }
+
     fn pid(&self) -> i32 {
         self.child.as_ref().expect("running").id() as i32
     }
@@ -564,18 +572,7 @@ fn mmap_reads_the_same_bytes() {
     let reg = host(&serve);
     push(&sb, &reg, &src, "bdn:ns/vol");
     let mnt = mountpoint(&sb, "mnt");
-    let _m = Mounted::start(
-        &sb,
-        &reg,
-        &[
-            "mount",
-            "bdn:ns/vol",
-            s(&mnt),
-            "--cache-dir",
-            s(&sb.path().join("c")),
-        ],
-        &[&mnt],
-    );
+    let _m = Mounted::volume(&sb, &reg, &mnt, s(&sb.path().join("c")), &[]);
     let source = noise(BIG, 1);
     let path = mnt.join("big.bin");
     let (header, tail, middle, whole) = within("mmap reads", move || {
@@ -616,18 +613,7 @@ fn eight_readers_run_side_by_side_and_share_fetches() {
     let reg = host(&serve);
     push(&sb, &reg, &src, "bdn:ns/vol");
     let mnt = mountpoint(&sb, "mnt");
-    let _m = Mounted::start(
-        &sb,
-        &reg,
-        &[
-            "mount",
-            "bdn:ns/vol",
-            s(&mnt),
-            "--cache-dir",
-            s(&sb.path().join("c")),
-        ],
-        &[&mnt],
-    );
+    let _m = Mounted::volume(&sb, &reg, &mnt, s(&sb.path().join("c")), &[]);
 
     // Eight readers, each over its own file in 128 KiB reads, all at once.
     let barrier = Arc::new(std::sync::Barrier::new(files.len()));
@@ -797,18 +783,7 @@ fn reads_of_cached_data_go_on_while_the_registry_is_down() {
     let hex = push(&sb, &reg, &src, "bdn:ns/vol");
     let big = big_chunks(&reg, "ns/vol", &hex);
     let mnt = mountpoint(&sb, "mnt");
-    let _m = Mounted::start(
-        &sb,
-        &reg,
-        &[
-            "mount",
-            "bdn:ns/vol",
-            s(&mnt),
-            "--cache-dir",
-            s(&sb.path().join("c")),
-        ],
-        &[&mnt],
-    );
+    let _m = Mounted::volume(&sb, &reg, &mnt, s(&sb.path().join("c")), &[]);
     let source = noise(BIG, 1);
     let path = mnt.join("big.bin");
     // Some of big.bin's first chunk and config.json are read, so cached.
@@ -1069,20 +1044,7 @@ fn prefetch_all_fills_the_cache_and_cache_size_bounds_it() {
     // --cache-size: reading everything leaves at most that much cached.
     let small = sb.path().join("small-cache");
     let mnt = mountpoint(&sb, "mnt-small");
-    let mut m = Mounted::start(
-        &sb,
-        &reg,
-        &[
-            "mount",
-            "bdn:ns/vol",
-            s(&mnt),
-            "--cache-dir",
-            s(&small),
-            "--cache-size",
-            "8M",
-        ],
-        &[&mnt],
-    );
+    let mut m = Mounted::volume(&sb, &reg, &mnt, s(&small), &["--cache-size", "8M"]);
     assert_same_tree(&src, &mnt);
     m.stop();
     let held: u64 = cached_chunks(&small)
@@ -1100,20 +1062,7 @@ fn prefetch_all_fills_the_cache_and_cache_size_bounds_it() {
     // can go away and the whole version still reads.
     let cache = sb.path().join("c");
     let mnt = mountpoint(&sb, "mnt");
-    let _m = Mounted::start(
-        &sb,
-        &reg,
-        &[
-            "mount",
-            "bdn:ns/vol",
-            s(&mnt),
-            "--cache-dir",
-            s(&cache),
-            "--prefetch",
-            "all",
-        ],
-        &[&mnt],
-    );
+    let _m = Mounted::volume(&sb, &reg, &mnt, s(&cache), &["--prefetch", "all"]);
     let deadline = Instant::now() + Duration::from_secs(60);
     while cached_chunks(&cache) != all {
         assert!(
@@ -1164,12 +1113,7 @@ fn reads_in_order_and_opened_files_are_fetched_ahead() {
     // arrive without being read, and nothing of other files.
     let cache = sb.path().join("c1");
     let mnt = mountpoint(&sb, "mnt1");
-    let _m = Mounted::start(
-        &sb,
-        &reg,
-        &["mount", "bdn:ns/vol", s(&mnt), "--cache-dir", s(&cache)],
-        &[&mnt],
-    );
+    let _m = Mounted::volume(&sb, &reg, &mnt, s(&cache), &[]);
     let path = mnt.join("big.bin");
     let head = within("two reads in order", move || {
         let mut f = File::open(&path).unwrap();
@@ -1185,20 +1129,7 @@ fn reads_in_order_and_opened_files_are_fetched_ahead() {
     // --prefetch open: one byte read, and the whole file arrives.
     let cache = sb.path().join("c2");
     let mnt = mountpoint(&sb, "mnt2");
-    let _m = Mounted::start(
-        &sb,
-        &reg,
-        &[
-            "mount",
-            "bdn:ns/vol",
-            s(&mnt),
-            "--cache-dir",
-            s(&cache),
-            "--prefetch",
-            "open",
-        ],
-        &[&mnt],
-    );
+    let _m = Mounted::volume(&sb, &reg, &mnt, s(&cache), &["--prefetch", "open"]);
     assert_eq!(
         pread(&mnt.join("big.bin"), 5000, 1).unwrap(),
         [source[5000]]
@@ -1282,12 +1213,7 @@ fn unmounting_leaves_no_stale_mount() {
     assert!(line.contains("not a sealvol mount"), "{line}");
 
     // A mount whose process crashed is stale until the guard clears it.
-    let m = Mounted::start(
-        &sb,
-        &reg,
-        &["mount", "bdn:ns/vol", s(&mnt), "--cache-dir", s(&cache)],
-        &[&mnt],
-    );
+    let m = Mounted::volume(&sb, &reg, &mnt, s(&cache), &[]);
     m.signal(libc::SIGKILL);
     // Attributes stay cached; listing a directory needs the process.
     let deadline = Instant::now() + Duration::from_secs(20);
