@@ -270,16 +270,16 @@ pub fn stat(target: &str, full_ref: bool, conn: &Conn, output: Output) -> anyhow
             }
             println!(
                 "content:  {} files, {} dirs, {} symlinks, {}",
-                s.files,
-                s.dirs,
-                s.symlinks,
-                human(s.bytes)
+                s.stats.files,
+                s.stats.dirs,
+                s.stats.symlinks,
+                human(s.stats.bytes)
             );
             println!(
                 "chunks:   {} ({} distinct, {})",
-                s.chunks,
-                s.unique_chunks,
-                human(s.unique_bytes)
+                s.stats.chunks,
+                s.stats.unique_chunks,
+                human(s.stats.unique_bytes)
             );
             if let Some(src) = &s.source {
                 println!("source:   {src}");
