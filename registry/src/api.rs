@@ -3,8 +3,8 @@
 //! router does) and each endpoint is a function that reads like its
 //! paragraph of the spec, returning `Result<Response, RegistryError>`.
 
-use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
 
 use axum::body::Body;
 use axum::extract::{Request, State};
@@ -16,8 +16,10 @@ use serde_json::Value;
 use sha2::{Digest as _, Sha256};
 
 use crate::blobs::{BlobBody, BlobStore};
+use crate::claims::Claims;
+use crate::clock::Clock;
 use crate::error::{Code, RegistryError, Result};
-use crate::meta::{ManifestRecord, MetaStore};
+use crate::meta::{ManifestRecord, MetaStore, References};
 use crate::uploads::{write_stream, Uploads};
 
 /// Largest manifest accepted, as CNCF distribution and zot.
@@ -28,22 +30,93 @@ const OCI_INDEX: &str = "application/vnd.oci.image.index.v1+json";
 const DOCKER_MANIFEST: &str = "application/vnd.docker.distribution.manifest.v2+json";
 const DOCKER_LIST: &str = "application/vnd.docker.distribution.manifest.list.v2+json";
 
+/// How long deleted versions, unreferenced blobs and push claims last.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Policy {
+    pub retention_seconds: u64,
+    pub gc_grace_seconds: u64,
+    pub claim_ttl_seconds: u64,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Policy {
+            retention_seconds: 7 * 86_400,
+            gc_grace_seconds: 3600,
+            claim_ttl_seconds: 60,
+        }
+    }
+}
+
 /// Everything a request may touch.
 pub struct App {
     pub blobs: Arc<dyn BlobStore>,
     pub meta: Arc<MetaStore>,
     pub uploads: Uploads,
-}
-
-fn now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
+    pub clock: Clock,
+    pub policy: Policy,
+    pub claims: Claims,
+    /// Held shared by every handler that relies on a blob or manifest
+    /// existing until it has recorded that reliance, and exclusively by
+    /// garbage collection's sweep (see `gc`).
+    pub sweep: tokio::sync::RwLock<()>,
+    /// One garbage collection at a time.
+    pub gc_running: tokio::sync::Mutex<()>,
+    /// `repo NUL digest` -> when a client last checked the blob with HEAD:
+    /// a push that finds a blob skips uploading it and references it later.
+    touched: Mutex<HashMap<String, u64>>,
 }
 
 impl App {
+    pub fn new(
+        blobs: Arc<dyn BlobStore>,
+        meta: Arc<MetaStore>,
+        uploads: Uploads,
+        policy: Policy,
+    ) -> App {
+        App {
+            blobs,
+            meta,
+            uploads,
+            clock: Clock::from_env(),
+            policy,
+            claims: Claims::default(),
+            sweep: tokio::sync::RwLock::new(()),
+            gc_running: tokio::sync::Mutex::new(()),
+            touched: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub fn now(&self) -> u64 {
+        self.clock.now()
+    }
+
+    fn touch(&self, repo: &str, digest: &str) {
+        let now = self.now();
+        self.touched
+            .lock()
+            .expect("touched lock")
+            .insert(crate::meta::key(&[repo, digest]), now);
+    }
+
+    pub(crate) fn touched_since(&self, t: u64) -> HashSet<String> {
+        let touched = self.touched.lock().expect("touched lock");
+        touched
+            .iter()
+            .filter(|(_, at)| **at >= t)
+            .map(|(k, _)| k.clone())
+            .collect()
+    }
+
+    pub(crate) fn forget_touches_before(&self, t: u64) {
+        self.touched
+            .lock()
+            .expect("touched lock")
+            .retain(|_, at| *at >= t);
+    }
+
     /// Runs a metadata operation off the async threads (redb commits fsync).
-    async fn meta<T: Send + 'static>(
+    pub(crate) async fn meta<T: Send + 'static>(
         &self,
         f: impl FnOnce(&MetaStore) -> crate::meta::Result<T> + Send + 'static,
     ) -> Result<T> {
@@ -349,13 +422,13 @@ async fn get_manifest(app: &App, name: String, reference: String, head: bool) ->
 
 /// The descriptors a manifest references: blobs for an image manifest,
 /// child manifests for an index.
-struct Parsed {
-    media_type: String,
-    blobs: Vec<Sha256Digest>,
-    children: Vec<Sha256Digest>,
-    subject: Option<Sha256Digest>,
-    artifact_type: Option<String>,
-    annotations: Option<Value>,
+pub(crate) struct Parsed {
+    pub media_type: String,
+    pub blobs: Vec<Sha256Digest>,
+    pub children: Vec<Sha256Digest>,
+    pub subject: Option<Sha256Digest>,
+    pub artifact_type: Option<String>,
+    pub annotations: Option<Value>,
 }
 
 fn descriptor_digest(d: &Value, what: &str) -> Result<Sha256Digest> {
@@ -377,7 +450,7 @@ fn descriptor_digest(d: &Value, what: &str) -> Result<Sha256Digest> {
     })
 }
 
-fn parse_manifest(bytes: &[u8], content_type: Option<&str>) -> Result<Parsed> {
+pub(crate) fn parse_manifest(bytes: &[u8], content_type: Option<&str>) -> Result<Parsed> {
     let invalid = |why: &str| RegistryError::new(Code::ManifestInvalid, why.to_string());
     let v: Value = serde_json::from_slice(bytes).map_err(|e| invalid(&format!("not JSON: {e}")))?;
     if v.get("schemaVersion").and_then(Value::as_u64) != Some(2) {
@@ -483,30 +556,6 @@ async fn put_manifest(
     };
     let parsed = parse_manifest(&bytes, content_type.as_deref())?;
 
-    // Every referenced blob and child manifest must already be in this repository.
-    let (repo, blobs, children) = (name.clone(), parsed.blobs.clone(), parsed.children.clone());
-    let missing = app
-        .meta(move |m| {
-            for b in &blobs {
-                if m.blob_size(&repo, &b.to_string())?.is_none() {
-                    return Ok(Some(format!("blob {b}")));
-                }
-            }
-            for c in &children {
-                if m.manifest(&repo, &c.to_string())?.is_none() {
-                    return Ok(Some(format!("manifest {c}")));
-                }
-            }
-            Ok(None)
-        })
-        .await?;
-    if let Some(what) = missing {
-        return Err(RegistryError::new(
-            Code::ManifestBlobUnknown,
-            format!("{what} is not in repository {name}; push it first"),
-        ));
-    }
-
     let subject_descriptor = parsed.subject.map(|_| {
         let mut d = serde_json::json!({
             "mediaType": parsed.media_type,
@@ -521,28 +570,54 @@ async fn put_manifest(
         }
         d.to_string()
     });
-    app.blobs.put(&digest, bytes.clone()).await?;
+    // A version index seals a version of the volume (SPEC.md §7.1).
+    let sealed = if parsed.children.is_empty() {
+        None
+    } else {
+        crate::volumes::Sealed::from_index(&bytes)
+    };
+    let refs = References {
+        blobs: parsed.blobs.iter().map(ToString::to_string).collect(),
+        children: parsed.children.iter().map(ToString::to_string).collect(),
+    };
     let record = ManifestRecord {
         media_type: parsed.media_type,
         size: bytes.len() as u64,
         subject: subject_descriptor,
+        stored_at: app.now(),
     };
+    // Every referenced blob and child manifest must already be in this
+    // repository; they are checked in the transaction that records the
+    // manifest, with garbage collection's sweep held off.
+    let _sweep = app.sweep.read().await;
+    app.blobs.put(&digest, bytes.clone()).await?;
     let (repo, d, subject) = (
         name.clone(),
         digest.to_string(),
         parsed.subject.map(|s| s.to_string()),
     );
-    app.meta(move |m| {
-        m.put_manifest(
-            &repo,
-            &d,
-            &record,
-            tag.as_deref(),
-            subject.as_deref(),
-            now(),
-        )
-    })
-    .await?;
+    let now = app.now();
+    let stored = app
+        .meta(move |m| {
+            m.put_manifest(
+                &repo,
+                &d,
+                &record,
+                &refs,
+                tag.as_deref(),
+                subject.as_deref(),
+                sealed.as_ref(),
+                now,
+            )
+        })
+        .await?;
+    drop(_sweep);
+    if let Err(what) = stored {
+        return Err(RegistryError::new(
+            Code::ManifestBlobUnknown,
+            format!("{what} is not in repository {name}; push it first"),
+        ));
+    }
 
     let mut resp = StatusCode::CREATED.into_response();
     let h = resp.headers_mut();
@@ -561,9 +636,11 @@ async fn delete_manifest(app: &App, name: String, reference: String) -> Result<R
     let (repo, r) = (name.clone(), reference.clone());
     let deleted = if reference.contains(':') {
         parse_digest(&reference)?;
-        app.meta(move |m| m.delete_manifest(&repo, &r)).await?
+        let now = app.now();
+        app.meta(move |m| m.delete_manifest(&repo, &r, now)).await?
     } else {
-        app.meta(move |m| m.delete_tag(&repo, &r)).await?
+        let now = app.now();
+        app.meta(move |m| m.delete_tag(&repo, &r, now)).await?
     };
     if !deleted {
         return Err(RegistryError::new(
@@ -619,11 +696,22 @@ async fn get_blob(
     head: bool,
 ) -> Result<Response> {
     let (repo, d) = (name.clone(), digest.to_string());
+    // A push that finds a blob with HEAD skips uploading it and references
+    // it later: record the check where garbage collection will see it.
+    let sweep = if head {
+        Some(app.sweep.read().await)
+    } else {
+        None
+    };
     let linked = app.meta(move |m| m.blob_size(&repo, &d)).await?;
     let size = match linked {
         Some(_) => app.blobs.size(&digest).await?,
         None => None,
     };
+    if head && size.is_some() {
+        app.touch(&name, &digest.to_string());
+    }
+    drop(sweep);
     let Some(size) = size else {
         return Err(RegistryError::new(
             Code::BlobUnknown,
@@ -718,11 +806,11 @@ async fn start_upload(app: &App, name: String, req: Request) -> Result<Response>
         if let Some(from) = query_param(&req, "from") {
             check_name(&from)?;
             let (repo, d) = (name.clone(), digest.to_string());
+            let _sweep = app.sweep.read().await;
             let size = app.meta(move |m| m.blob_size(&from, &d)).await?;
             if let (Some(size), Some(_)) = (size, app.blobs.size(&digest).await?) {
-                let d = digest.to_string();
-                app.meta(move |m| m.link_blob(&repo, &d, size, now()))
-                    .await?;
+                let (d, now) = (digest.to_string(), app.now());
+                app.meta(move |m| m.link_blob(&repo, &d, size, now)).await?;
                 return Ok(blob_created(&name, &digest));
             }
         }
@@ -755,9 +843,10 @@ async fn monolithic(app: &App, name: String, digest: Sha256Digest, body: Body) -
                 format!("uploaded bytes hash to {got}, not {digest}"),
             ));
         }
+        let _sweep = app.sweep.read().await;
         app.blobs.ingest(&digest, &path).await?;
-        let (repo, d) = (name.clone(), digest.to_string());
-        app.meta(move |m| m.link_blob(&repo, &d, size, now())).await
+        let (repo, d, now) = (name.clone(), digest.to_string(), app.now());
+        app.meta(move |m| m.link_blob(&repo, &d, size, now)).await
     }
     .await;
     app.uploads.remove(&id).await;
@@ -843,24 +932,27 @@ async fn put_upload(app: &App, name: String, id: String, req: Request) -> Result
         drop(session);
         app.uploads.remove(&id).await;
         let i = id.clone();
-        app.meta(move |m| m.finish_upload(&i, None, now())).await?;
+        let now = app.now();
+        app.meta(move |m| m.finish_upload(&i, None, now)).await?;
         return Err(RegistryError::new(
             Code::DigestInvalid,
             format!("uploaded bytes hash to {got}, not {digest}"),
         ));
     }
+    let sweep = app.sweep.read().await;
     app.blobs.ingest(&digest, &app.uploads.path(&id)).await?;
-    let (i, repo, d) = (id.clone(), name.clone(), digest.to_string());
-    app.meta(move |m| m.finish_upload(&i, Some((&repo, &d, size)), now()))
+    let (i, repo, d, now) = (id.clone(), name.clone(), digest.to_string(), app.now());
+    app.meta(move |m| m.finish_upload(&i, Some((&repo, &d, size)), now))
         .await?;
+    drop(sweep);
     drop(session);
     app.uploads.remove(&id).await;
     Ok(blob_created(&name, &digest))
 }
 
 async fn cancel_upload(app: &App, id: String) -> Result<Response> {
-    let i = id.clone();
-    app.meta(move |m| m.finish_upload(&i, None, now())).await?;
+    let (i, now) = (id.clone(), app.now());
+    app.meta(move |m| m.finish_upload(&i, None, now)).await?;
     app.uploads.remove(&id).await;
     Ok(StatusCode::NO_CONTENT.into_response())
 }

@@ -47,6 +47,17 @@ pub trait BlobStore: Send + Sync + 'static {
     /// Stores bytes that hash to `digest`.
     async fn put(&self, digest: &Sha256Digest, bytes: Bytes) -> io::Result<()>;
     async fn delete(&self, digest: &Sha256Digest) -> io::Result<()>;
+    /// Every stored blob (for garbage collection).
+    async fn list(&self) -> io::Result<Vec<StoredBlob>>;
+}
+
+/// A stored blob as garbage collection sees it.
+#[derive(Clone, Debug)]
+pub struct StoredBlob {
+    pub digest: Sha256Digest,
+    pub size: u64,
+    /// When its bytes were stored, Unix seconds.
+    pub modified: u64,
 }
 
 /// Blobs as files: `<root>/blobs/sha256/<2 hex>/<64 hex>`. A blob appears
@@ -173,6 +184,43 @@ impl BlobStore for FsBlobStore {
             _ => Ok(()),
         }
     }
+
+    async fn list(&self) -> io::Result<Vec<StoredBlob>> {
+        let root = self.root.join("blobs/sha256");
+        tokio::task::spawn_blocking(move || {
+            let mut out = Vec::new();
+            for shard in std::fs::read_dir(&root)? {
+                let shard = shard?;
+                if !shard.file_type()?.is_dir() {
+                    continue;
+                }
+                for e in std::fs::read_dir(shard.path())? {
+                    let e = e?;
+                    // Anything that is not a digest-named file is not a blob.
+                    let Some(digest) = e
+                        .file_name()
+                        .to_str()
+                        .and_then(|n| format!("sha256:{n}").parse::<Sha256Digest>().ok())
+                    else {
+                        continue;
+                    };
+                    let m = e.metadata()?;
+                    let modified = m
+                        .modified()?
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map_or(0, |d| d.as_secs());
+                    out.push(StoredBlob {
+                        digest,
+                        size: m.len(),
+                        modified,
+                    });
+                }
+            }
+            Ok(out)
+        })
+        .await
+        .map_err(io::Error::other)?
+    }
 }
 
 #[cfg(test)]
@@ -206,6 +254,15 @@ mod tests {
         std::fs::write(&staged, &data).unwrap();
         store.ingest(&d, &staged).await.unwrap();
         assert!(!staged.exists());
+        let listed: Vec<Sha256Digest> = store
+            .list()
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|b| b.digest)
+            .collect();
+        assert_eq!(listed.len(), 2);
+        assert!(listed.contains(&d) && listed.contains(&bd));
         store.delete(&d).await.unwrap();
         assert_eq!(store.get(&d).await.unwrap(), None);
     }

@@ -22,6 +22,16 @@ pub enum Code {
     Denied,
     Unsupported,
     TooManyRequests,
+    // The volume API's codes (SPEC.md §7.2).
+    Invalid,
+    TagReserved,
+    VolumeUnknown,
+    VersionUnknown,
+    TagUnknown,
+    ClaimUnknown,
+    PushInProgress,
+    NotDeleted,
+    RetentionExpired,
 }
 
 impl Code {
@@ -41,6 +51,15 @@ impl Code {
             Code::Denied => "DENIED",
             Code::Unsupported => "UNSUPPORTED",
             Code::TooManyRequests => "TOOMANYREQUESTS",
+            Code::Invalid => "INVALID",
+            Code::TagReserved => "TAG_RESERVED",
+            Code::VolumeUnknown => "VOLUME_UNKNOWN",
+            Code::VersionUnknown => "VERSION_UNKNOWN",
+            Code::TagUnknown => "TAG_UNKNOWN",
+            Code::ClaimUnknown => "CLAIM_UNKNOWN",
+            Code::PushInProgress => "PUSH_IN_PROGRESS",
+            Code::NotDeleted => "NOT_DELETED",
+            Code::RetentionExpired => "RETENTION_EXPIRED",
         }
     }
 
@@ -49,13 +68,21 @@ impl Code {
             Code::BlobUnknown
             | Code::BlobUploadUnknown
             | Code::ManifestUnknown
-            | Code::NameUnknown => StatusCode::NOT_FOUND,
+            | Code::NameUnknown
+            | Code::VolumeUnknown
+            | Code::VersionUnknown
+            | Code::TagUnknown
+            | Code::ClaimUnknown => StatusCode::NOT_FOUND,
             Code::BlobUploadInvalid
             | Code::DigestInvalid
             | Code::ManifestBlobUnknown
             | Code::ManifestInvalid
             | Code::NameInvalid
-            | Code::SizeInvalid => StatusCode::BAD_REQUEST,
+            | Code::SizeInvalid
+            | Code::Invalid
+            | Code::TagReserved => StatusCode::BAD_REQUEST,
+            Code::PushInProgress | Code::NotDeleted => StatusCode::CONFLICT,
+            Code::RetentionExpired => StatusCode::GONE,
             Code::Unauthorized => StatusCode::UNAUTHORIZED,
             Code::Denied => StatusCode::FORBIDDEN,
             Code::Unsupported => StatusCode::METHOD_NOT_ALLOWED,
@@ -106,6 +133,23 @@ impl RegistryError {
 impl From<std::io::Error> for RegistryError {
     fn from(e: std::io::Error) -> Self {
         RegistryError::internal(e)
+    }
+}
+
+impl From<crate::volumes::LifecycleError> for RegistryError {
+    fn from(e: crate::volumes::LifecycleError) -> Self {
+        use crate::volumes::LifecycleError as L;
+        let code = match &e {
+            L::VolumeUnknown(_) => Code::VolumeUnknown,
+            L::VersionUnknown(_) => Code::VersionUnknown,
+            L::TagUnknown { .. } => Code::TagUnknown,
+            L::NotDeleted(_) => Code::NotDeleted,
+            L::RetentionExpired { .. } => Code::RetentionExpired,
+            L::TagReserved(_) => Code::TagReserved,
+            L::Invalid(_) => Code::Invalid,
+            L::Meta(m) => return RegistryError::internal(m),
+        };
+        RegistryError::new(code, e.to_string())
     }
 }
 

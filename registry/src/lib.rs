@@ -3,7 +3,10 @@
 //! blobs as content-addressed files shared by all repositories
 //! ([`blobs::FsBlobStore`], behind the [`blobs::BlobStore`] trait) and
 //! metadata in redb ([`meta::MetaStore`]). It speaks the distribution spec
-//! to any OCI client; the sealvol volume API comes later. It is not a
+//! to any OCI client, and knows volumes: each repository's versions, head,
+//! tags with expiry, deletes restorable for a retention window
+//! ([`volumes`], served as JSON by [`volume_api`]), push claims
+//! ([`claims`]) and online garbage collection ([`gc`]). It is not a
 //! client, a cache or an authentication server.
 //!
 //! ```no_run
@@ -15,9 +18,14 @@
 
 pub mod api;
 pub mod blobs;
+pub mod claims;
+pub mod clock;
 pub mod error;
+pub mod gc;
 pub mod meta;
 pub mod server;
 pub mod uploads;
+pub mod volume_api;
+pub mod volumes;
 
 pub use server::{serve, Config, ServeError};

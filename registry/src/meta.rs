@@ -11,34 +11,47 @@ use std::path::Path;
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use serde::{Deserialize, Serialize};
 
-const REPOS: TableDefinition<&str, u64> = TableDefinition::new("repos");
-const BLOB_LINKS: TableDefinition<&str, u64> = TableDefinition::new("blob_links");
-const MANIFESTS: TableDefinition<&str, &[u8]> = TableDefinition::new("manifests");
-const TAGS: TableDefinition<&str, &str> = TableDefinition::new("tags");
-const REFERRERS: TableDefinition<&str, &[u8]> = TableDefinition::new("referrers");
-const UPLOADS: TableDefinition<&str, &str> = TableDefinition::new("uploads");
+pub(crate) const REPOS: TableDefinition<&str, u64> = TableDefinition::new("repos");
+/// `repo NUL digest` -> size: the blobs a repository may see.
+pub(crate) const BLOB_LINKS: TableDefinition<&str, u64> = TableDefinition::new("blob_links");
+/// `repo NUL digest` -> when the link was made or renewed (Unix seconds);
+/// garbage collection's grace period counts from it. Links made before
+/// this table existed have no row and count as old.
+pub(crate) const LINK_TIMES: TableDefinition<&str, u64> = TableDefinition::new("link_times");
+pub(crate) const MANIFESTS: TableDefinition<&str, &[u8]> = TableDefinition::new("manifests");
+pub(crate) const TAGS: TableDefinition<&str, &str> = TableDefinition::new("tags");
+pub(crate) const REFERRERS: TableDefinition<&str, &[u8]> = TableDefinition::new("referrers");
+pub(crate) const UPLOADS: TableDefinition<&str, &str> = TableDefinition::new("uploads");
 
 #[derive(Debug, thiserror::Error)]
 #[error("metadata store: {0}")]
-pub struct MetaError(String);
+pub struct MetaError(pub(crate) String);
 
+/// Implements `From` for every error a metadata transaction can raise,
+/// through `$via` (a function from the displayed error).
 macro_rules! from_redb {
-    ($($t:ty),*) => {$(
-        impl From<$t> for MetaError {
+    ($target:ty, $via:expr) => {
+        $crate::meta::from_redb!(
+            $target,
+            $via,
+            redb::DatabaseError,
+            redb::TransactionError,
+            redb::TableError,
+            redb::StorageError,
+            redb::CommitError,
+            serde_json::Error
+        );
+    };
+    ($target:ty, $via:expr, $($t:ty),*) => {$(
+        impl From<$t> for $target {
             fn from(e: $t) -> Self {
-                MetaError(e.to_string())
+                $via($crate::meta::MetaError(e.to_string()))
             }
         }
     )*};
 }
-from_redb!(
-    redb::DatabaseError,
-    redb::TransactionError,
-    redb::TableError,
-    redb::StorageError,
-    redb::CommitError,
-    serde_json::Error
-);
+pub(crate) use from_redb;
+from_redb!(MetaError, std::convert::identity);
 
 pub type Result<T> = std::result::Result<T, MetaError>;
 
@@ -51,26 +64,39 @@ pub struct ManifestRecord {
     /// has a `subject`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub subject: Option<String>,
+    /// When it was last stored (Unix seconds); 0 for records older than
+    /// the field. Garbage collection spares manifests younger than its
+    /// grace period, such as the shards a push stores before its index.
+    #[serde(default)]
+    pub stored_at: u64,
 }
 
-fn key(parts: &[&str]) -> String {
+pub(crate) fn key(parts: &[&str]) -> String {
     parts.join("\0")
 }
 
 /// The key range of every row whose key starts with `parts` + NUL.
-fn prefix(parts: &[&str]) -> (String, String) {
+pub(crate) fn prefix(parts: &[&str]) -> (String, String) {
     let p = key(parts);
     (format!("{p}\0"), format!("{p}\x01"))
 }
 
 pub struct MetaStore {
-    db: Database,
+    pub(crate) db: Database,
+}
+
+/// What a manifest PUT needs to exist in the repository first.
+#[derive(Debug, Default)]
+pub struct References {
+    pub blobs: Vec<String>,
+    pub children: Vec<String>,
 }
 
 /// Makes `digest` visible in `repo`, recording the repository if new.
 fn link(tx: &redb::WriteTransaction, repo: &str, digest: &str, size: u64, now: u64) -> Result<()> {
-    tx.open_table(BLOB_LINKS)?
-        .insert(key(&[repo, digest]).as_str(), size)?;
+    let k = key(&[repo, digest]);
+    tx.open_table(BLOB_LINKS)?.insert(k.as_str(), size)?;
+    tx.open_table(LINK_TIMES)?.insert(k.as_str(), now)?;
     ensure_repo(tx, repo, now)
 }
 
@@ -80,6 +106,39 @@ fn ensure_repo(tx: &redb::WriteTransaction, repo: &str, now: u64) -> Result<()> 
         repos.insert(repo, now)?;
     }
     Ok(())
+}
+
+/// Removes a manifest's row and its referrer rows (not its tags), and
+/// returns the record it had.
+pub(crate) fn drop_manifest(
+    tx: &redb::WriteTransaction,
+    repo: &str,
+    digest: &str,
+) -> Result<Option<ManifestRecord>> {
+    let record: Option<ManifestRecord> = {
+        let mut manifests = tx.open_table(MANIFESTS)?;
+        let removed = manifests.remove(key(&[repo, digest]).as_str())?;
+        match removed {
+            Some(v) => Some(serde_json::from_slice(v.value())?),
+            None => None,
+        }
+    };
+    if record.as_ref().is_some_and(|r| r.subject.is_some()) {
+        // The subject digest is inside the descriptor; find the row by suffix.
+        let mut refs = tx.open_table(REFERRERS)?;
+        let (lo, hi) = prefix(&[repo]);
+        let suffix = format!("\0{digest}");
+        let rows: Vec<String> = refs
+            .range(lo.as_str()..hi.as_str())?
+            .filter_map(|r| r.ok())
+            .map(|(k, _)| k.value().to_string())
+            .filter(|k| k.ends_with(&suffix))
+            .collect();
+        for k in rows {
+            refs.remove(k.as_str())?;
+        }
+    }
+    Ok(record)
 }
 
 impl MetaStore {
@@ -93,6 +152,8 @@ impl MetaStore {
         tx.open_table(TAGS)?;
         tx.open_table(REFERRERS)?;
         tx.open_table(UPLOADS)?;
+        tx.open_table(LINK_TIMES)?;
+        crate::volumes::create_tables(&tx)?;
         tx.commit()?;
         Ok(MetaStore { db })
     }
@@ -119,42 +180,68 @@ impl MetaStore {
 
     pub fn unlink_blob(&self, repo: &str, digest: &str) -> Result<bool> {
         let tx = self.db.begin_write()?;
-        let removed = tx
-            .open_table(BLOB_LINKS)?
-            .remove(key(&[repo, digest]).as_str())?
-            .is_some();
+        let k = key(&[repo, digest]);
+        let removed = tx.open_table(BLOB_LINKS)?.remove(k.as_str())?.is_some();
+        tx.open_table(LINK_TIMES)?.remove(k.as_str())?;
         tx.commit()?;
         Ok(removed)
     }
 
-    /// Records a manifest, optionally tags it, and indexes it as a
-    /// referrer of `subject` (digest, descriptor JSON), in one transaction.
+    /// Records a manifest after checking, in the same transaction, that
+    /// everything it references is in the repository (so no concurrent
+    /// delete can slip in between); optionally seals it as a version of the
+    /// volume (SPEC.md §7.1), tags it, and indexes it as a referrer of
+    /// `subject` (digest, descriptor JSON). Answers `Err(what)` naming the
+    /// first missing reference instead.
+    #[allow(clippy::too_many_arguments)]
     pub fn put_manifest(
         &self,
         repo: &str,
         digest: &str,
         record: &ManifestRecord,
+        refs: &References,
         tag: Option<&str>,
         subject: Option<&str>,
+        version: Option<&crate::volumes::Sealed>,
         now: u64,
-    ) -> Result<()> {
+    ) -> Result<std::result::Result<(), String>> {
         let tx = self.db.begin_write()?;
+        {
+            let links = tx.open_table(BLOB_LINKS)?;
+            if let Some(b) = refs
+                .blobs
+                .iter()
+                .find(|b| !matches!(links.get(key(&[repo, b]).as_str()), Ok(Some(_))))
+            {
+                return Ok(Err(format!("blob {b}")));
+            }
+            let manifests = tx.open_table(MANIFESTS)?;
+            if let Some(c) = refs
+                .children
+                .iter()
+                .find(|c| !matches!(manifests.get(key(&[repo, c]).as_str()), Ok(Some(_))))
+            {
+                return Ok(Err(format!("manifest {c}")));
+            }
+        }
         {
             let bytes = serde_json::to_vec(record)?;
             tx.open_table(MANIFESTS)?
                 .insert(key(&[repo, digest]).as_str(), bytes.as_slice())?;
-            if let Some(t) = tag {
-                tx.open_table(TAGS)?
-                    .insert(key(&[repo, t]).as_str(), digest)?;
-            }
             if let (Some(s), Some(desc)) = (subject, &record.subject) {
                 tx.open_table(REFERRERS)?
                     .insert(key(&[repo, s, digest]).as_str(), desc.as_bytes())?;
             }
             ensure_repo(&tx, repo, now)?;
+            if let Some(v) = version {
+                crate::volumes::seal(&tx, repo, digest, v, now)?;
+            }
+            if let Some(t) = tag {
+                crate::volumes::put_tag(&tx, repo, t, digest, None, now)?;
+            }
         }
         tx.commit()?;
-        Ok(())
+        Ok(Ok(()))
     }
 
     pub fn manifest(&self, repo: &str, digest: &str) -> Result<Option<ManifestRecord>> {
@@ -174,56 +261,37 @@ impl MetaStore {
     }
 
     /// Deletes a manifest with the tags that point at it and its referrer
-    /// entries. Returns false when it did not exist.
-    pub fn delete_manifest(&self, repo: &str, digest: &str) -> Result<bool> {
+    /// entries; the index of a version is tombstoned instead, so it can be
+    /// restored (SPEC.md §7.1). Returns false when it did not exist.
+    pub fn delete_manifest(&self, repo: &str, digest: &str, now: u64) -> Result<bool> {
         let tx = self.db.begin_write()?;
         let existed;
         {
-            let subject = {
-                let mut manifests = tx.open_table(MANIFESTS)?;
-                let removed = manifests.remove(key(&[repo, digest]).as_str())?;
-                existed = removed.is_some();
-                match removed {
-                    Some(v) => serde_json::from_slice::<ManifestRecord>(v.value())?.subject,
-                    None => None,
-                }
-            };
-            let mut tags = tx.open_table(TAGS)?;
-            let (lo, hi) = prefix(&[repo]);
-            let stale: Vec<String> = tags
-                .range(lo.as_str()..hi.as_str())?
-                .filter_map(|r| r.ok())
-                .filter(|(_, v)| v.value() == digest)
-                .map(|(k, _)| k.value().to_string())
-                .collect();
-            for k in stale {
-                tags.remove(k.as_str())?;
+            if tx
+                .open_table(MANIFESTS)?
+                .get(key(&[repo, digest]).as_str())?
+                .is_none()
+            {
+                return Ok(false);
             }
-            if subject.is_some() {
-                // The subject digest is inside the descriptor; find the row by suffix.
-                let mut refs = tx.open_table(REFERRERS)?;
-                let suffix = format!("\0{digest}");
-                let rows: Vec<String> = refs
-                    .range(lo.as_str()..hi.as_str())?
-                    .filter_map(|r| r.ok())
-                    .map(|(k, _)| k.value().to_string())
-                    .filter(|k| k.ends_with(&suffix))
-                    .collect();
-                for k in rows {
-                    refs.remove(k.as_str())?;
-                }
+            if let Some(version) = crate::volumes::version_of_index(&tx, repo, digest)? {
+                // Hides every index of the version, this one included.
+                crate::volumes::tombstone(&tx, repo, &version, now)
+                    .map_err(|e| MetaError(e.to_string()))?;
+                existed = true;
+            } else {
+                existed = drop_manifest(&tx, repo, digest)?.is_some();
+                crate::volumes::drop_tags_of(&tx, repo, &[digest.to_string()], now)?;
             }
         }
         tx.commit()?;
         Ok(existed)
     }
 
-    pub fn delete_tag(&self, repo: &str, tag: &str) -> Result<bool> {
+    /// Removes a tag (not what it points at).
+    pub fn delete_tag(&self, repo: &str, tag: &str, now: u64) -> Result<bool> {
         let tx = self.db.begin_write()?;
-        let removed = tx
-            .open_table(TAGS)?
-            .remove(key(&[repo, tag]).as_str())?
-            .is_some();
+        let removed = crate::volumes::remove_tag(&tx, repo, tag, now)?;
         tx.commit()?;
         Ok(removed)
     }
@@ -332,13 +400,26 @@ mod tests {
             media_type: "application/vnd.oci.image.manifest.v1+json".into(),
             size: 10,
             subject: None,
+            stored_at: 0,
         };
+        let none = References::default();
         for t in ["b", "a", "c"] {
-            m.put_manifest("ns/repo", "sha256:aa", &rec, Some(t), None, 0)
+            m.put_manifest("ns/repo", "sha256:aa", &rec, &none, Some(t), None, None, 0)
+                .unwrap()
                 .unwrap();
         }
-        m.put_manifest("ns/repo2", "sha256:bb", &rec, Some("z"), None, 0)
-            .unwrap();
+        m.put_manifest(
+            "ns/repo2",
+            "sha256:bb",
+            &rec,
+            &none,
+            Some("z"),
+            None,
+            None,
+            0,
+        )
+        .unwrap()
+        .unwrap();
         assert_eq!(
             m.tags("ns/repo", None, 2).unwrap(),
             (vec!["a".into(), "b".into()], true)
@@ -349,7 +430,7 @@ mod tests {
         );
         assert_eq!(m.catalog(None, 10).unwrap().0, ["ns/repo", "ns/repo2"]);
         assert_eq!(m.catalog(Some("ns/repo"), 10).unwrap().0, ["ns/repo2"]);
-        assert!(m.delete_manifest("ns/repo", "sha256:aa").unwrap());
+        assert!(m.delete_manifest("ns/repo", "sha256:aa", 0).unwrap());
         assert_eq!(m.tags("ns/repo", None, 10).unwrap().0, Vec::<String>::new());
         assert_eq!(
             m.resolve_tag("ns/repo2", "z").unwrap().as_deref(),

@@ -11,7 +11,7 @@ use axum::extract::{DefaultBodyLimit, Request};
 use axum::http::HeaderValue;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{any, get};
 use axum::Router;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use serde::Deserialize;
@@ -19,7 +19,7 @@ use tower_http::set_header::SetResponseHeaderLayer;
 use tower_http::timeout::TimeoutLayer;
 use tower_http::trace::TraceLayer;
 
-use crate::api::{dispatch, App};
+use crate::api::{dispatch, App, Policy};
 use crate::blobs::FsBlobStore;
 use crate::meta::MetaStore;
 use crate::uploads::Uploads;
@@ -34,6 +34,15 @@ pub struct Config {
     pub root: PathBuf,
     /// Longest a request may take, in seconds (large blobs stream for long).
     pub request_timeout_seconds: u64,
+    /// How long a deleted version stays restorable (default 7 days).
+    pub retention_seconds: u64,
+    /// Unreferenced blobs and manifests younger than this survive garbage
+    /// collection: a push uploads chunks before its manifests exist.
+    pub gc_grace_seconds: u64,
+    /// How often the server collects garbage on its own; 0 never.
+    pub gc_interval_seconds: u64,
+    /// How long a push claim lasts unless its holder renews it.
+    pub claim_ttl_seconds: u64,
 }
 
 impl Default for Config {
@@ -42,6 +51,10 @@ impl Default for Config {
             addr: SocketAddr::from(([127, 0, 0, 1], 5000)),
             root: PathBuf::from("sealvol-data"),
             request_timeout_seconds: 3600,
+            retention_seconds: Policy::default().retention_seconds,
+            gc_grace_seconds: Policy::default().gc_grace_seconds,
+            gc_interval_seconds: 3600,
+            claim_ttl_seconds: Policy::default().claim_ttl_seconds,
         }
     }
 }
@@ -69,8 +82,18 @@ impl Config {
     }
 }
 
+impl Config {
+    pub fn policy(&self) -> Policy {
+        Policy {
+            retention_seconds: self.retention_seconds,
+            gc_grace_seconds: self.gc_grace_seconds,
+            claim_ttl_seconds: self.claim_ttl_seconds.max(1),
+        }
+    }
+}
+
 /// Opens the data folder: blob store, metadata, surviving upload sessions.
-pub fn open_app(root: &Path) -> Result<App, ServeError> {
+pub fn open_app(root: &Path, policy: Policy) -> Result<App, ServeError> {
     let storage = |e: &dyn std::fmt::Display| ServeError::Storage {
         path: root.to_path_buf(),
         message: e.to_string(),
@@ -89,11 +112,7 @@ pub fn open_app(root: &Path) -> Result<App, ServeError> {
     }
     live.retain(|id| root.join("uploads").join(id).exists());
     let uploads = Uploads::open(root, &live).map_err(|e| storage(&e))?;
-    Ok(App {
-        blobs: Arc::new(blobs),
-        meta: Arc::new(meta),
-        uploads,
-    })
+    Ok(App::new(Arc::new(blobs), Arc::new(meta), uploads, policy))
 }
 
 /// Counts requests and their latency by method and status.
@@ -118,6 +137,8 @@ pub fn router(app: Arc<App>, config: &Config, prometheus: PrometheusHandle) -> R
             "/metrics",
             get(move || async move { prometheus.render().into_response() }),
         )
+        .route("/api/v1", any(crate::volume_api::dispatch))
+        .route("/api/v1/{*rest}", any(crate::volume_api::dispatch))
         .fallback(dispatch)
         .with_state(app)
         // Blob bodies stream to disk; manifests are bounded in their handler.
@@ -152,7 +173,7 @@ fn shutdown_signal() -> std::io::Result<impl std::future::Future<Output = ()>> {
 
 /// Serves until SIGTERM or Ctrl+C; `ready` hears the bound address.
 pub async fn serve(config: Config, ready: impl FnOnce(SocketAddr)) -> Result<(), ServeError> {
-    let app = Arc::new(open_app(&config.root)?);
+    let app = Arc::new(open_app(&config.root, config.policy())?);
     let prometheus = PrometheusBuilder::new()
         .install_recorder()
         .map_err(|e| ServeError::Serve(e.to_string()))?;
@@ -167,10 +188,28 @@ pub async fn serve(config: Config, ready: impl FnOnce(SocketAddr)) -> Result<(),
         .map_err(|e| ServeError::Serve(e.to_string()))?;
     let stop = shutdown_signal().map_err(|e| ServeError::Serve(e.to_string()))?;
     ready(addr);
-    axum::serve(listener, router(Arc::clone(&app), &config, prometheus))
+    let collector = (config.gc_interval_seconds > 0).then(|| {
+        let (app, every) = (Arc::clone(&app), config.gc_interval_seconds);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(every));
+            tick.tick().await; // the first tick is immediate
+            loop {
+                tick.tick().await;
+                if let Err(e) = crate::gc::collect(&app, false).await {
+                    tracing::error!("scheduled garbage collection: {e}");
+                }
+            }
+        })
+    });
+    let served = axum::serve(listener, router(Arc::clone(&app), &config, prometheus))
         .with_graceful_shutdown(stop)
         .await
-        .map_err(|e| ServeError::Serve(e.to_string()))?;
+        .map_err(|e| ServeError::Serve(e.to_string()));
+    if let Some(c) = collector {
+        c.abort();
+        let _ = c.await;
+    }
+    served?;
     // The last reference: dropping it closes the database.
     drop(app);
     tracing::info!("stopped");

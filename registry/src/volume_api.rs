@@ -1,0 +1,385 @@
+//! The volume API (SPEC.md §7.3): JSON under `/api/v1`, beside the OCI
+//! API and over the same store. A volume name holds slashes, so the
+//! segment `-` separates it from what follows, as GitLab's routes do.
+
+use std::sync::Arc;
+
+use axum::extract::{Request, State};
+use axum::http::{header, Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use crate::api::App;
+use crate::error::{Code, RegistryError, Result};
+use crate::volumes::{rfc3339, LifecycleError};
+
+/// Largest request body the API reads.
+const MAX_BODY: usize = 64 << 10;
+
+#[derive(Debug, PartialEq, Eq)]
+enum Route {
+    Root,
+    Namespaces,
+    Volumes,
+    Gc,
+    Volume(String),
+    Versions(String),
+    Version(String, String),
+    Restore(String, String),
+    Tag(String, String),
+    Claim(String),
+    ClaimToken(String, String),
+}
+
+fn route(path: &str) -> Option<Route> {
+    let rest = path.strip_prefix("/api/v1")?;
+    let rest = rest.strip_prefix('/').unwrap_or(rest);
+    let rest = rest.strip_suffix('/').unwrap_or(rest);
+    Some(match rest {
+        "" => Route::Root,
+        "namespaces" => Route::Namespaces,
+        "volumes" => Route::Volumes,
+        "gc" => Route::Gc,
+        _ => {
+            let vol = rest.strip_prefix("volumes/")?;
+            let Some((name, sub)) = vol.split_once("/-/") else {
+                return Some(Route::Volume(vol.to_string()));
+            };
+            let name = name.to_string();
+            let segs: Vec<&str> = sub.split('/').collect();
+            match segs.as_slice() {
+                ["versions"] => Route::Versions(name),
+                ["versions", d] => Route::Version(name, d.to_string()),
+                ["versions", d, "restore"] => Route::Restore(name, d.to_string()),
+                ["tags", t] => Route::Tag(name, t.to_string()),
+                ["claim"] => Route::Claim(name),
+                ["claim", t] => Route::ClaimToken(name, t.to_string()),
+                _ => return None,
+            }
+        }
+    })
+}
+
+fn invalid(why: impl Into<String>) -> RegistryError {
+    RegistryError::new(Code::Invalid, why)
+}
+
+fn check_name(name: &str) -> Result<()> {
+    let ok = name.len() <= sealvol_spec::reference::MAX_NAME_LEN
+        && name.split('/').count() >= 2
+        && name
+            .split('/')
+            .all(sealvol_spec::reference::is_name_component);
+    if ok {
+        Ok(())
+    } else {
+        Err(RegistryError::new(
+            Code::NameInvalid,
+            format!("invalid volume name {name:?} (namespace/volume)"),
+        ))
+    }
+}
+
+/// A full `b3:<64 hex>` or `sha256:<64 hex>`.
+fn check_digest(d: &str) -> Result<()> {
+    let ok = if let Some(hex) = d.strip_prefix("b3:") {
+        hex.len() == 64
+            && hex
+                .bytes()
+                .all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(&c))
+    } else {
+        d.parse::<sealvol_spec::Sha256Digest>().is_ok()
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(invalid(format!(
+            "{d:?} is not a full digest (b3:<64 hex> or sha256:<64 hex>)"
+        )))
+    }
+}
+
+fn query_flag(req: &Request, key: &str) -> bool {
+    req.uri().query().is_some_and(|q| {
+        q.split('&')
+            .any(|kv| kv == key || kv == format!("{key}=true") || kv == format!("{key}=1"))
+    })
+}
+
+fn query_value(req: &Request, key: &str) -> Option<String> {
+    req.uri().query()?.split('&').find_map(|kv| {
+        kv.split_once('=')
+            .filter(|(k, _)| *k == key)
+            .map(|(_, v)| v.to_string())
+    })
+}
+
+fn json_response(status: StatusCode, v: impl serde::Serialize) -> Result<Response> {
+    let body = serde_json::to_vec(&v).map_err(RegistryError::internal)?;
+    Ok((status, [(header::CONTENT_TYPE, "application/json")], body).into_response())
+}
+
+fn ok(v: impl serde::Serialize) -> Result<Response> {
+    json_response(StatusCode::OK, v)
+}
+
+async fn body<T: for<'de> Deserialize<'de>>(req: Request) -> Result<T> {
+    let bytes = axum::body::to_bytes(req.into_body(), MAX_BODY)
+        .await
+        .map_err(|_| invalid(format!("request body is larger than {MAX_BODY} bytes")))?;
+    let bytes = if bytes.is_empty() {
+        bytes::Bytes::from_static(b"{}")
+    } else {
+        bytes
+    };
+    serde_json::from_slice(&bytes).map_err(|e| invalid(format!("request body: {e}")))
+}
+
+/// `expires_at`: an RFC 3339 time or null.
+fn parse_time(t: Option<&str>) -> Result<Option<u64>> {
+    let Some(t) = t else { return Ok(None) };
+    let at = humantime::parse_rfc3339_weak(t)
+        .map_err(|e| invalid(format!("expires_at {t:?} is not an RFC 3339 time: {e}")))?;
+    Ok(Some(
+        at.duration_since(std::time::UNIX_EPOCH)
+            .map_err(|_| invalid(format!("expires_at {t:?} is before 1970")))?
+            .as_secs(),
+    ))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ExpiryBody {
+    expires_at: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TagBody {
+    digest: String,
+    #[serde(default)]
+    expires_at: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ClaimBody {
+    #[serde(default)]
+    holder: String,
+}
+
+/// The one handler behind every `/api/v1` path.
+pub async fn dispatch(State(app): State<Arc<App>>, req: Request) -> Response {
+    let result = match route(req.uri().path()) {
+        None => Err(RegistryError::with_status(
+            Code::Unsupported,
+            StatusCode::NOT_FOUND,
+            "no such endpoint",
+        )),
+        Some(r) => handle(&app, r, req).await,
+    };
+    result.unwrap_or_else(IntoResponse::into_response)
+}
+
+async fn handle(app: &Arc<App>, route: Route, req: Request) -> Result<Response> {
+    let method = req.method().clone();
+    let retention = app.policy.retention_seconds;
+    let now = app.now();
+    match (route, method) {
+        (Route::Root, Method::GET) => ok(json!({
+            "api": "sealvol.volumes.v1",
+            "retention_seconds": retention,
+            "gc_grace_seconds": app.policy.gc_grace_seconds,
+            "claim_ttl_seconds": app.policy.claim_ttl_seconds,
+        })),
+        (Route::Namespaces, Method::GET) => {
+            let ns = lifecycle(app, |m| m.namespaces()).await?;
+            ok(json!({ "namespaces": ns }))
+        }
+        (Route::Volumes, Method::GET) => {
+            let ns = query_value(&req, "namespace");
+            let v = lifecycle(app, move |m| m.volumes(ns.as_deref())).await?;
+            ok(json!({ "volumes": v }))
+        }
+        (Route::Gc, Method::POST) => {
+            let dry_run = query_flag(&req, "dry_run");
+            ok(crate::gc::collect(app, dry_run).await?)
+        }
+        (Route::Volume(name), m) => {
+            check_name(&name)?;
+            match m {
+                Method::GET => ok(lifecycle(app, move |m| m.volume(&name)).await?),
+                Method::PATCH => {
+                    let b: ExpiryBody = body(req).await?;
+                    let at = parse_time(b.expires_at.as_deref())?;
+                    ok(lifecycle(app, move |m| m.set_volume_expiry(&name, at, now)).await?)
+                }
+                Method::DELETE => {
+                    let v = lifecycle(app, move |m| m.delete_volume(&name, now, retention)).await?;
+                    ok(json!({ "tombstoned": v }))
+                }
+                _ => unsupported(),
+            }
+        }
+        (Route::Versions(name), Method::GET) => {
+            check_name(&name)?;
+            let all = query_flag(&req, "include_tombstoned");
+            let v = lifecycle(app, move |m| m.versions(&name, all, retention)).await?;
+            ok(json!({ "versions": v }))
+        }
+        (Route::Version(name, d), m) => {
+            check_name(&name)?;
+            check_digest(&d)?;
+            match m {
+                Method::GET => ok(lifecycle(app, move |m| m.version(&name, &d, retention)).await?),
+                Method::DELETE => {
+                    ok(
+                        lifecycle(app, move |m| m.delete_version(&name, &d, now, retention))
+                            .await?,
+                    )
+                }
+                _ => unsupported(),
+            }
+        }
+        (Route::Restore(name, d), Method::POST) => {
+            check_name(&name)?;
+            check_digest(&d)?;
+            // Restoring puts manifests back that garbage collection may be
+            // sweeping; wait for it.
+            let _sweep = app.sweep.read().await;
+            ok(lifecycle(app, move |m| m.restore_version(&name, &d, now, retention)).await?)
+        }
+        (Route::Tag(name, tag), m) => {
+            check_name(&name)?;
+            tag.parse::<sealvol_spec::Tag>()
+                .map_err(|e| invalid(e.to_string()))?;
+            match m {
+                Method::PUT => {
+                    let b: TagBody = body(req).await?;
+                    check_digest(&b.digest)?;
+                    let at = parse_time(b.expires_at.as_deref())?;
+                    ok(lifecycle(app, move |m| m.set_tag(&name, &tag, &b.digest, at, now)).await?)
+                }
+                Method::DELETE => {
+                    lifecycle(app, move |m| m.remove_user_tag(&name, &tag, now)).await?;
+                    Ok(StatusCode::NO_CONTENT.into_response())
+                }
+                _ => unsupported(),
+            }
+        }
+        (Route::Claim(name), Method::POST) => {
+            check_name(&name)?;
+            let b: ClaimBody = body(req).await?;
+            let ttl = app.policy.claim_ttl_seconds;
+            match app.claims.acquire(&name, &b.holder, now, ttl) {
+                Ok(c) => json_response(StatusCode::CREATED, claim_json(&c, ttl)),
+                Err(held) => Err(RegistryError::new(
+                    Code::PushInProgress,
+                    format!(
+                        "another push to {name} is in progress ({}, until {}); push again",
+                        if held.holder.is_empty() {
+                            "unnamed client"
+                        } else {
+                            held.holder.as_str()
+                        },
+                        rfc3339(held.expires_at)
+                    ),
+                )),
+            }
+        }
+        (Route::ClaimToken(name, token), m) => {
+            check_name(&name)?;
+            let ttl = app.policy.claim_ttl_seconds;
+            match m {
+                Method::PUT => match app.claims.renew(&name, &token, now, ttl) {
+                    Some(c) => ok(claim_json(&c, ttl)),
+                    None => Err(RegistryError::new(
+                        Code::ClaimUnknown,
+                        format!("the push claim on {name} lapsed or was never held"),
+                    )),
+                },
+                Method::DELETE => {
+                    app.claims.release(&name, &token);
+                    Ok(StatusCode::NO_CONTENT.into_response())
+                }
+                _ => unsupported(),
+            }
+        }
+        _ => unsupported(),
+    }
+}
+
+fn claim_json(c: &crate::claims::Claim, ttl: u64) -> Value {
+    json!({
+        "token": c.token,
+        "holder": c.holder,
+        "expires_at": rfc3339(c.expires_at),
+        "ttl_seconds": ttl,
+    })
+}
+
+fn unsupported() -> Result<Response> {
+    Err(RegistryError::new(
+        Code::Unsupported,
+        "method not supported on this endpoint",
+    ))
+}
+
+/// Runs a volume operation off the async threads.
+async fn lifecycle<T: Send + 'static>(
+    app: &App,
+    f: impl FnOnce(&crate::meta::MetaStore) -> std::result::Result<T, LifecycleError> + Send + 'static,
+) -> Result<T> {
+    let m = Arc::clone(&app.meta);
+    tokio::task::spawn_blocking(move || f(&m))
+        .await
+        .map_err(RegistryError::internal)?
+        .map_err(RegistryError::from)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routes_split_names_at_the_dash_segment() {
+        assert_eq!(route("/api/v1"), Some(Route::Root));
+        assert_eq!(route("/api/v1/"), Some(Route::Root));
+        assert_eq!(
+            route("/api/v1/volumes/a/versions"),
+            Some(Route::Volume("a/versions".into()))
+        );
+        assert_eq!(
+            route("/api/v1/volumes/w/a/-/versions"),
+            Some(Route::Versions("w/a".into()))
+        );
+        assert_eq!(
+            route("/api/v1/volumes/w/a/b/-/versions/b3:00/restore"),
+            Some(Route::Restore("w/a/b".into(), "b3:00".into()))
+        );
+        assert_eq!(
+            route("/api/v1/volumes/w/a/-/tags/prod"),
+            Some(Route::Tag("w/a".into(), "prod".into()))
+        );
+        assert_eq!(
+            route("/api/v1/volumes/w/a/-/claim/tok"),
+            Some(Route::ClaimToken("w/a".into(), "tok".into()))
+        );
+        assert_eq!(route("/api/v1/volumes/w/a/-/nope"), None);
+        assert_eq!(route("/api/v2/volumes"), None);
+    }
+
+    #[test]
+    fn digests_and_times() {
+        assert!(check_digest(&format!("b3:{}", "a".repeat(64))).is_ok());
+        assert!(check_digest(&format!("sha256:{}", "a".repeat(64))).is_ok());
+        assert!(check_digest("b3:abc").is_err());
+        assert_eq!(
+            parse_time(Some("1970-01-02T00:00:00Z")).unwrap(),
+            Some(86_400)
+        );
+        assert!(parse_time(Some("tomorrow")).is_err());
+        assert_eq!(parse_time(None).unwrap(), None);
+    }
+}

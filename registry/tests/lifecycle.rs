@@ -1,0 +1,840 @@
+//! The volume lifecycle through the registry's own router, in process:
+//! versions pushed as plain OCI content, the volume API, expiry on a
+//! controlled clock, garbage collection, and a property test of random
+//! interleavings that checks no blob of an alive or restorable version is
+//! ever lost. (End-to-end tests with the real binary and the CLI live in
+//! `tests/tests/lifecycle.rs`.)
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::http::{Method, Request, StatusCode};
+use metrics_exporter_prometheus::PrometheusBuilder;
+use proptest::prelude::*;
+use sealvol_registry::api::{App, Policy};
+use sealvol_registry::server::{open_app, router, Config};
+use sealvol_spec::oci::{build_version, VersionMeta};
+use sealvol_spec::tree::{ChunkRef, Entry, EntryData};
+use sealvol_spec::{B3Digest, ChunkingParams, Sha256Digest, TreeIndex};
+use serde_json::{json, Value};
+use tower::ServiceExt;
+
+const REPO: &str = "ns/vol";
+const DAY: i64 = 86_400;
+
+struct Reg {
+    app: Arc<App>,
+    router: axum::Router,
+    _dir: tempfile::TempDir,
+}
+
+/// A version ready to push: every blob and manifest it needs.
+#[derive(Clone, Debug)]
+struct Built {
+    b3: String,
+    index: String,
+    index_bytes: Vec<u8>,
+    /// Chunks and small blobs.
+    blobs: Vec<(String, Vec<u8>)>,
+    /// Tree, shard and view manifests: digest, media type, bytes.
+    manifests: Vec<(String, String, Vec<u8>)>,
+}
+
+/// A version whose files are `contents` (each one chunk, since they are
+/// smaller than the minimum chunk size).
+fn build(contents: &[Vec<u8>]) -> Built {
+    let entries = contents
+        .iter()
+        .enumerate()
+        .map(|(i, data)| Entry {
+            path: format!("f{i}"),
+            mode: 0o644,
+            data: EntryData::File {
+                size: data.len() as u64,
+                blake3: B3Digest::of(data),
+                chunks: vec![ChunkRef {
+                    offset: 0,
+                    length: data.len() as u32,
+                    sha256: Sha256Digest::of(data),
+                    blake3: B3Digest::of(data),
+                }],
+            },
+        })
+        .collect();
+    let tree = TreeIndex::new(ChunkingParams::default(), entries).unwrap();
+    let meta = VersionMeta {
+        created: "2026-12-02T00:00:00Z".into(),
+        source: None,
+    };
+    let v = build_version(&tree, &meta).unwrap();
+    let mut blobs: Vec<(String, Vec<u8>)> = contents
+        .iter()
+        .map(|c| (Sha256Digest::of(c).to_string(), c.clone()))
+        .collect();
+    blobs.extend(
+        v.blobs
+            .iter()
+            .map(|b| (b.digest().to_string(), b.bytes.clone())),
+    );
+    Built {
+        b3: v.digest.to_string(),
+        index: v.index.digest().to_string(),
+        index_bytes: v.index.bytes.clone(),
+        blobs,
+        manifests: v
+            .manifests
+            .iter()
+            .map(|m| {
+                (
+                    m.digest().to_string(),
+                    m.descriptor.media_type().to_string(),
+                    m.bytes.clone(),
+                )
+            })
+            .collect(),
+    }
+}
+
+const INDEX_TYPE: &str = "application/vnd.oci.image.index.v1+json";
+
+impl Reg {
+    fn new(policy: Policy) -> Reg {
+        let dir = tempfile::tempdir().unwrap();
+        let app = Arc::new(open_app(dir.path(), policy).unwrap());
+        let handle = PrometheusBuilder::new().build_recorder().handle();
+        let router = router(Arc::clone(&app), &Config::default(), handle);
+        Reg {
+            app,
+            router,
+            _dir: dir,
+        }
+    }
+
+    async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        content_type: Option<&str>,
+        body: Vec<u8>,
+    ) -> (StatusCode, Vec<u8>) {
+        let mut b = Request::builder().method(method).uri(path);
+        if let Some(c) = content_type {
+            b = b.header("content-type", c);
+        }
+        let resp = self
+            .router
+            .clone()
+            .oneshot(b.body(Body::from(body)).unwrap())
+            .await
+            .unwrap();
+        let status = resp.status();
+        let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        (status, bytes.to_vec())
+    }
+
+    async fn api(&self, method: Method, path: &str, body: Option<Value>) -> (StatusCode, Value) {
+        let body = body.map_or_else(Vec::new, |b| b.to_string().into_bytes());
+        let (s, b) = self
+            .call(
+                method,
+                &format!("/api/v1{path}"),
+                Some("application/json"),
+                body,
+            )
+            .await;
+        (s, serde_json::from_slice(&b).unwrap_or(Value::Null))
+    }
+
+    /// Uploads the blobs and child manifests of a version: a push up to
+    /// its last step.
+    async fn upload(&self, b: &Built) -> StatusCode {
+        match self.upload_blobs(b).await {
+            StatusCode::CREATED => self.put_shards(b).await,
+            s => s,
+        }
+    }
+
+    /// The first step of a push: every blob.
+    async fn upload_blobs(&self, b: &Built) -> StatusCode {
+        for (d, bytes) in &b.blobs {
+            let (s, _) = self
+                .call(
+                    Method::POST,
+                    &format!("/v2/{REPO}/blobs/uploads/?digest={d}"),
+                    None,
+                    bytes.clone(),
+                )
+                .await;
+            if s != StatusCode::CREATED {
+                return s;
+            }
+        }
+        StatusCode::CREATED
+    }
+
+    /// The second step: tree, shard and view manifests.
+    async fn put_shards(&self, b: &Built) -> StatusCode {
+        for (d, mt, bytes) in &b.manifests {
+            let (s, _) = self
+                .call(
+                    Method::PUT,
+                    &format!("/v2/{REPO}/manifests/{d}"),
+                    Some(mt),
+                    bytes.clone(),
+                )
+                .await;
+            if s != StatusCode::CREATED {
+                return s;
+            }
+        }
+        StatusCode::CREATED
+    }
+
+    /// The last step of a push: the index, by digest.
+    async fn seal(&self, b: &Built) -> StatusCode {
+        self.call(
+            Method::PUT,
+            &format!("/v2/{REPO}/manifests/{}", b.index),
+            Some(INDEX_TYPE),
+            b.index_bytes.clone(),
+        )
+        .await
+        .0
+    }
+
+    async fn push(&self, b: &Built) {
+        assert_eq!(self.upload(b).await, StatusCode::CREATED);
+        assert_eq!(self.seal(b).await, StatusCode::CREATED);
+    }
+
+    /// The volume's versions; none before its first seal.
+    async fn versions(&self, all: bool) -> Vec<Value> {
+        let q = if all { "?include_tombstoned=true" } else { "" };
+        let (s, v) = self
+            .api(Method::GET, &format!("/volumes/{REPO}/-/versions{q}"), None)
+            .await;
+        if s == StatusCode::NOT_FOUND && v["errors"][0]["code"] == "VOLUME_UNKNOWN" {
+            return Vec::new();
+        }
+        assert_eq!(s, StatusCode::OK, "{v}");
+        v["versions"].as_array().unwrap().clone()
+    }
+
+    async fn manifest_status(&self, reference: &str) -> StatusCode {
+        self.call(
+            Method::GET,
+            &format!("/v2/{REPO}/manifests/{reference}"),
+            None,
+            vec![],
+        )
+        .await
+        .0
+    }
+
+    async fn gc(&self, dry_run: bool) -> Value {
+        let q = if dry_run { "?dry_run=true" } else { "" };
+        let (s, v) = self.api(Method::POST, &format!("/gc{q}"), None).await;
+        assert_eq!(s, StatusCode::OK, "{v}");
+        v
+    }
+
+    /// Whether every blob and manifest of `b` is still stored and visible
+    /// in the repository (the index itself may be hidden by a delete).
+    async fn intact(&self, b: &Built) -> Result<(), String> {
+        for (d, _) in &b.blobs {
+            let digest: Sha256Digest = d.parse().unwrap();
+            if self.app.blobs.size(&digest).await.unwrap().is_none() {
+                return Err(format!("blob {d} is gone"));
+            }
+            let (repo, dd) = (REPO.to_string(), d.clone());
+            let m = Arc::clone(&self.app.meta);
+            if m.blob_size(&repo, &dd).unwrap().is_none() {
+                return Err(format!("blob {d} is no longer linked"));
+            }
+        }
+        for (d, _, _) in b
+            .manifests
+            .iter()
+            .chain([(b.index.clone(), String::new(), vec![])].iter())
+        {
+            let digest: Sha256Digest = d.parse().unwrap();
+            if self.app.blobs.size(&digest).await.unwrap().is_none() {
+                return Err(format!("manifest bytes {d} are gone"));
+            }
+        }
+        for (d, _, _) in &b.manifests {
+            if self.app.meta.manifest(REPO, d).unwrap().is_none() {
+                return Err(format!("manifest {d} is no longer recorded"));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn policy() -> Policy {
+    Policy {
+        retention_seconds: 7 * DAY as u64,
+        gc_grace_seconds: 3600,
+        claim_ttl_seconds: 60,
+    }
+}
+
+fn find<'a>(versions: &'a [Value], b3: &str) -> &'a Value {
+    versions
+        .iter()
+        .find(|v| v["digest"] == b3)
+        .unwrap_or_else(|| panic!("{b3} not listed in {versions:?}"))
+}
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn delete_restore_expiry_and_reclaim() {
+    rt().block_on(async {
+        let reg = Reg::new(policy());
+        let v1 = build(&[b"shared".to_vec(), b"only in v1".to_vec()]);
+        let v2 = build(&[b"shared".to_vec(), b"only in v2".to_vec()]);
+        reg.push(&v1).await;
+        reg.push(&v2).await;
+
+        // Both sealed, newest first; head is the last sealed, and the
+        // registry set the digest tags itself.
+        let vs = reg.versions(false).await;
+        assert_eq!(vs.len(), 2);
+        assert_eq!(vs[0]["digest"], v2.b3);
+        assert_eq!(vs[0]["is_head"], true);
+        assert_eq!(vs[1]["is_head"], false);
+        assert!(vs[0]["sequence"].as_u64() > vs[1]["sequence"].as_u64());
+        let b3tag = |b: &Built| format!("b3-{}", &b.b3[3..]);
+        assert_eq!(reg.manifest_status(&b3tag(&v1)).await, StatusCode::OK);
+        let head = reg
+            .call(
+                Method::GET,
+                &format!("/v2/{REPO}/manifests/head"),
+                None,
+                vec![],
+            )
+            .await;
+        assert_eq!(head.1, v2.index_bytes);
+
+        // Tags, one with an expiry; reserved tags are refused.
+        let (s, t) = reg
+            .api(
+                Method::PUT,
+                &format!("/volumes/{REPO}/-/tags/prod"),
+                Some(json!({"digest": v1.b3, "expires_at": "2100-01-01T00:00:00Z"})),
+            )
+            .await;
+        assert_eq!(s, StatusCode::OK, "{t}");
+        assert_eq!(t["expires_at"], "2100-01-01T00:00:00Z");
+        let (s, _) = reg
+            .api(
+                Method::PUT,
+                &format!("/volumes/{REPO}/-/tags/dev"),
+                Some(json!({"digest": v2.index})),
+            )
+            .await;
+        assert_eq!(s, StatusCode::OK);
+        let (s, e) = reg
+            .api(
+                Method::PUT,
+                &format!("/volumes/{REPO}/-/tags/head"),
+                Some(json!({"digest": v1.b3})),
+            )
+            .await;
+        assert_eq!(
+            (s, e["errors"][0]["code"].as_str()),
+            (StatusCode::BAD_REQUEST, Some("TAG_RESERVED"))
+        );
+        let (_, vol) = reg
+            .api(Method::GET, &format!("/volumes/{REPO}"), None)
+            .await;
+        assert_eq!(vol["alive"], 2);
+        assert_eq!(vol["untagged"], 0);
+        assert_eq!(vol["head"]["digest"], v2.b3);
+        assert_eq!(vol["tags"].as_array().unwrap().len(), 2);
+
+        // Delete v2: out of the OCI view, its tags gone, head back on v1.
+        let (s, d) = reg
+            .api(
+                Method::DELETE,
+                &format!("/volumes/{REPO}/-/versions/{}", v2.b3),
+                None,
+            )
+            .await;
+        assert_eq!(s, StatusCode::OK, "{d}");
+        assert_eq!(d["lifecycle"], "TOMBSTONED");
+        assert_eq!(reg.manifest_status(&v2.index).await, StatusCode::NOT_FOUND);
+        assert_eq!(reg.manifest_status("dev").await, StatusCode::NOT_FOUND);
+        assert_eq!(
+            reg.manifest_status(&b3tag(&v2)).await,
+            StatusCode::NOT_FOUND
+        );
+        let vs = reg.versions(false).await;
+        assert_eq!(vs.len(), 1);
+        assert_eq!(vs[0]["is_head"], true);
+        assert_eq!(reg.versions(true).await.len(), 2);
+
+        // A pass three days later keeps everything v2 needs.
+        reg.app.clock.advance(3 * DAY);
+        let report = reg.gc(false).await;
+        assert_eq!(report["versions_purged"], 0);
+        reg.intact(&v2).await.unwrap();
+
+        // Restore: back in the OCI view and head again (newest), without
+        // its tags.
+        let (s, r) = reg
+            .api(
+                Method::POST,
+                &format!("/volumes/{REPO}/-/versions/{}/restore", v2.b3),
+                None,
+            )
+            .await;
+        assert_eq!(s, StatusCode::OK, "{r}");
+        assert_eq!(r["lifecycle"], "ALIVE");
+        assert_eq!(r["is_head"], true);
+        assert_eq!(r["tags"], json!([]));
+        assert_eq!(reg.manifest_status(&v2.index).await, StatusCode::OK);
+        assert_eq!(reg.manifest_status(&b3tag(&v2)).await, StatusCode::OK);
+        assert_eq!(reg.manifest_status("dev").await, StatusCode::NOT_FOUND);
+        let (s, e) = reg
+            .api(
+                Method::POST,
+                &format!("/volumes/{REPO}/-/versions/{}/restore", v2.b3),
+                None,
+            )
+            .await;
+        assert_eq!(
+            (s, e["errors"][0]["code"].as_str()),
+            (StatusCode::CONFLICT, Some("NOT_DELETED"))
+        );
+
+        // A tag that expires goes at the next pass after its time.
+        let soon = sealvol_registry::volumes::rfc3339(reg.app.now() + 3600);
+        reg.api(
+            Method::PUT,
+            &format!("/volumes/{REPO}/-/tags/canary"),
+            Some(json!({"digest": v2.b3, "expires_at": soon})),
+        )
+        .await;
+        assert_eq!(reg.gc(false).await["tags_expired"], 0);
+        reg.app.clock.advance(2 * 3600);
+        assert_eq!(reg.gc(false).await["tags_expired"], 1);
+        assert_eq!(reg.manifest_status("canary").await, StatusCode::NOT_FOUND);
+
+        // Delete v2 again and let the retention pass: restore is refused,
+        // and garbage collection reclaims what only v2 used.
+        reg.api(
+            Method::DELETE,
+            &format!("/volumes/{REPO}/-/versions/{}", v2.b3),
+            None,
+        )
+        .await;
+        reg.app.clock.advance(8 * DAY);
+        let (s, e) = reg
+            .api(
+                Method::POST,
+                &format!("/volumes/{REPO}/-/versions/{}/restore", v2.b3),
+                None,
+            )
+            .await;
+        assert_eq!(s, StatusCode::GONE, "{e}");
+        assert_eq!(e["errors"][0]["code"], "RETENTION_EXPIRED");
+        let dry = reg.gc(true).await;
+        let report = reg.gc(false).await;
+        assert_eq!(report["versions_purged"], 1, "{report}");
+        for k in [
+            "versions_purged",
+            "manifests_deleted",
+            "blobs_deleted",
+            "bytes_reclaimed",
+        ] {
+            assert_eq!(
+                dry[k], report[k],
+                "dry run and real pass differ on {k}: {dry} {report}"
+            );
+        }
+        assert!(report["bytes_reclaimed"].as_u64().unwrap() > 0);
+        let only_v2 = Sha256Digest::of(b"only in v2");
+        let shared = Sha256Digest::of(b"shared");
+        assert_eq!(reg.app.blobs.size(&only_v2).await.unwrap(), None);
+        assert!(reg.app.blobs.size(&shared).await.unwrap().is_some());
+        reg.intact(&v1).await.unwrap();
+        let (s, e) = reg
+            .api(
+                Method::POST,
+                &format!("/volumes/{REPO}/-/versions/{}/restore", v2.b3),
+                None,
+            )
+            .await;
+        assert_eq!(
+            (s, e["errors"][0]["code"].as_str()),
+            (StatusCode::NOT_FOUND, Some("VERSION_UNKNOWN"))
+        );
+        // A second pass finds nothing more.
+        let again = reg.gc(false).await;
+        assert_eq!(again["blobs_deleted"], 0, "{again}");
+
+        // Volume expiry deletes every version (restorable).
+        let at = sealvol_registry::volumes::rfc3339(reg.app.now() + 60);
+        let (s, vol) = reg
+            .api(
+                Method::PATCH,
+                &format!("/volumes/{REPO}"),
+                Some(json!({"expires_at": at})),
+            )
+            .await;
+        assert_eq!((s, &vol["expires_at"]), (StatusCode::OK, &json!(at)));
+        reg.app.clock.advance(120);
+        assert_eq!(reg.gc(false).await["volumes_expired"], 1);
+        let (_, vol) = reg
+            .api(Method::GET, &format!("/volumes/{REPO}"), None)
+            .await;
+        assert_eq!(
+            (vol["alive"].as_u64(), vol["tombstoned"].as_u64()),
+            (Some(0), Some(1))
+        );
+        assert_eq!(vol["head"], Value::Null);
+        assert_eq!(vol["expires_at"], Value::Null);
+        reg.intact(&v1).await.unwrap();
+    });
+}
+
+#[test]
+fn oci_clients_see_one_truth() {
+    rt().block_on(async {
+        let reg = Reg::new(policy());
+        let v1 = build(&[b"a".to_vec()]);
+        let v2 = build(&[b"b".to_vec()]);
+        reg.push(&v1).await;
+        // A plain client pushes v2 under a tag: that seals it too.
+        assert_eq!(reg.upload(&v2).await, StatusCode::CREATED);
+        let (s, _) = reg
+            .call(
+                Method::PUT,
+                &format!("/v2/{REPO}/manifests/latest"),
+                Some(INDEX_TYPE),
+                v2.index_bytes.clone(),
+            )
+            .await;
+        assert_eq!(s, StatusCode::CREATED);
+        let vs = reg.versions(false).await;
+        assert_eq!(vs[0]["digest"], v2.b3);
+        assert_eq!(vs[0]["tags"], json!(["latest"]));
+        assert_eq!(vs[0]["is_head"], true);
+        // Storing v1's index again is no seal: head stays.
+        assert_eq!(reg.seal(&v1).await, StatusCode::CREATED);
+        assert_eq!(find(&reg.versions(false).await, &v2.b3)["is_head"], true);
+
+        // An OCI DELETE of the index tombstones the version.
+        let (s, _) = reg
+            .call(
+                Method::DELETE,
+                &format!("/v2/{REPO}/manifests/{}", v2.index),
+                None,
+                vec![],
+            )
+            .await;
+        assert_eq!(s, StatusCode::ACCEPTED);
+        let all = reg.versions(true).await;
+        assert_eq!(find(&all, &v2.b3)["lifecycle"], "TOMBSTONED");
+        assert_eq!(find(&all, &v1.b3)["is_head"], true);
+        // Pushing it again brings it back as a new seal.
+        reg.push(&v2).await;
+        let vs = reg.versions(false).await;
+        assert_eq!((vs.len(), &vs[0]["digest"]), (2, &json!(v2.b3)));
+        assert_eq!(vs[0]["is_head"], true);
+
+        let (s, ns) = reg.api(Method::GET, "/namespaces", None).await;
+        assert_eq!((s, ns), (StatusCode::OK, json!({"namespaces": ["ns"]})));
+        let (_, vols) = reg.api(Method::GET, "/volumes?namespace=ns", None).await;
+        assert_eq!(vols["volumes"][0]["name"], REPO);
+        let (s, e) = reg.api(Method::GET, "/volumes/ns/none", None).await;
+        assert_eq!(
+            (s, e["errors"][0]["code"].as_str()),
+            (StatusCode::NOT_FOUND, Some("VOLUME_UNKNOWN"))
+        );
+    });
+}
+
+#[test]
+fn push_claims_exclude_each_other_and_lapse() {
+    rt().block_on(async {
+        let reg = Reg::new(policy());
+        let path = format!("/volumes/{REPO}/-/claim");
+        let (s, a) = reg
+            .api(Method::POST, &path, Some(json!({"holder": "a"})))
+            .await;
+        assert_eq!(s, StatusCode::CREATED, "{a}");
+        let (s, e) = reg
+            .api(Method::POST, &path, Some(json!({"holder": "b"})))
+            .await;
+        assert_eq!(s, StatusCode::CONFLICT);
+        assert_eq!(e["errors"][0]["code"], "PUSH_IN_PROGRESS");
+        let token = a["token"].as_str().unwrap();
+        let (s, _) = reg.api(Method::PUT, &format!("{path}/{token}"), None).await;
+        assert_eq!(s, StatusCode::OK);
+        // A holder that stops renewing loses the claim after its time.
+        reg.app.clock.advance(61);
+        let (s, _) = reg.api(Method::PUT, &format!("{path}/{token}"), None).await;
+        assert_eq!(s, StatusCode::NOT_FOUND);
+        let (s, b) = reg
+            .api(Method::POST, &path, Some(json!({"holder": "b"})))
+            .await;
+        assert_eq!(s, StatusCode::CREATED);
+        let (s, _) = reg
+            .api(
+                Method::DELETE,
+                &format!("{path}/{}", b["token"].as_str().unwrap()),
+                None,
+            )
+            .await;
+        assert_eq!(s, StatusCode::NO_CONTENT);
+        let (s, _) = reg
+            .api(Method::POST, &path, Some(json!({"holder": "c"})))
+            .await;
+        assert_eq!(s, StatusCode::CREATED);
+    });
+}
+
+#[test]
+fn a_push_within_the_grace_period_survives_collection() {
+    rt().block_on(async {
+        let reg = Reg::new(policy());
+        let v1 = build(&[b"x".to_vec(), b"y".to_vec()]);
+        // Chunks are up, nothing references them yet: a pass half an hour
+        // later keeps them; then the shards are up and the index is not,
+        // and another pass keeps those.
+        assert_eq!(reg.upload_blobs(&v1).await, StatusCode::CREATED);
+        reg.app.clock.advance(1800);
+        let report = reg.gc(false).await;
+        assert_eq!(report["blobs_deleted"], 0, "{report}");
+        assert_eq!(reg.put_shards(&v1).await, StatusCode::CREATED);
+        reg.app.clock.advance(1800);
+        let report = reg.gc(false).await;
+        assert_eq!(report["manifests_deleted"], 0, "{report}");
+        assert_eq!(reg.seal(&v1).await, StatusCode::CREATED);
+        reg.intact(&v1).await.unwrap();
+        // A push abandoned for longer than the grace period is reclaimed.
+        let v2 = build(&[b"abandoned".to_vec()]);
+        assert_eq!(reg.upload(&v2).await, StatusCode::CREATED);
+        reg.app.clock.advance(2 * 3600);
+        let report = reg.gc(false).await;
+        assert!(report["blobs_deleted"].as_u64().unwrap() >= 1, "{report}");
+        assert_eq!(
+            reg.app
+                .blobs
+                .size(&Sha256Digest::of(b"abandoned"))
+                .await
+                .unwrap(),
+            None
+        );
+        reg.intact(&v1).await.unwrap();
+        // Re-checking a blob with HEAD renews its grace.
+        let v3 = build(&[b"x".to_vec(), b"z".to_vec()]);
+        assert_eq!(reg.upload_blobs(&v3).await, StatusCode::CREATED);
+        reg.app.clock.advance(2 * 3600);
+        for (d, _) in &v3.blobs {
+            let (s, _) = reg
+                .call(Method::HEAD, &format!("/v2/{REPO}/blobs/{d}"), None, vec![])
+                .await;
+            assert_eq!(s, StatusCode::OK);
+        }
+        // The pass comes between the check and the manifests that use it.
+        reg.gc(false).await;
+        assert_eq!(reg.put_shards(&v3).await, StatusCode::CREATED);
+        assert_eq!(reg.seal(&v3).await, StatusCode::CREATED);
+        reg.intact(&v3).await.unwrap();
+    });
+}
+
+/// One step of the property test.
+#[derive(Clone, Debug)]
+enum Op {
+    /// Upload version `n`'s blobs (a push's first step).
+    Upload(usize),
+    /// Store its tree, shard and view manifests (the second).
+    Shards(usize),
+    /// Store version `n`'s index (the end of a push).
+    Seal(usize),
+    Tag(usize, &'static str),
+    Rm(usize),
+    Restore(usize),
+    Gc,
+    /// Move the clock by this many seconds.
+    Wait(i64),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        3 => (0..5usize).prop_map(Op::Upload),
+        3 => (0..5usize).prop_map(Op::Shards),
+        3 => (0..5usize).prop_map(Op::Seal),
+        1 => (0..5usize, prop_oneof![Just("prod"), Just("dev")]).prop_map(|(n, t)| Op::Tag(n, t)),
+        2 => (0..5usize).prop_map(Op::Rm),
+        2 => (0..5usize).prop_map(Op::Restore),
+        3 => Just(Op::Gc),
+        2 => prop_oneof![Just(600i64), Just(2 * 3600), Just(3 * DAY), Just(8 * DAY)].prop_map(Op::Wait),
+    ]
+}
+
+/// Five versions over a pool of six chunks, so they share some.
+fn catalog() -> Vec<Built> {
+    let chunk = |i: usize| format!("chunk number {i}").into_bytes();
+    (0..5)
+        .map(|n| build(&[chunk(n), chunk(n + 1), chunk(5 - n % 2)]))
+        .collect()
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum State {
+    Alive,
+    /// Deleted at this registry time.
+    Deleted(u64),
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: 24,
+        failure_persistence: Some(Box::new(proptest::test_runner::FileFailurePersistence::Direct(
+            "tests/lifecycle.proptest-regressions",
+        ))),
+        ..ProptestConfig::default()
+    })]
+
+    /// Whatever the order of pushes, tags, deletes, restores, passes and
+    /// waits: every version the registry calls alive or restorable keeps
+    /// every blob and manifest it needs, `head` is the alive version sealed
+    /// last, a restore within retention succeeds, and a push whose uploads
+    /// are younger than the grace period can be sealed.
+    #[test]
+    fn no_alive_or_restorable_version_loses_a_blob(ops in proptest::collection::vec(op(), 1..30)) {
+        let versions = catalog();
+        rt().block_on(async {
+            let reg = Reg::new(policy());
+            let retention = policy().retention_seconds;
+            let grace = policy().gc_grace_seconds;
+            let mut state: BTreeMap<usize, State> = BTreeMap::new();
+            let mut sealed_order: Vec<usize> = Vec::new();
+            // When each version's blobs and shards were last stored
+            // (registry time).
+            let mut uploaded: BTreeMap<usize, u64> = BTreeMap::new();
+            let mut sharded: BTreeMap<usize, u64> = BTreeMap::new();
+            for op in &ops {
+                let now = reg.app.now();
+                match op {
+                    Op::Upload(n) => {
+                        assert_eq!(reg.upload_blobs(&versions[*n]).await, StatusCode::CREATED);
+                        uploaded.insert(*n, now);
+                    }
+                    Op::Shards(n) => {
+                        // Blobs uploaded within the grace period are there.
+                        let fresh = uploaded.get(n).is_some_and(|t| t + grace > now + 1);
+                        let s = reg.put_shards(&versions[*n]).await;
+                        if fresh {
+                            assert_eq!(s, StatusCode::CREATED, "shards of {n} after {ops:?}");
+                        }
+                        if s == StatusCode::CREATED {
+                            sharded.insert(*n, now);
+                        }
+                    }
+                    Op::Seal(n) => {
+                        let fresh = sharded.get(n).is_some_and(|t| t + grace > now + 1);
+                        let s = reg.seal(&versions[*n]).await;
+                        if fresh || state.get(n) == Some(&State::Alive) {
+                            assert_eq!(s, StatusCode::CREATED, "sealing {n} after {ops:?}");
+                        }
+                        if s == StatusCode::CREATED {
+                            if state.get(n) != Some(&State::Alive) {
+                                sealed_order.retain(|v| v != n);
+                                sealed_order.push(*n);
+                            }
+                            state.insert(*n, State::Alive);
+                        }
+                    }
+                    Op::Tag(n, t) => {
+                        let (s, _) = reg
+                            .api(Method::PUT, &format!("/volumes/{REPO}/-/tags/{t}"),
+                                 Some(json!({"digest": versions[*n].b3})))
+                            .await;
+                        let alive = state.get(n) == Some(&State::Alive);
+                        assert_eq!(s.is_success(), alive, "tagging {n}: {s}");
+                    }
+                    Op::Rm(n) => {
+                        let (s, _) = reg
+                            .api(Method::DELETE, &format!("/volumes/{REPO}/-/versions/{}", versions[*n].b3), None)
+                            .await;
+                        let alive = state.get(n) == Some(&State::Alive);
+                        assert_eq!(s.is_success(), alive, "deleting {n}: {s}");
+                        if alive {
+                            state.insert(*n, State::Deleted(now));
+                        }
+                    }
+                    Op::Restore(n) => {
+                        let (s, e) = reg
+                            .api(Method::POST, &format!("/volumes/{REPO}/-/versions/{}/restore", versions[*n].b3), None)
+                            .await;
+                        match state.get(n) {
+                            Some(State::Deleted(at)) if at + retention > now => {
+                                assert_eq!(s, StatusCode::OK, "restoring {n}: {e}");
+                                state.insert(*n, State::Alive);
+                            }
+                            _ => assert!(!s.is_success(), "restored {n} unexpectedly: {e}"),
+                        }
+                    }
+                    Op::Gc => {
+                        reg.gc(false).await;
+                    }
+                    Op::Wait(secs) => reg.app.clock.advance(*secs),
+                }
+                // The invariant, after every step.
+                let now = reg.app.now();
+                for (n, s) in &state {
+                    let keep = match s {
+                        State::Alive => true,
+                        State::Deleted(at) => at + retention > now,
+                    };
+                    if keep {
+                        if let Err(e) = reg.intact(&versions[*n]).await {
+                            panic!("version {n} ({s:?}) lost data: {e} after {op:?} in {ops:?}");
+                        }
+                    }
+                }
+                let listed = reg.versions(true).await;
+                let alive_listed: HashSet<String> = listed
+                    .iter()
+                    .filter(|v| v["lifecycle"] == "ALIVE")
+                    .map(|v| v["digest"].as_str().unwrap().to_string())
+                    .collect();
+                let alive_model: HashSet<String> = state
+                    .iter()
+                    .filter(|(_, s)| **s == State::Alive)
+                    .map(|(n, _)| versions[*n].b3.clone())
+                    .collect();
+                assert_eq!(alive_listed, alive_model, "after {op:?}");
+                let head = sealed_order
+                    .iter()
+                    .rev()
+                    .find(|n| state.get(n) == Some(&State::Alive));
+                let listed_head: Vec<&str> = listed
+                    .iter()
+                    .filter(|v| v["is_head"] == true)
+                    .map(|v| v["digest"].as_str().unwrap())
+                    .collect();
+                assert_eq!(
+                    listed_head,
+                    head.map(|n| versions[*n].b3.as_str()).into_iter().collect::<Vec<_>>(),
+                    "head after {op:?} in {ops:?}"
+                );
+            }
+        });
+    }
+}
