@@ -8,6 +8,7 @@ use anyhow::Context as _;
 use clap::{Parser, Subcommand, ValueEnum};
 use sealvol_client::{ReadMode, SealOptions};
 
+mod lifecycle;
 mod mount;
 mod progress;
 mod volume;
@@ -33,7 +34,8 @@ enum Output {
 enum Command {
     /// Run the registry: OCI Distribution v1.1 on loopback, data in one folder
     Serve {
-        /// registry.toml (fields: addr, root, request_timeout_seconds)
+        /// registry.toml (fields: addr, root, request_timeout_seconds, retention_seconds,
+        /// gc_grace_seconds, gc_interval_seconds, claim_ttl_seconds)
         #[arg(long, value_name = "FILE")]
         config: Option<PathBuf>,
         /// Address to listen on (default 127.0.0.1:5000; port 0 picks one)
@@ -155,13 +157,68 @@ enum Command {
         #[command(flatten)]
         conn: volume::Conn,
     },
-    /// List a volume's versions, newest first (from its tags on any registry)
+    /// List a volume's versions, newest first (from the registry's volume API, or from its tags on any registry)
     Versions {
         #[arg(value_name = "REF")]
         target: String,
         /// Parallel lookups (default 8)
         #[arg(long, value_name = "N", default_value_t = 0)]
         jobs: usize,
+        /// Also list deleted versions that can still be restored (needs the volume API)
+        #[arg(long)]
+        include_tombstoned: bool,
+        #[command(flatten)]
+        conn: volume::Conn,
+        #[arg(long, value_enum, default_value_t = Output::Text)]
+        output: Output,
+    },
+    /// Delete a version, or every version of a volume (restorable within the registry's retention)
+    Rm {
+        /// bdn:ns/vol@b3:<digest or prefix>, or bdn:ns/vol with --recursive
+        #[arg(value_name = "REF")]
+        target: String,
+        /// Delete every version of the volume
+        #[arg(long, short = 'r')]
+        recursive: bool,
+        /// Delete without asking (required when standard input is not a terminal)
+        #[arg(long, short = 'y')]
+        yes: bool,
+        #[command(flatten)]
+        conn: volume::Conn,
+        #[arg(long, value_enum, default_value_t = Output::Text)]
+        output: Output,
+    },
+    /// Bring back a deleted version (within the registry's retention)
+    Restore {
+        /// bdn:ns/vol@b3:<64 hex> or bdn:ns/vol@sha256:<64 hex>
+        #[arg(value_name = "REF")]
+        target: String,
+        #[command(flatten)]
+        conn: volume::Conn,
+        #[arg(long, value_enum, default_value_t = Output::Text)]
+        output: Output,
+    },
+    /// Change a volume: when all its versions expire
+    Update {
+        /// bdn:ns/vol
+        #[arg(value_name = "REF")]
+        target: String,
+        /// RFC 3339 UTC time (2026-12-09T00:00:00Z), a duration from now (24h, 7d), or `never`
+        #[arg(long, value_name = "TIME|never")]
+        expires_at: String,
+        #[command(flatten)]
+        conn: volume::Conn,
+        #[arg(long, value_enum, default_value_t = Output::Text)]
+        output: Output,
+    },
+    /// Run the registry's garbage collection now: expiry, purging, unreferenced blobs
+    Gc {
+        /// Report what would be deleted, delete nothing
+        #[arg(long)]
+        dry_run: bool,
+        /// host[:port] (default: the default registry)
+        #[arg(long, value_name = "HOST")]
+        registry: Option<String>,
         #[command(flatten)]
         conn: volume::Conn,
         #[arg(long, value_enum, default_value_t = Output::Text)]
@@ -210,10 +267,29 @@ enum Command {
 enum TagAction {
     /// Point a tag at a version (creating or moving it)
     Set {
+        /// The version: bdn:ns/vol[:tag|@digest]
+        #[arg(
+            value_name = "REF",
+            required_unless_present = "volume_ref",
+            conflicts_with = "volume_ref"
+        )]
+        target: Option<String>,
+        /// The tag to set
+        #[arg(
+            value_name = "TAG",
+            required_unless_present = "tag",
+            conflicts_with = "tag"
+        )]
+        name: Option<String>,
+        /// The version (same as REF)
         #[arg(long, value_name = "REF")]
-        volume_ref: String,
+        volume_ref: Option<String>,
+        /// The tag to set (same as TAG)
         #[arg(long, value_name = "TAG")]
-        tag: String,
+        tag: Option<String>,
+        /// Remove the tag at this RFC 3339 UTC time (2026-12-09T00:00:00Z) or after this duration (24h, 7d); needs the volume API
+        #[arg(long, value_name = "TIME")]
+        expires_at: Option<String>,
         #[command(flatten)]
         conn: volume::Conn,
         #[arg(long, value_enum, default_value_t = Output::Text)]
@@ -374,16 +450,50 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Versions {
             target,
             jobs,
+            include_tombstoned,
             conn,
             output,
-        } => volume::versions(&target, jobs, &conn, output),
+        } => volume::versions(&target, jobs, include_tombstoned, &conn, output),
+        Command::Rm {
+            target,
+            recursive,
+            yes,
+            conn,
+            output,
+        } => lifecycle::rm(&target, recursive, yes, &conn, output),
+        Command::Restore {
+            target,
+            conn,
+            output,
+        } => lifecycle::restore(&target, &conn, output),
+        Command::Update {
+            target,
+            expires_at,
+            conn,
+            output,
+        } => lifecycle::update(&target, &expires_at, &conn, output),
+        Command::Gc {
+            dry_run,
+            registry,
+            conn,
+            output,
+        } => lifecycle::gc(dry_run, registry, &conn, output),
         Command::Tag { action } => match action {
             TagAction::Set {
+                target,
+                name,
                 volume_ref,
                 tag,
+                expires_at,
                 conn,
                 output,
-            } => volume::tag_set(&volume_ref, &tag, &conn, output),
+            } => {
+                // clap requires one of each pair.
+                let (Some(target), Some(tag)) = (target.or(volume_ref), name.or(tag)) else {
+                    anyhow::bail!("give the version and the tag: sealvol tag set REF TAG");
+                };
+                volume::tag_set(&target, &tag, expires_at.as_deref(), &conn, output)
+            }
             TagAction::Delete {
                 target,
                 conn,

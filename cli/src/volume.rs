@@ -1,5 +1,6 @@
 //! The commands that talk to a registry: push, pull, ls, stat, cat,
-//! versions, tag, diff, login. Each parses its refs, calls the client
+//! versions, tag, diff, login (those that need the volume API are in
+//! `lifecycle`). Each parses its refs, calls the client
 //! library and prints text (or one JSON document with `--output json`).
 
 use std::io::{BufRead as _, IsTerminal as _, Write as _};
@@ -26,7 +27,7 @@ pub fn parse_ref(s: &str) -> anyhow::Result<VolumeRef> {
     s.parse::<VolumeRef>().map_err(|e| anyhow::anyhow!("{e}"))
 }
 
-fn connect(vref: &VolumeRef, conn: &Conn) -> anyhow::Result<Remote> {
+pub(crate) fn connect(vref: &VolumeRef, conn: &Conn) -> anyhow::Result<Remote> {
     let registry = vref.registry_or(&VolumeRef::default_registry()).to_string();
     Ok(Remote::connect(&registry, conn.insecure)?)
 }
@@ -52,14 +53,14 @@ where
     }
 }
 
-fn print_json<T: serde::Serialize>(v: &T) -> anyhow::Result<()> {
+pub(crate) fn print_json<T: serde::Serialize>(v: &T) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
     serde_json::to_writer(&mut out, v)?;
     writeln!(out)?;
     Ok(())
 }
 
-fn human(bytes: u64) -> String {
+pub(crate) fn human(bytes: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
     let mut v = bytes as f64;
     let mut u = 0;
@@ -326,11 +327,20 @@ pub fn cat(target: &str, jobs: usize, cache: Option<PathBuf>, conn: &Conn) -> an
     Ok(())
 }
 
-pub fn versions(target: &str, jobs: usize, conn: &Conn, output: Output) -> anyhow::Result<()> {
+/// One line per version: ref, created, size, files, then (with
+/// `--include-tombstoned`) the lifecycle and when it was deleted, then
+/// head and tags.
+pub fn versions(
+    target: &str,
+    jobs: usize,
+    include_tombstoned: bool,
+    conn: &Conn,
+    output: Output,
+) -> anyhow::Result<()> {
     let vref = parse_ref(target)?;
     let remote = connect(&vref, conn)?;
     let jobs = if jobs == 0 { 8 } else { jobs };
-    let list = runtime()?.block_on(inspect::versions(&remote, &vref, jobs))?;
+    let list = runtime()?.block_on(inspect::versions(&remote, &vref, jobs, include_tombstoned))?;
     match output {
         Output::Json => print_json(&list)?,
         Output::Text => {
@@ -339,8 +349,19 @@ pub fn versions(target: &str, jobs: usize, conn: &Conn, output: Output) -> anyho
                 if v.is_head {
                     tags.insert(0, "head".into());
                 }
+                let lifecycle = if include_tombstoned {
+                    format!(
+                        "{:<10}  {:<20}  ",
+                        v.lifecycle
+                            .map(|l| l.to_string())
+                            .unwrap_or_else(|| "-".into()),
+                        v.tombstoned_at.as_deref().unwrap_or("-")
+                    )
+                } else {
+                    String::new()
+                };
                 println!(
-                    "{}  {}  {:>10}  {:>6} files  {}",
+                    "{}  {}  {:>10}  {:>6} files  {lifecycle}{}",
                     v.reference,
                     v.created.as_deref().unwrap_or("-"),
                     v.size.map(human).unwrap_or_else(|| "-".into()),
@@ -353,13 +374,25 @@ pub fn versions(target: &str, jobs: usize, conn: &Conn, output: Output) -> anyho
     Ok(())
 }
 
-pub fn tag_set(target: &str, tag: &str, conn: &Conn, output: Output) -> anyhow::Result<()> {
+pub fn tag_set(
+    target: &str,
+    tag: &str,
+    expires_at: Option<&str>,
+    conn: &Conn,
+    output: Output,
+) -> anyhow::Result<()> {
     let vref = parse_ref(target)?;
+    let expires_at = expires_at
+        .map(|s| sealvol_client::lifecycle::parse_expiry(s, std::time::SystemTime::now()))
+        .transpose()?;
     let remote = connect(&vref, conn)?;
-    let done = runtime()?.block_on(inspect::tag_set(&remote, &vref, tag))?;
+    let done = runtime()?.block_on(inspect::tag_set(&remote, &vref, tag, expires_at))?;
     match output {
         Output::Json => print_json(&done)?,
-        Output::Text => println!("{} -> {}", done.tag, done.reference),
+        Output::Text => match &done.expires_at {
+            Some(t) => println!("{} -> {} (expires at {t})", done.tag, done.reference),
+            None => println!("{} -> {}", done.tag, done.reference),
+        },
     }
     Ok(())
 }

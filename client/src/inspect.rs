@@ -1,7 +1,9 @@
 //! Reading a registry without pulling: namespaces, volumes, a version's
 //! entries, one entry's facts, a file's bytes, a volume's versions, tags,
 //! and what changed between two versions. Everything here works on any OCI
-//! registry, from tags, index annotations and tree indexes alone.
+//! registry, from tags, index annotations and tree indexes alone; where the
+//! registry has the volume API (SPEC.md §7), version lists come from it,
+//! with sequence numbers and deleted versions, and tags may expire.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::Write;
@@ -14,6 +16,7 @@ use sealvol_spec::{B3Digest, Sha256Digest};
 use serde::Serialize;
 
 use crate::cache::ChunkCache;
+use crate::lifecycle::{self, Lifecycle};
 use crate::pull::{fetch_chunk, FetchStats};
 use crate::remote::{Remote, TransportError};
 use crate::resolve::{display_ref, load_tree, resolve, Resolved};
@@ -194,7 +197,18 @@ pub async fn cat(
     Ok(written)
 }
 
-/// One version of a volume as `versions` lists it.
+/// One version of a volume as `versions` lists it. In JSON:
+///
+/// ```json
+/// {"ref":"bdn:ns/vol@b3:<hex>","digest":"b3:<hex>","index_digest":"sha256:<hex>",
+///  "created":"2026-12-02T18:40:00Z","size":123,"files":4,"is_head":true,"tags":["prod"],
+///  "sequence":3,"lifecycle":"ALIVE"}
+/// ```
+///
+/// `sequence`, `lifecycle`, `tombstoned_at` and `restorable_until` come
+/// only from a registry with the volume API, and the last two only for a
+/// deleted version. `created` is then when the registry recorded the
+/// version; from tags alone it is the index's creation annotation.
 #[derive(Clone, Debug, Serialize)]
 pub struct VersionInfo {
     #[serde(rename = "ref")]
@@ -206,15 +220,66 @@ pub struct VersionInfo {
     pub files: Option<u64>,
     pub is_head: bool,
     pub tags: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sequence: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lifecycle: Option<Lifecycle>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tombstoned_at: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub restorable_until: Option<String>,
 }
 
-/// Every version of a volume, newest first, from its `b3-` tags and the
-/// index annotations (works on any registry).
+impl VersionInfo {
+    /// A version as the volume API records it.
+    pub fn from_api(remote: &Remote, volume: &VolumeRef, v: lifecycle::Version) -> VersionInfo {
+        VersionInfo {
+            reference: display_ref(
+                remote,
+                &volume.with_selector(sealvol_spec::reference::Selector::Digest(
+                    sealvol_spec::DigestSelector::B3(v.digest),
+                )),
+            ),
+            digest: v.digest,
+            index_digest: v.index_digest,
+            created: v.created_at,
+            size: v.size,
+            files: v.files,
+            is_head: v.is_head,
+            tags: v
+                .tags
+                .into_iter()
+                .filter(|t| t != HEAD && !t.starts_with("b3-"))
+                .collect(),
+            sequence: Some(v.sequence),
+            lifecycle: Some(v.lifecycle),
+            tombstoned_at: v.tombstoned_at,
+            restorable_until: v.restorable_until,
+        }
+    }
+}
+
+/// Every version of a volume, newest first. From the volume API where the
+/// registry has it (highest sequence first; deleted versions too with
+/// `include_tombstoned`), else from the `b3-` tags and the index
+/// annotations, which works on any registry but knows nothing of deleted
+/// versions: `include_tombstoned` is then an error.
 pub async fn versions(
     remote: &Remote,
     volume: &VolumeRef,
     jobs: usize,
+    include_tombstoned: bool,
 ) -> Result<Vec<VersionInfo>, Error> {
+    if lifecycle::supported(remote).await? {
+        return Ok(lifecycle::versions(remote, volume, include_tombstoned)
+            .await?
+            .into_iter()
+            .map(|v| VersionInfo::from_api(remote, volume, v))
+            .collect());
+    }
+    if include_tombstoned {
+        lifecycle::require(remote, "listing deleted versions").await?;
+    }
     let repo = volume.repository();
     let tags = remote.tags(&repo).await?;
     if tags.is_empty() {
@@ -278,6 +343,10 @@ pub async fn versions(
                 files: ix.files,
                 is_head,
                 tags,
+                sequence: None,
+                lifecycle: None,
+                tombstoned_at: None,
+                restorable_until: None,
             }
         })
         .collect();
@@ -291,14 +360,32 @@ pub async fn versions(
     Ok(out)
 }
 
-/// Points `tag` at the version `vref` names (creating or moving it).
+/// Points `tag` at the version `vref` names (creating or moving it). With
+/// `expires_at` the tag is set through the volume API and removed by the
+/// registry's garbage collection once that time passes; a registry without
+/// the API cannot do that, and says so. Without it the tag is an OCI tag
+/// PUT, on any registry (and any earlier expiry is cleared).
 pub async fn tag_set(
     remote: &Remote,
     vref: &VolumeRef,
     tag: &str,
+    expires_at: Option<std::time::SystemTime>,
 ) -> Result<VersionInfoShort, Error> {
     let tag = user_tag(tag)?;
+    if expires_at.is_some() {
+        lifecycle::require(remote, "tag expiry").await?;
+    }
     let version = resolve(remote, vref).await?;
+    let reference = display_ref(remote, &version.pinned.without_path());
+    if let Some(at) = expires_at {
+        let set = lifecycle::set_tag(remote, vref, &tag, &version.index.digest, Some(at)).await?;
+        return Ok(VersionInfoShort {
+            reference,
+            digest: set.digest,
+            tag: set.tag,
+            expires_at: set.expires_at,
+        });
+    }
     remote
         .put_manifest(
             &version.repo,
@@ -308,9 +395,10 @@ pub async fn tag_set(
         )
         .await?;
     Ok(VersionInfoShort {
-        reference: display_ref(remote, &version.pinned.without_path()),
+        reference,
         digest: version.index.digest,
         tag: tag.as_str().to_string(),
+        expires_at: None,
     })
 }
 
@@ -343,12 +431,17 @@ pub fn user_tag(tag: &str) -> Result<Tag, Error> {
     Ok(t)
 }
 
+/// What `tag set` did. In JSON: `{"ref":"bdn:ns/vol@b3:<hex>",
+/// "digest":"b3:<hex>","tag":"prod"}`, plus `"expires_at":"<RFC 3339>"`
+/// for a tag that expires.
 #[derive(Clone, Debug, Serialize)]
 pub struct VersionInfoShort {
     #[serde(rename = "ref")]
     pub reference: String,
     pub digest: B3Digest,
     pub tag: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<String>,
 }
 
 /// What changed from version A to version B.

@@ -21,6 +21,7 @@ pub mod credentials;
 pub mod filehash;
 pub mod filestate;
 pub mod inspect;
+pub mod lifecycle;
 pub mod pull;
 pub mod push;
 pub mod remote;
@@ -47,6 +48,14 @@ pub enum Error {
     Corrupt(String),
     #[error("{0}")]
     Usage(String),
+    /// The registry refused because of what someone else is doing, or the
+    /// state the object is in (SPEC.md §7.2: 409).
+    #[error("{0}")]
+    Conflict(String),
+    /// What was asked for existed once and is gone for good (SPEC.md §7.2:
+    /// 410).
+    #[error("{0}")]
+    Gone(String),
     #[error("{}: {message}", path.display())]
     Io { path: PathBuf, message: String },
 }

@@ -91,7 +91,6 @@ pub async fn push(
             )))
         }
     }
-    let repo = vref.repository();
 
     // Sealing reads every byte on all cores; keep it off the async threads.
     progress.phase("sealing", 0);
@@ -105,6 +104,46 @@ pub async fn push(
         .await
         .expect("sealing task panicked")?
     };
+    // The volume's push claim (SPEC.md §7.4), before the first write; a
+    // registry without the volume API takes pushes without one.
+    let claim =
+        crate::lifecycle::hold_push_claim(remote, vref, &crate::lifecycle::push_holder()).await?;
+    let result = publish(
+        remote,
+        dir,
+        vref,
+        tags,
+        opts,
+        &sealed,
+        claim.as_ref(),
+        progress,
+    )
+    .await;
+    if let Some(c) = claim {
+        c.release().await;
+    }
+    let mut report = result?;
+    let elapsed = started.elapsed().max(Duration::from_micros(1));
+    report.duration_seconds = elapsed.as_secs_f64();
+    report.bandwidth_bytes_per_second = report.bytes_uploaded as f64 / elapsed.as_secs_f64();
+    Ok(report)
+}
+
+/// Sends what the registry lacks of a sealed version, then its tags;
+/// `claim`, when held, must still be ours before the index and tags move.
+#[allow(clippy::too_many_arguments)]
+async fn publish(
+    remote: &Remote,
+    dir: &Path,
+    vref: &VolumeRef,
+    tags: Vec<Tag>,
+    opts: &PushOptions,
+    sealed: &crate::Sealed,
+    claim: Option<&crate::lifecycle::PushClaim>,
+    progress: Arc<dyn Progress>,
+) -> Result<PushReport, Error> {
+    let repo = vref.repository();
+    let still_claimed = || claim.map_or(Ok(()), |c| c.check());
     let stats = sealed.stats;
     let version = VolumeRef {
         selector: Selector::Digest(sealvol_spec::DigestSelector::B3(sealed.digest)),
@@ -236,6 +275,7 @@ pub async fn push(
             report.chunks_mounted = counters.mounted.load(Ordering::Relaxed);
             let index_digest = built.index.digest();
             let index_bytes = Bytes::from(built.index.bytes.clone());
+            still_claimed()?;
             remote
                 .put_manifest(
                     &repo,
@@ -249,6 +289,7 @@ pub async fn push(
     };
 
     // Tags last: the digest tag, head, then the user's.
+    still_claimed()?;
     let mut all_tags = vec![digest_tag, head_tag()];
     all_tags.extend(tags);
     for t in &all_tags {
@@ -263,9 +304,6 @@ pub async fn push(
         .filter(|t| !t.is_digest_tag())
         .map(|t| t.as_str().to_string())
         .collect();
-    let elapsed = started.elapsed().max(Duration::from_micros(1));
-    report.duration_seconds = elapsed.as_secs_f64();
-    report.bandwidth_bytes_per_second = report.bytes_uploaded as f64 / elapsed.as_secs_f64();
     Ok(report)
 }
 

@@ -63,6 +63,17 @@ pub struct Remote {
     auth: RegistryAuth,
     scheme: &'static str,
     open: Arc<OnceCell<bool>>,
+    /// What `GET /api/v1` said (SPEC.md §7.3): `None` when the registry has
+    /// no volume API. See [`crate::lifecycle::info`].
+    api: Arc<OnceCell<Option<crate::lifecycle::ApiInfo>>>,
+}
+
+/// A registry's answer to a volume API call (SPEC.md §7): the status and
+/// the body, whatever they are; [`crate::lifecycle`] reads them.
+#[derive(Clone, Debug)]
+pub struct ApiAnswer {
+    pub status: u16,
+    pub body: Bytes,
 }
 
 /// Plain HTTP is for loopback (the embedded registry's default) or when the
@@ -119,6 +130,7 @@ impl Remote {
             auth,
             scheme: if http_only { "http" } else { "https" },
             open: Arc::new(OnceCell::new()),
+            api: Arc::new(OnceCell::new()),
         })
     }
 
@@ -722,6 +734,90 @@ impl Remote {
                     registry: self.registry.clone(),
                     message: format!("deleting {what}: HTTP {status} {}", first_line(&body)),
                 }),
+            };
+        }
+    }
+
+    /// What this connection learned of the registry's volume API.
+    pub(crate) fn api_info_cell(&self) -> &OnceCell<Option<crate::lifecycle::ApiInfo>> {
+        &self.api
+    }
+
+    /// Sends one volume API call (SPEC.md §7) to
+    /// `<scheme>://<registry>/api/v1<path>` and returns whatever the
+    /// registry answered; only a registry that cannot be reached, or keeps
+    /// answering 5xx or 429 through every attempt, is an error. `repo`, when
+    /// the call is about one volume, scopes the bearer token a registry
+    /// with token auth hands out; basic credentials are sent as they are.
+    pub async fn api(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        repo: Option<&str>,
+        body: Option<&serde_json::Value>,
+    ) -> Result<ApiAnswer, TransportError> {
+        let token = match (&self.auth, repo) {
+            (RegistryAuth::Anonymous, _) | (_, None) => None,
+            (_, Some(repo)) => self
+                .client
+                .auth(
+                    &self.by_tag(repo, "head"),
+                    &self.auth,
+                    RegistryOperation::Push,
+                )
+                .await
+                .ok()
+                .flatten(),
+        };
+        let url = format!("{}://{}/api/v1{path}", self.scheme, self.registry);
+        let what = format!("{method} /api/v1{path}");
+        let mut pause = FIRST_BACKOFF;
+        let mut attempt = 1;
+        loop {
+            let mut req = self.http.request(method.clone(), &url);
+            match (&token, &self.auth) {
+                (Some(t), _) | (None, RegistryAuth::Bearer(t)) => req = req.bearer_auth(t),
+                (None, RegistryAuth::Basic(u, p)) => req = req.basic_auth(u, Some(p)),
+                _ => {}
+            }
+            if let Some(b) = body {
+                req = req
+                    .header(reqwest::header::CONTENT_TYPE, "application/json")
+                    .body(b.to_string());
+            }
+            let result = match req.send().await {
+                Ok(resp) => {
+                    let status = resp.status();
+                    resp.bytes().await.map(|body| ApiAnswer {
+                        status: status.as_u16(),
+                        body,
+                    })
+                }
+                Err(e) => Err(e),
+            };
+            let retry = match &result {
+                Ok(a) => a.status >= 500 || a.status == 429,
+                // Refused: the registry is not there, and says so at once.
+                Err(e) => !e.is_connect(),
+            };
+            if retry && attempt < ATTEMPTS {
+                tracing::debug!(what, attempt, "retrying");
+                tokio::time::sleep(pause).await;
+                pause *= 2;
+                attempt += 1;
+                continue;
+            }
+            let answer = result.map_err(|e| self.classify(&what, e.into()))?;
+            return match answer.status {
+                429 | 500.. => Err(TransportError::Registry {
+                    registry: self.registry.clone(),
+                    message: format!(
+                        "{what}: HTTP {} {}",
+                        answer.status,
+                        first_line(&String::from_utf8_lossy(&answer.body))
+                    ),
+                }),
+                _ => Ok(answer),
             };
         }
     }

@@ -54,11 +54,41 @@ impl Server {
         )
     }
 
+    /// Starts a registry on `root` with `config` (registry.toml lines
+    /// besides `addr` and `root`) and a clock the test moves: the server
+    /// adds the integer in `clock` (seconds) to the time it reads.
+    pub fn start_with_clock(root: &std::path::Path, config: &str, clock: &Path) -> Server {
+        let file = root.with_extension("toml");
+        std::fs::create_dir_all(root).expect("registry root");
+        std::fs::write(
+            &file,
+            format!(
+                "addr = \"127.0.0.1:0\"\nroot = {:?}\n{config}\n",
+                root.to_str().expect("UTF-8 temp path")
+            ),
+        )
+        .expect("write registry.toml");
+        Server::start_env(
+            &["serve", "--config", file.to_str().expect("UTF-8 temp path")],
+            root,
+            &[("SEALVOL_TEST_CLOCK_FILE", clock.as_os_str())],
+        )
+    }
+
     /// Starts `sealvol ARGS` (a `serve` command) and waits until it listens.
     pub fn start_with(args: &[&str], root: &std::path::Path) -> Server {
+        Server::start_env(args, root, &[])
+    }
+
+    fn start_env(
+        args: &[&str],
+        root: &std::path::Path,
+        env: &[(&str, &std::ffi::OsStr)],
+    ) -> Server {
         use std::io::BufRead;
         let mut child = Command::new(sealvol_bin())
             .args(args)
+            .envs(env.iter().copied())
             .env("SEALVOL_LOG", "warn")
             .stdout(std::process::Stdio::piped())
             .spawn()
