@@ -113,11 +113,17 @@ pub fn push(
         cache_dir: cache,
     };
     let progress = progress::for_terminal(output == Output::Json);
-    let report = runtime()?
-        .block_on(sealvol_client::push::push(
-            &remote, dir, &vref, &opts, progress,
-        ))
-        .with_context(|| format!("cannot push {}", dir.display()))?;
+    let report = match runtime()?.block_on(sealvol_client::push::push(
+        &remote, dir, &vref, &opts, progress,
+    )) {
+        Ok(report) => report,
+        // Another push holds the volume: the message names the volume and
+        // what to do; the directory is not the problem.
+        Err(e @ sealvol_client::Error::Conflict(_)) => return Err(e.into()),
+        Err(e) => {
+            return Err(anyhow::Error::new(e).context(format!("cannot push {}", dir.display())))
+        }
+    };
     match output {
         Output::Json => print_json(&report)?,
         Output::Text => {
