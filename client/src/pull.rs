@@ -123,7 +123,7 @@ pub async fn pull(
     progress: Arc<dyn Progress>,
 ) -> Result<PullReport, Error> {
     let started = Instant::now();
-    let includes = Filter::new(&opts.includes, &[])?;
+    let includes = Filter::new(&opts.includes, &[]).map_err(crate::SealError::from)?;
     remote.prepare(&vref.repository(), false).await;
     let version = resolve(remote, vref).await?;
     let tree = load_tree(remote, &version).await?;

@@ -4,56 +4,9 @@
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use globset::{Glob, GlobSet, GlobSetBuilder};
-
 use crate::SealError;
 
-/// Which paths of a tree go into a version. Globs match the path relative
-/// to the root, `*` crossing `/` as in Hugging Face's `allow_patterns`.
-/// With no includes everything is included; excludes always win, and an
-/// excluded directory is skipped whole.
-#[derive(Clone, Debug, Default)]
-pub struct Filter {
-    include: Option<GlobSet>,
-    exclude: Option<GlobSet>,
-}
-
-fn build(globs: &[String]) -> Result<Option<GlobSet>, SealError> {
-    if globs.is_empty() {
-        return Ok(None);
-    }
-    let mut b = GlobSetBuilder::new();
-    for g in globs {
-        b.add(Glob::new(g).map_err(|e| SealError::Glob(g.clone(), e.kind().to_string()))?);
-    }
-    b.build()
-        .map(Some)
-        .map_err(|e| SealError::Glob(globs.join(" "), e.to_string()))
-}
-
-impl Filter {
-    pub fn new(includes: &[String], excludes: &[String]) -> Result<Filter, SealError> {
-        Ok(Filter {
-            include: build(includes)?,
-            exclude: build(excludes)?,
-        })
-    }
-
-    /// Paths are matched as paths, so even a name that is not UTF-8 can be
-    /// excluded.
-    pub fn excluded(&self, rel: impl AsRef<Path>) -> bool {
-        self.exclude.as_ref().is_some_and(|g| g.is_match(rel))
-    }
-
-    pub fn included(&self, rel: impl AsRef<Path>) -> bool {
-        let rel = rel.as_ref();
-        !self.excluded(rel) && self.include.as_ref().is_none_or(|g| g.is_match(rel))
-    }
-
-    pub fn has_includes(&self) -> bool {
-        self.include.is_some()
-    }
-}
+pub use sealvol_spec::filter::Filter;
 
 /// What `stat` said about a file before it was read; the file-state cache
 /// key and the change check compare these.

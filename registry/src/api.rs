@@ -62,6 +62,8 @@ pub struct App {
     pub sweep: tokio::sync::RwLock<()>,
     /// One garbage collection at a time.
     pub gc_running: tokio::sync::Mutex<()>,
+    /// Sync job workers' shared state.
+    pub syncs: crate::sync_runner::SyncControl,
     /// `repo NUL digest` -> when a client last checked the blob with HEAD:
     /// a push that finds a blob skips uploading it and references it later.
     touched: Mutex<HashMap<String, u64>>,
@@ -83,6 +85,7 @@ impl App {
             claims: Claims::default(),
             sweep: tokio::sync::RwLock::new(()),
             gc_running: tokio::sync::Mutex::new(()),
+            syncs: Default::default(),
             touched: Mutex::new(HashMap::new()),
         }
     }
@@ -91,7 +94,7 @@ impl App {
         self.clock.now()
     }
 
-    fn touch(&self, repo: &str, digest: &str) {
+    pub(crate) fn touch(&self, repo: &str, digest: &str) {
         let now = self.now();
         self.touched
             .lock()
@@ -541,9 +544,35 @@ async fn put_manifest(
                 format!("manifest is larger than {MAX_MANIFEST} bytes"),
             )
         })?;
+    let (digest, subject) =
+        store_manifest(app, &name, &reference, bytes, content_type.as_deref()).await?;
+
+    let mut resp = StatusCode::CREATED.into_response();
+    let h = resp.headers_mut();
+    h.insert(
+        header::LOCATION,
+        hv(&format!("/v2/{name}/manifests/{digest}")),
+    );
+    h.insert("docker-content-digest", hv(&digest.to_string()));
+    if let Some(s) = subject {
+        h.insert("oci-subject", hv(&s.to_string()));
+    }
+    Ok(resp)
+}
+
+/// Stores a manifest under `reference` (its digest or a tag) in `name`, as
+/// a PUT does: checks it, requires what it references to be in the
+/// repository, seals a version index. Answers its digest and subject.
+pub(crate) async fn store_manifest(
+    app: &App,
+    name: &str,
+    reference: &str,
+    bytes: Bytes,
+    content_type: Option<&str>,
+) -> Result<(Sha256Digest, Option<Sha256Digest>)> {
     let digest = Sha256Digest(Sha256::digest(&bytes).into());
     let tag = if reference.contains(':') {
-        if parse_digest(&reference)? != digest {
+        if parse_digest(reference)? != digest {
             return Err(RegistryError::new(
                 Code::DigestInvalid,
                 format!("manifest digest is {digest}, not {reference}"),
@@ -551,10 +580,10 @@ async fn put_manifest(
         }
         None
     } else {
-        check_tag(&reference)?;
-        Some(reference)
+        check_tag(reference)?;
+        Some(reference.to_string())
     };
-    let parsed = parse_manifest(&bytes, content_type.as_deref())?;
+    let parsed = parse_manifest(&bytes, content_type)?;
 
     let subject_descriptor = parsed.subject.map(|_| {
         let mut d = serde_json::json!({
@@ -592,7 +621,7 @@ async fn put_manifest(
     let _sweep = app.sweep.read().await;
     app.blobs.put(&digest, bytes.clone()).await?;
     let (repo, d, subject) = (
-        name.clone(),
+        name.to_string(),
         digest.to_string(),
         parsed.subject.map(|s| s.to_string()),
     );
@@ -618,18 +647,7 @@ async fn put_manifest(
             format!("{what} is not in repository {name}; push it first"),
         ));
     }
-
-    let mut resp = StatusCode::CREATED.into_response();
-    let h = resp.headers_mut();
-    h.insert(
-        header::LOCATION,
-        hv(&format!("/v2/{name}/manifests/{digest}")),
-    );
-    h.insert("docker-content-digest", hv(&digest.to_string()));
-    if let Some(s) = parsed.subject {
-        h.insert("oci-subject", hv(&s.to_string()));
-    }
-    Ok(resp)
+    Ok((digest, parsed.subject))
 }
 
 async fn delete_manifest(app: &App, name: String, reference: String) -> Result<Response> {

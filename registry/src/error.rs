@@ -32,6 +32,9 @@ pub enum Code {
     PushInProgress,
     NotDeleted,
     RetentionExpired,
+    // Sync jobs and secrets (SPEC.md §8.3).
+    SyncUnknown,
+    SecretUnknown,
 }
 
 impl Code {
@@ -60,6 +63,8 @@ impl Code {
             Code::PushInProgress => "PUSH_IN_PROGRESS",
             Code::NotDeleted => "NOT_DELETED",
             Code::RetentionExpired => "RETENTION_EXPIRED",
+            Code::SyncUnknown => "SYNC_UNKNOWN",
+            Code::SecretUnknown => "SECRET_UNKNOWN",
         }
     }
 
@@ -72,7 +77,9 @@ impl Code {
             | Code::VolumeUnknown
             | Code::VersionUnknown
             | Code::TagUnknown
-            | Code::ClaimUnknown => StatusCode::NOT_FOUND,
+            | Code::ClaimUnknown
+            | Code::SyncUnknown
+            | Code::SecretUnknown => StatusCode::NOT_FOUND,
             Code::BlobUploadInvalid
             | Code::DigestInvalid
             | Code::ManifestBlobUnknown

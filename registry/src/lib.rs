@@ -6,8 +6,10 @@
 //! to any OCI client, and knows volumes: each repository's versions, head,
 //! tags with expiry, deletes restorable for a retention window
 //! ([`volumes`], served as JSON by [`volume_api`]), push claims
-//! ([`claims`]) and online garbage collection ([`gc`]). It is not a
-//! client, a cache or an authentication server.
+//! ([`claims`]), online garbage collection ([`gc`]) and durable sync jobs
+//! that copy a Hugging Face repository or a bucket into a new version
+//! ([`sync_jobs`], run by [`sync_runner`] through `sealvol-sync`). It is
+//! not a client, a cache or an authentication server.
 //!
 //! ```no_run
 //! # async fn run() -> Result<(), sealvol_registry::ServeError> {
@@ -24,6 +26,8 @@ pub mod error;
 pub mod gc;
 pub mod meta;
 pub mod server;
+pub mod sync_jobs;
+pub mod sync_runner;
 pub mod uploads;
 pub mod volume_api;
 pub mod volumes;

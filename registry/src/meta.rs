@@ -154,6 +154,7 @@ impl MetaStore {
         tx.open_table(UPLOADS)?;
         tx.open_table(LINK_TIMES)?;
         crate::volumes::create_tables(&tx)?;
+        crate::sync_jobs::create_tables(&tx)?;
         tx.commit()?;
         Ok(MetaStore { db })
     }
@@ -167,6 +168,16 @@ impl MetaStore {
     pub fn link_blob(&self, repo: &str, digest: &str, size: u64, now: u64) -> Result<()> {
         let tx = self.db.begin_write()?;
         link(&tx, repo, digest, size, now)?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Makes every `(digest, size)` visible in `repo`, in one transaction.
+    pub fn link_blobs(&self, repo: &str, blobs: &[(String, u64)], now: u64) -> Result<()> {
+        let tx = self.db.begin_write()?;
+        for (digest, size) in blobs {
+            link(&tx, repo, digest, *size, now)?;
+        }
         tx.commit()?;
         Ok(())
     }

@@ -43,6 +43,8 @@ pub struct Config {
     pub gc_interval_seconds: u64,
     /// How long a push claim lasts unless its holder renews it.
     pub claim_ttl_seconds: u64,
+    /// Sync jobs run at once (SPEC.md §8.2).
+    pub sync_workers: usize,
 }
 
 impl Default for Config {
@@ -55,6 +57,7 @@ impl Default for Config {
             gc_grace_seconds: Policy::default().gc_grace_seconds,
             gc_interval_seconds: 3600,
             claim_ttl_seconds: Policy::default().claim_ttl_seconds,
+            sync_workers: 2,
         }
     }
 }
@@ -201,6 +204,7 @@ pub async fn serve(config: Config, ready: impl FnOnce(SocketAddr)) -> Result<(),
             }
         })
     });
+    let workers = crate::sync_runner::spawn_workers(Arc::clone(&app), config.sync_workers);
     let served = axum::serve(listener, router(Arc::clone(&app), &config, prometheus))
         .with_graceful_shutdown(stop)
         .await
@@ -208,6 +212,12 @@ pub async fn serve(config: Config, ready: impl FnOnce(SocketAddr)) -> Result<(),
     if let Some(c) = collector {
         c.abort();
         let _ = c.await;
+    }
+    // A job stopped here is queued again at the next start and resumes
+    // from its last finished file.
+    for w in workers {
+        w.abort();
+        let _ = w.await;
     }
     served?;
     // The last reference: dropping it closes the database.

@@ -30,6 +30,11 @@ enum Route {
     Tag(String, String),
     Claim(String),
     ClaimToken(String, String),
+    Syncs,
+    Sync(String),
+    SyncCancel(String),
+    Secrets,
+    Secret(String),
 }
 
 fn route(path: &str) -> Option<Route> {
@@ -41,6 +46,23 @@ fn route(path: &str) -> Option<Route> {
         "namespaces" => Route::Namespaces,
         "volumes" => Route::Volumes,
         "gc" => Route::Gc,
+        "syncs" => Route::Syncs,
+        "secrets" => Route::Secrets,
+        _ if rest.starts_with("syncs/") => {
+            let sub = &rest["syncs/".len()..];
+            match sub.split_once('/') {
+                None => Route::Sync(sub.to_string()),
+                Some((id, "cancel")) => Route::SyncCancel(id.to_string()),
+                Some(_) => return None,
+            }
+        }
+        _ if rest.starts_with("secrets/") => {
+            let name = &rest["secrets/".len()..];
+            if name.contains('/') {
+                return None;
+            }
+            Route::Secret(name.to_string())
+        }
         _ => {
             let vol = rest.strip_prefix("volumes/")?;
             let Some((name, sub)) = vol.split_once("/-/") else {
@@ -63,6 +85,10 @@ fn route(path: &str) -> Option<Route> {
 
 fn invalid(why: impl Into<String>) -> RegistryError {
     RegistryError::new(Code::Invalid, why)
+}
+
+pub(crate) fn check_volume_name(name: &str) -> Result<()> {
+    check_name(name)
 }
 
 fn check_name(name: &str) -> Result<()> {
@@ -306,8 +332,76 @@ async fn handle(app: &Arc<App>, route: Route, req: Request) -> Result<Response> 
                 _ => unsupported(),
             }
         }
+        (Route::Syncs, Method::POST) => {
+            let b: crate::sync_runner::CreateBody = body(req).await?;
+            json_response(
+                StatusCode::CREATED,
+                crate::sync_runner::create(app, b).await?,
+            )
+        }
+        (Route::Syncs, Method::GET) => {
+            let dest = query_value(&req, "dest").map(|d| percent_decode(&d));
+            let jobs = app.meta(move |m| m.syncs(dest.as_deref())).await?;
+            let views: Vec<Value> = jobs
+                .into_iter()
+                .map(|j| crate::sync_runner::view(app, j))
+                .collect();
+            ok(json!({ "syncs": views }))
+        }
+        (Route::Sync(id), Method::GET) => {
+            let i = id.clone();
+            match app.meta(move |m| m.sync(&i)).await? {
+                Some(j) => ok(crate::sync_runner::view(app, j)),
+                None => Err(crate::sync_runner::unknown_sync(&id)),
+            }
+        }
+        (Route::SyncCancel(id), Method::POST) => ok(crate::sync_runner::cancel(app, id).await?),
+        (Route::Secrets, Method::GET) => {
+            let names = app.meta(|m| m.secret_names()).await?;
+            ok(json!({ "secrets": names }))
+        }
+        (Route::Secret(name), m) => {
+            if !crate::sync_jobs::valid_secret_name(&name) {
+                return Err(invalid(format!(
+                    "invalid secret name {name:?}: 1-64 of A-Z a-z 0-9 . _ -"
+                )));
+            }
+            match m {
+                Method::PUT => {
+                    let value = axum::body::to_bytes(req.into_body(), MAX_SECRET)
+                        .await
+                        .map_err(|_| invalid(format!("a secret is at most {MAX_SECRET} bytes")))?;
+                    if value.is_empty() {
+                        return Err(invalid("a secret cannot be empty"));
+                    }
+                    app.meta(move |m| m.set_secret(&name, &value)).await?;
+                    Ok(StatusCode::NO_CONTENT.into_response())
+                }
+                Method::DELETE => {
+                    let n = name.clone();
+                    if app.meta(move |m| m.delete_secret(&n)).await? {
+                        Ok(StatusCode::NO_CONTENT.into_response())
+                    } else {
+                        Err(RegistryError::new(
+                            Code::SecretUnknown,
+                            format!("secret {name} is not on this registry"),
+                        ))
+                    }
+                }
+                _ => unsupported(),
+            }
+        }
         _ => unsupported(),
     }
+}
+
+/// Largest secret value (SPEC.md §8.3).
+const MAX_SECRET: usize = 64 << 10;
+
+fn percent_decode(s: &str) -> String {
+    percent_encoding::percent_decode_str(s)
+        .decode_utf8_lossy()
+        .into_owned()
 }
 
 fn claim_json(c: &crate::claims::Claim, ttl: u64) -> Value {

@@ -20,6 +20,7 @@
 
 pub mod chunking;
 pub mod digest;
+pub mod filter;
 pub mod oci;
 pub mod path;
 pub mod reference;

@@ -1,0 +1,356 @@
+//! Sync jobs and secrets as the registry stores them (SPEC.md §8): one row
+//! per job, one row per file a running job has finished (so a restart
+//! re-reads only the rest), one row per secret. Each state change is one
+//! transaction; [`crate::sync_runner`] runs the jobs.
+
+use std::collections::HashMap;
+
+use redb::{ReadableDatabase as _, ReadableTable, TableDefinition, WriteTransaction};
+use sealvol_spec::ChunkRef;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+use crate::meta::{key, prefix, MetaError, MetaStore, Result};
+use crate::volumes::rfc3339;
+
+/// `id` -> [`SyncJob`] JSON.
+const SYNC_JOBS: TableDefinition<&str, &[u8]> = TableDefinition::new("sync_jobs");
+/// `id NUL path` -> [`FileDone`] JSON.
+const SYNC_FILES: TableDefinition<&str, &[u8]> = TableDefinition::new("sync_files");
+/// `name` -> value.
+const SECRETS: TableDefinition<&str, &[u8]> = TableDefinition::new("secrets");
+
+pub(crate) fn create_tables(tx: &WriteTransaction) -> std::result::Result<(), MetaError> {
+    tx.open_table(SYNC_JOBS)?;
+    tx.open_table(SYNC_FILES)?;
+    tx.open_table(SECRETS)?;
+    Ok(())
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum SyncState {
+    Queued,
+    Running,
+    Ready,
+    Failed,
+    Canceled,
+}
+
+impl SyncState {
+    pub fn is_finished(self) -> bool {
+        matches!(
+            self,
+            SyncState::Ready | SyncState::Failed | SyncState::Canceled
+        )
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SyncState::Queued => "QUEUED",
+            SyncState::Running => "RUNNING",
+            SyncState::Ready => "READY",
+            SyncState::Failed => "FAILED",
+            SyncState::Canceled => "CANCELED",
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Dest {
+    pub name: String,
+    pub tag: Option<String>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SyncProgress {
+    pub files_done: u64,
+    pub files_total: u64,
+    pub bytes_done: u64,
+    pub bytes_total: u64,
+    pub bytes_stored: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SyncedVersion {
+    pub digest: String,
+    pub index_digest: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobError {
+    pub code: String,
+    pub message: String,
+}
+
+/// A job as stored; [`SyncJob::view`] is its API form (SPEC.md §8.2).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SyncJob {
+    pub id: String,
+    /// Creation order, for "newest first".
+    pub seq: u64,
+    pub state: SyncState,
+    pub source: String,
+    pub dest: Dest,
+    pub include: Vec<String>,
+    pub exclude: Vec<String>,
+    pub secret: Option<String>,
+    pub progress: SyncProgress,
+    /// Times a worker started the job (a restart starts it again).
+    pub attempts: u64,
+    /// Transient errors retried so far.
+    #[serde(default)]
+    pub retries: u64,
+    pub retrying: Option<String>,
+    pub created_at: u64,
+    pub started_at: Option<u64>,
+    pub finished_at: Option<u64>,
+    pub version: Option<SyncedVersion>,
+    pub error: Option<JobError>,
+}
+
+impl SyncJob {
+    pub fn view(&self) -> Value {
+        let t = |v: Option<u64>| v.map(rfc3339);
+        json!({
+            "id": self.id,
+            "state": self.state,
+            "source": self.source,
+            "dest": self.dest,
+            "include": self.include,
+            "exclude": self.exclude,
+            "secret": self.secret,
+            "progress": self.progress,
+            "attempts": self.attempts,
+            "retries": self.retries,
+            "retrying": self.retrying,
+            "created_at": rfc3339(self.created_at),
+            "started_at": t(self.started_at),
+            "finished_at": t(self.finished_at),
+            "version": self.version,
+            "error": self.error,
+        })
+    }
+}
+
+/// A file a job has stored and verified.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileDone {
+    pub size: u64,
+    pub version: Option<String>,
+    pub mode: u32,
+    pub blake3: String,
+    pub chunks: Vec<ChunkRef>,
+}
+
+fn get_job(
+    t: &impl ReadableTable<&'static str, &'static [u8]>,
+    id: &str,
+) -> Result<Option<SyncJob>> {
+    match t.get(id)? {
+        Some(v) => Ok(Some(serde_json::from_slice(v.value())?)),
+        None => Ok(None),
+    }
+}
+
+fn put_job(tx: &WriteTransaction, job: &SyncJob) -> Result<()> {
+    tx.open_table(SYNC_JOBS)?
+        .insert(job.id.as_str(), serde_json::to_vec(job)?.as_slice())?;
+    Ok(())
+}
+
+fn drop_files(tx: &WriteTransaction, id: &str) -> Result<()> {
+    let (lo, hi) = prefix(&[id]);
+    let mut t = tx.open_table(SYNC_FILES)?;
+    t.retain_in(lo.as_str()..hi.as_str(), |_, _| false)?;
+    Ok(())
+}
+
+impl MetaStore {
+    /// Stores a new job; its `seq` is set here.
+    pub fn create_sync(&self, mut job: SyncJob) -> Result<SyncJob> {
+        let tx = self.db.begin_write()?;
+        {
+            let t = tx.open_table(SYNC_JOBS)?;
+            let mut max = 0;
+            for row in t.iter()? {
+                let (_, v) = row?;
+                let j: SyncJob = serde_json::from_slice(v.value())?;
+                max = max.max(j.seq);
+            }
+            job.seq = max + 1;
+        }
+        put_job(&tx, &job)?;
+        tx.commit()?;
+        Ok(job)
+    }
+
+    pub fn sync(&self, id: &str) -> Result<Option<SyncJob>> {
+        let tx = self.db.begin_read()?;
+        get_job(&tx.open_table(SYNC_JOBS)?, id)
+    }
+
+    /// Jobs, newest first, optionally only those into volume `dest`.
+    pub fn syncs(&self, dest: Option<&str>) -> Result<Vec<SyncJob>> {
+        let tx = self.db.begin_read()?;
+        let mut out = Vec::new();
+        for row in tx.open_table(SYNC_JOBS)?.iter()? {
+            let (_, v) = row?;
+            let j: SyncJob = serde_json::from_slice(v.value())?;
+            if dest.is_none_or(|d| d == j.dest.name) {
+                out.push(j);
+            }
+        }
+        out.sort_by_key(|j| std::cmp::Reverse(j.seq));
+        Ok(out)
+    }
+
+    /// Applies `f` to a job in one transaction, unless `f` answers false
+    /// (nothing is written then). Answers the job as it now is.
+    pub fn update_sync(
+        &self,
+        id: &str,
+        f: impl FnOnce(&mut SyncJob) -> bool,
+    ) -> Result<Option<(SyncJob, bool)>> {
+        let tx = self.db.begin_write()?;
+        let Some(mut job) = get_job(&tx.open_table(SYNC_JOBS)?, id)? else {
+            return Ok(None);
+        };
+        let changed = f(&mut job);
+        if changed {
+            put_job(&tx, &job)?;
+            if job.state.is_finished() {
+                drop_files(&tx, id)?;
+            }
+            tx.commit()?;
+        }
+        Ok(Some((job, changed)))
+    }
+
+    /// Takes the oldest queued job for a worker: `RUNNING`, one more attempt.
+    pub fn next_sync(&self, now: u64) -> Result<Option<SyncJob>> {
+        let tx = self.db.begin_write()?;
+        let next = {
+            let t = tx.open_table(SYNC_JOBS)?;
+            let mut best: Option<SyncJob> = None;
+            for row in t.iter()? {
+                let (_, v) = row?;
+                let j: SyncJob = serde_json::from_slice(v.value())?;
+                if j.state == SyncState::Queued && best.as_ref().is_none_or(|b| j.seq < b.seq) {
+                    best = Some(j);
+                }
+            }
+            best
+        };
+        let Some(mut job) = next else {
+            return Ok(None);
+        };
+        job.state = SyncState::Running;
+        job.attempts += 1;
+        job.started_at.get_or_insert(now);
+        put_job(&tx, &job)?;
+        tx.commit()?;
+        Ok(Some(job))
+    }
+
+    /// At startup: jobs that were running when the registry stopped are
+    /// queued again (their finished files stay recorded).
+    pub fn requeue_syncs(&self) -> Result<usize> {
+        let tx = self.db.begin_write()?;
+        let running: Vec<SyncJob> = {
+            let t = tx.open_table(SYNC_JOBS)?;
+            let mut v = Vec::new();
+            for row in t.iter()? {
+                let (_, val) = row?;
+                let j: SyncJob = serde_json::from_slice(val.value())?;
+                if j.state == SyncState::Running {
+                    v.push(j);
+                }
+            }
+            v
+        };
+        for mut j in running.iter().cloned() {
+            j.state = SyncState::Queued;
+            put_job(&tx, &j)?;
+        }
+        tx.commit()?;
+        Ok(running.len())
+    }
+
+    /// Records a finished file and the job's progress together.
+    pub fn sync_file_done(
+        &self,
+        id: &str,
+        path: &str,
+        file: &FileDone,
+        progress: &SyncProgress,
+    ) -> Result<()> {
+        let tx = self.db.begin_write()?;
+        let Some(mut job) = get_job(&tx.open_table(SYNC_JOBS)?, id)? else {
+            return Ok(());
+        };
+        if job.state != SyncState::Running {
+            return Ok(());
+        }
+        tx.open_table(SYNC_FILES)?.insert(
+            key(&[id, path]).as_str(),
+            serde_json::to_vec(file)?.as_slice(),
+        )?;
+        job.progress = progress.clone();
+        put_job(&tx, &job)?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// The files a job finished before, by path.
+    pub fn sync_files(&self, id: &str) -> Result<HashMap<String, FileDone>> {
+        let tx = self.db.begin_read()?;
+        let (lo, hi) = prefix(&[id]);
+        let mut out = HashMap::new();
+        for row in tx.open_table(SYNC_FILES)?.range(lo.as_str()..hi.as_str())? {
+            let (k, v) = row?;
+            let path = k.value()[lo.len()..].to_string();
+            out.insert(path, serde_json::from_slice(v.value())?);
+        }
+        Ok(out)
+    }
+
+    pub fn set_secret(&self, name: &str, value: &[u8]) -> Result<()> {
+        let tx = self.db.begin_write()?;
+        tx.open_table(SECRETS)?.insert(name, value)?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    pub fn secret(&self, name: &str) -> Result<Option<Vec<u8>>> {
+        let tx = self.db.begin_read()?;
+        Ok(tx
+            .open_table(SECRETS)?
+            .get(name)?
+            .map(|v| v.value().to_vec()))
+    }
+
+    pub fn secret_names(&self) -> Result<Vec<String>> {
+        let tx = self.db.begin_read()?;
+        let mut out = Vec::new();
+        for row in tx.open_table(SECRETS)?.iter()? {
+            out.push(row?.0.value().to_string());
+        }
+        Ok(out)
+    }
+
+    pub fn delete_secret(&self, name: &str) -> Result<bool> {
+        let tx = self.db.begin_write()?;
+        let removed = tx.open_table(SECRETS)?.remove(name)?.is_some();
+        tx.commit()?;
+        Ok(removed)
+    }
+}
+
+/// A secret name: 1–64 of `[A-Za-z0-9._-]` (SPEC.md §8.3).
+pub fn valid_secret_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}

@@ -1,0 +1,855 @@
+//! Runs sync jobs (SPEC.md §8.2): a pool of workers takes queued jobs
+//! oldest first; each job holds its volume's push claim, streams every
+//! selected object of its source through `sealvol-sync`'s sealer into the
+//! blob store, records each finished file, and seals the version and moves
+//! the tags only once every file is stored and verified. The API handlers
+//! for jobs and secrets are here too, beside the state they change.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures_util::{stream, StreamExt, TryStreamExt};
+use sealvol_spec::filter::Filter;
+use sealvol_spec::oci::{self, VersionIndex, VersionMeta};
+use sealvol_spec::{B3Digest, ChunkingParams, Entry, EntryData, Sha256Digest, Tag, TreeIndex};
+use sealvol_sync::{ChunkSink, ErrorKind, Object, SourceOptions, SyncError};
+use serde::Deserialize;
+use tokio::sync::Notify;
+
+use crate::api::App;
+use crate::error::{Code, RegistryError, Result};
+use crate::sync_jobs::{Dest, FileDone, JobError, SyncJob, SyncProgress, SyncState, SyncedVersion};
+
+/// Objects of one job read at once: enough to keep a slow source's
+/// connections busy while the CPU hashes, bounded so memory stays small
+/// (each object holds at most a few chunks in flight).
+const FILES_AT_ONCE: usize = 4;
+/// Tries per request or object before a transient error fails the job.
+const TRIES: u32 = 6;
+const FIRST_BACKOFF: Duration = Duration::from_secs(1);
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+
+/// What the workers and the API share about running jobs.
+#[derive(Default)]
+pub struct SyncControl {
+    /// Wakes an idle worker when a job is queued.
+    wake: Notify,
+    running: Mutex<HashMap<String, Arc<Running>>>,
+    /// Held while a job seals its version and while a cancel decides, so
+    /// that a canceled job never seals and a sealed job is never canceled.
+    commit: tokio::sync::Mutex<()>,
+}
+
+/// A running job's cancel flag and live byte counts (the stored progress
+/// changes once per file).
+#[derive(Default)]
+struct Running {
+    cancel: AtomicBool,
+    bytes_done: AtomicU64,
+    bytes_stored: AtomicU64,
+}
+
+impl SyncControl {
+    fn running(&self, id: &str) -> Option<Arc<Running>> {
+        self.running.lock().expect("running lock").get(id).cloned()
+    }
+}
+
+/// Starts `workers` workers, after queuing again the jobs a stopped
+/// registry left running.
+pub fn spawn_workers(app: Arc<App>, workers: usize) -> Vec<tokio::task::JoinHandle<()>> {
+    match app.meta.requeue_syncs() {
+        Ok(0) => {}
+        Ok(n) => {
+            tracing::info!("resuming {n} sync job(s) the registry was running when it stopped")
+        }
+        Err(e) => tracing::error!("cannot resume sync jobs: {e}"),
+    }
+    (0..workers.max(1))
+        .map(|_| {
+            let app = Arc::clone(&app);
+            tokio::spawn(async move { worker(app).await })
+        })
+        .collect()
+}
+
+async fn worker(app: Arc<App>) {
+    loop {
+        // Registered before looking, so a job queued meanwhile still wakes us.
+        let woken = app.syncs.wake.notified();
+        tokio::pin!(woken);
+        woken.as_mut().enable();
+        let now = app.now();
+        match app.meta(move |m| m.next_sync(now)).await {
+            Ok(Some(job)) => run(&app, job).await,
+            Ok(None) => {
+                tokio::select! {
+                    _ = woken => {}
+                    _ = tokio::time::sleep(Duration::from_secs(30)) => {}
+                }
+            }
+            Err(e) => {
+                tracing::error!("sync worker: {e}");
+                tokio::time::sleep(Duration::from_secs(5)).await;
+            }
+        }
+    }
+}
+
+async fn run(app: &Arc<App>, job: SyncJob) {
+    let id = job.id.clone();
+    let running = Arc::new(Running {
+        bytes_done: AtomicU64::new(job.progress.bytes_done),
+        bytes_stored: AtomicU64::new(job.progress.bytes_stored),
+        ..Default::default()
+    });
+    app.syncs
+        .running
+        .lock()
+        .expect("running lock")
+        .insert(id.clone(), Arc::clone(&running));
+    tracing::info!(sync = %id, source = %job.source, dest = %job.dest.name, "sync started");
+    let result = execute(app, &job, &running).await;
+    app.syncs.running.lock().expect("running lock").remove(&id);
+    let now = app.now();
+    match result {
+        Ok(()) => tracing::info!(sync = %id, "sync ready"),
+        Err(e) if e.kind == ErrorKind::Canceled => {
+            tracing::info!(sync = %id, "sync canceled");
+        }
+        Err(e) => {
+            tracing::warn!(sync = %id, code = e.kind.code(), "sync failed: {}", e.message);
+            let stored = running.bytes_stored.load(Ordering::Relaxed);
+            let _ = app
+                .meta(move |m| {
+                    m.update_sync(&id, |j| {
+                        if j.state.is_finished() {
+                            return false;
+                        }
+                        j.state = SyncState::Failed;
+                        j.finished_at = Some(now);
+                        j.progress.bytes_stored = stored;
+                        j.error = Some(JobError {
+                            code: e.kind.code().to_string(),
+                            message: e.message.clone(),
+                        });
+                        true
+                    })
+                })
+                .await;
+        }
+    }
+}
+
+fn internal(e: impl std::fmt::Display) -> SyncError {
+    SyncError::new(
+        ErrorKind::Internal,
+        format!("the registry could not store what it read: {e}"),
+    )
+}
+
+/// Runs `attempt` until it succeeds, fails for good, or transient errors
+/// outlast [`TRIES`]; each retry is counted on the job and shown.
+async fn with_retries<T, F, Fut>(
+    app: &Arc<App>,
+    job: &SyncJob,
+    running: &Running,
+    mut attempt: F,
+) -> std::result::Result<T, SyncError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = std::result::Result<T, SyncError>>,
+{
+    let mut pause = FIRST_BACKOFF;
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        match attempt().await {
+            Ok(v) => return Ok(v),
+            Err(e) if e.is_transient() && tries < TRIES => {
+                tracing::info!(sync = %job.id, "retrying in {pause:?}: {}", e.message);
+                let (id, msg) = (job.id.clone(), e.message.clone());
+                app.meta(move |m| {
+                    m.update_sync(&id, |j| {
+                        j.retries += 1;
+                        j.retrying = Some(msg);
+                        !j.state.is_finished()
+                    })
+                })
+                .await
+                .map_err(internal)?;
+                sleep_unless_canceled(running, pause).await?;
+                pause = (pause * 2).min(MAX_BACKOFF);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+async fn sleep_unless_canceled(
+    running: &Running,
+    d: Duration,
+) -> std::result::Result<(), SyncError> {
+    let step = Duration::from_millis(200);
+    let mut left = d;
+    while !left.is_zero() {
+        if running.cancel.load(Ordering::Relaxed) {
+            return Err(SyncError::new(ErrorKind::Canceled, "canceled"));
+        }
+        let s = left.min(step);
+        tokio::time::sleep(s).await;
+        left -= s;
+    }
+    Ok(())
+}
+
+/// The volume's push claim, renewed in the background while held.
+struct HeldClaim {
+    app: Arc<App>,
+    repo: String,
+    token: String,
+    renew: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for HeldClaim {
+    fn drop(&mut self) {
+        self.renew.abort();
+        self.app.claims.release(&self.repo, &self.token);
+    }
+}
+
+async fn hold_claim(
+    app: &Arc<App>,
+    job: &SyncJob,
+    running: &Running,
+) -> std::result::Result<HeldClaim, SyncError> {
+    let repo = job.dest.name.clone();
+    let ttl = app.policy.claim_ttl_seconds;
+    let holder = format!("sync {}", job.id);
+    let mut waiting = false;
+    loop {
+        match app.claims.acquire(&repo, &holder, app.now(), ttl) {
+            Ok(c) => {
+                let (a, r, t) = (Arc::clone(app), repo.clone(), c.token.clone());
+                let renew = tokio::spawn(async move {
+                    let every = Duration::from_secs((ttl / 3).max(1));
+                    loop {
+                        tokio::time::sleep(every).await;
+                        a.claims.renew(&r, &t, a.now(), ttl);
+                    }
+                });
+                return Ok(HeldClaim {
+                    app: Arc::clone(app),
+                    repo,
+                    token: c.token,
+                    renew,
+                });
+            }
+            Err(held) => {
+                if !waiting {
+                    waiting = true;
+                    let (id, msg) = (
+                        job.id.clone(),
+                        format!("waiting for {repo}: {} is publishing to it", held.holder),
+                    );
+                    app.meta(move |m| {
+                        m.update_sync(&id, |j| {
+                            j.retrying = Some(msg);
+                            !j.state.is_finished()
+                        })
+                    })
+                    .await
+                    .map_err(internal)?;
+                }
+                sleep_unless_canceled(running, Duration::from_secs(1)).await?;
+            }
+        }
+    }
+}
+
+/// Chunks go straight into the blob store. A chunk the volume already
+/// links is "touched", as a client's `HEAD` does, so garbage collection
+/// keeps the link until the file's links are renewed; a chunk stored for
+/// another volume is linked at once (nothing else would keep its bytes);
+/// a new chunk is young enough for the grace period to keep it.
+struct StoreSink {
+    app: Arc<App>,
+    repo: String,
+    running: Arc<Running>,
+}
+
+#[async_trait]
+impl ChunkSink for StoreSink {
+    async fn has(&self, digest: &Sha256Digest) -> std::result::Result<bool, SyncError> {
+        let _sweep = self.app.sweep.read().await;
+        let Some(size) = self.app.blobs.size(digest).await.map_err(internal)? else {
+            return Ok(false);
+        };
+        let (repo, d) = (self.repo.clone(), digest.to_string());
+        let linked = self
+            .app
+            .meta(move |m| m.blob_size(&repo, &d))
+            .await
+            .map_err(internal)?
+            .is_some();
+        if linked {
+            self.app.touch(&self.repo, &digest.to_string());
+        } else {
+            let (repo, d, now) = (self.repo.clone(), digest.to_string(), self.app.now());
+            self.app
+                .meta(move |m| m.link_blob(&repo, &d, size, now))
+                .await
+                .map_err(internal)?;
+        }
+        Ok(true)
+    }
+
+    async fn put(&self, digest: &Sha256Digest, bytes: Bytes) -> std::result::Result<(), SyncError> {
+        let n = bytes.len() as u64;
+        let _sweep = self.app.sweep.read().await;
+        self.app.blobs.put(digest, bytes).await.map_err(internal)?;
+        self.running.bytes_stored.fetch_add(n, Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+/// Whether `path` is selected: included, and neither it nor a folder
+/// above it excluded (an excluded folder is skipped whole, as in `push`).
+fn selected(filter: &Filter, path: &str) -> bool {
+    let mut p = path;
+    while let Some((parent, _)) = p.rsplit_once('/') {
+        if filter.excluded(parent) {
+            return false;
+        }
+        p = parent;
+    }
+    filter.included(path)
+}
+
+async fn execute(
+    app: &Arc<App>,
+    job: &SyncJob,
+    running: &Arc<Running>,
+) -> std::result::Result<(), SyncError> {
+    let uri = &job.source;
+    let secret = match &job.secret {
+        None => None,
+        Some(name) => {
+            let n = name.clone();
+            let v = app.meta(move |m| m.secret(&n)).await.map_err(internal)?;
+            let v = v.ok_or_else(|| {
+                SyncError::new(
+                    ErrorKind::SecretUnknown,
+                    format!("{uri}: secret {name} is not on this registry; store it with `sealvol secret set {name}`"),
+                )
+            })?;
+            Some(String::from_utf8(v).map_err(|_| {
+                SyncError::new(
+                    ErrorKind::InvalidSource,
+                    format!("secret {name} is not UTF-8 text"),
+                )
+            })?)
+        }
+    };
+    let source: Arc<dyn sealvol_sync::Source> =
+        Arc::from(sealvol_sync::open(uri, &SourceOptions { secret })?);
+    let filter = Filter::new(&job.include, &job.exclude)
+        .map_err(|e| SyncError::new(ErrorKind::InvalidSource, e.to_string()))?;
+    let _claim = hold_claim(app, job, running).await?;
+
+    let listed = with_retries(app, job, running, || source.list()).await?;
+    let objects: Vec<Object> = listed
+        .into_iter()
+        .filter(|o| selected(&filter, &o.path))
+        .collect();
+    if objects.is_empty() {
+        return Err(SyncError::new(
+            ErrorKind::Empty,
+            format!("{uri}: no file matches the include/exclude filters"),
+        ));
+    }
+    let mut progress = SyncProgress {
+        files_total: objects.len() as u64,
+        bytes_total: objects.iter().map(|o| o.size).sum(),
+        ..Default::default()
+    };
+
+    // Files a previous run of this job finished, still whole in the store.
+    // Their links may have aged past garbage collection's grace while the
+    // registry was down: they are checked and renewed with the sweep held
+    // off, so no chunk can go between the check and the link.
+    let id = job.id.clone();
+    let mut done = app
+        .meta(move |m| m.sync_files(&id))
+        .await
+        .map_err(internal)?;
+    let mut results: HashMap<String, FileDone> = HashMap::new();
+    let mut todo = Vec::new();
+    {
+        let _sweep = app.sweep.read().await;
+        for o in objects.iter() {
+            match done.remove(&o.path) {
+                Some(f)
+                    if f.size == o.size
+                        && f.version == o.version
+                        && all_stored(app, &f).await? =>
+                {
+                    progress.files_done += 1;
+                    progress.bytes_done += f.size;
+                    results.insert(o.path.clone(), f);
+                }
+                _ => todo.push(o.clone()),
+            }
+        }
+        let reused: BTreeSet<(String, u64)> = results
+            .values()
+            .flat_map(|f| f.chunks.iter())
+            .map(|c| (c.sha256.to_string(), u64::from(c.length)))
+            .collect();
+        if !reused.is_empty() {
+            let (repo, now) = (job.dest.name.clone(), app.now());
+            app.meta(move |m| m.link_blobs(&repo, &reused.into_iter().collect::<Vec<_>>(), now))
+                .await
+                .map_err(internal)?;
+        }
+    }
+    running
+        .bytes_done
+        .store(progress.bytes_done, Ordering::Relaxed);
+    let stored_before = running.bytes_stored.load(Ordering::Relaxed);
+    progress.bytes_stored = stored_before;
+    {
+        let (id, p) = (job.id.clone(), progress.clone());
+        app.meta(move |m| {
+            m.update_sync(&id, |j| {
+                j.progress = p;
+                !j.state.is_finished()
+            })
+        })
+        .await
+        .map_err(internal)?;
+    }
+
+    let cutter = ChunkingParams::default()
+        .cutter()
+        .map_err(|e| SyncError::new(ErrorKind::Internal, e.to_string()))?;
+    let sink: Arc<dyn ChunkSink> = Arc::new(StoreSink {
+        app: Arc::clone(app),
+        repo: job.dest.name.clone(),
+        running: Arc::clone(running),
+    });
+    let shared = Mutex::new((progress, results));
+    stream::iter(todo)
+        .map(|o| {
+            let (source, sink, shared) = (Arc::clone(&source), Arc::clone(&sink), &shared);
+            async move {
+                let file = with_retries(app, job, running, || {
+                    copy_object(&*source, &o, cutter, Arc::clone(&sink), running)
+                })
+                .await?;
+                let chunks: BTreeSet<(String, u64)> = file
+                    .chunks
+                    .iter()
+                    .map(|c| (c.sha256.to_string(), u64::from(c.length)))
+                    .collect();
+                let (repo, now) = (job.dest.name.clone(), app.now());
+                app.meta(move |m| {
+                    m.link_blobs(&repo, &chunks.into_iter().collect::<Vec<_>>(), now)
+                })
+                .await
+                .map_err(internal)?;
+                let p = {
+                    let mut s = shared.lock().expect("progress lock");
+                    s.0.files_done += 1;
+                    s.0.bytes_done = running.bytes_done.load(Ordering::Relaxed);
+                    s.0.bytes_stored = running.bytes_stored.load(Ordering::Relaxed);
+                    s.1.insert(o.path.clone(), file.clone());
+                    s.0.clone()
+                };
+                let (id, path) = (job.id.clone(), o.path.clone());
+                app.meta(move |m| m.sync_file_done(&id, &path, &file, &p))
+                    .await
+                    .map_err(internal)?;
+                Ok::<_, SyncError>(())
+            }
+        })
+        .buffer_unordered(FILES_AT_ONCE)
+        .try_collect::<()>()
+        .await?;
+    let (mut progress, results) = shared.into_inner().expect("progress lock");
+    progress.bytes_stored = running.bytes_stored.load(Ordering::Relaxed);
+
+    let tree = build_tree(uri, &objects, &results)?;
+    commit(app, job, &tree, progress).await
+}
+
+/// Whether every chunk of a file recorded as done is still stored.
+async fn all_stored(app: &Arc<App>, f: &FileDone) -> std::result::Result<bool, SyncError> {
+    for c in &f.chunks {
+        if app.blobs.size(&c.sha256).await.map_err(internal)?.is_none() {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// One try at one object: read it whole through the sealer.
+async fn copy_object(
+    source: &dyn sealvol_sync::Source,
+    o: &Object,
+    cutter: sealvol_spec::Cutter,
+    sink: Arc<dyn ChunkSink>,
+    running: &Running,
+) -> std::result::Result<FileDone, SyncError> {
+    let read = AtomicU64::new(0);
+    let result = async {
+        let bytes = source.open(o).await?;
+        sealvol_sync::seal_object(
+            o,
+            bytes,
+            cutter,
+            sink,
+            &|n| {
+                read.fetch_add(n, Ordering::Relaxed);
+                running.bytes_done.fetch_add(n, Ordering::Relaxed);
+            },
+            &running.cancel,
+        )
+        .await
+    }
+    .await;
+    // Every message names the source (SPEC.md §8.2).
+    let result = result.map_err(|mut e| {
+        if !e.message.starts_with(source.uri()) {
+            e.message = format!("{}: {}", source.uri(), e.message);
+        }
+        e
+    });
+    match result {
+        Ok(s) => Ok(FileDone {
+            size: s.size,
+            version: o.version.clone(),
+            mode: o.mode,
+            blake3: s.blake3.to_string(),
+            chunks: s.chunks,
+        }),
+        Err(e) => {
+            // A retry reads the object again from its start.
+            running
+                .bytes_done
+                .fetch_sub(read.load(Ordering::Relaxed), Ordering::Relaxed);
+            Err(e)
+        }
+    }
+}
+
+/// The tree of the version: every file, and the folders their paths imply.
+fn build_tree(
+    uri: &str,
+    objects: &[Object],
+    results: &HashMap<String, FileDone>,
+) -> std::result::Result<TreeIndex, SyncError> {
+    let mut dirs = BTreeSet::new();
+    let mut entries = Vec::with_capacity(objects.len());
+    for o in objects {
+        let f = results
+            .get(&o.path)
+            .ok_or_else(|| internal(format!("{} was not copied", o.path)))?;
+        let mut p = o.path.as_str();
+        while let Some((parent, _)) = p.rsplit_once('/') {
+            dirs.insert(parent.to_string());
+            p = parent;
+        }
+        let blake3: B3Digest = f.blake3.parse().map_err(internal)?;
+        entries.push(Entry {
+            path: o.path.clone(),
+            mode: f.mode,
+            data: EntryData::File {
+                size: f.size,
+                blake3,
+                chunks: f.chunks.clone(),
+            },
+        });
+    }
+    for d in dirs {
+        if results.contains_key(&d) {
+            return Err(SyncError::new(
+                ErrorKind::InvalidSource,
+                format!("{uri}: {d} is both a file and a folder of other files"),
+            ));
+        }
+        entries.push(Entry {
+            path: d,
+            mode: sealvol_sync::DIR_MODE,
+            data: EntryData::Dir,
+        });
+    }
+    TreeIndex::new(ChunkingParams::default(), entries)
+        .map_err(|e| SyncError::new(ErrorKind::InvalidSource, format!("{uri}: {e}")))
+}
+
+/// Seals the version and moves the tags, unless the job was canceled.
+async fn commit(
+    app: &Arc<App>,
+    job: &SyncJob,
+    tree: &TreeIndex,
+    mut progress: SyncProgress,
+) -> std::result::Result<(), SyncError> {
+    let _commit = app.syncs.commit.lock().await;
+    let id = job.id.clone();
+    let state = app
+        .meta(move |m| m.sync(&id))
+        .await
+        .map_err(internal)?
+        .map(|j| j.state);
+    if state != Some(SyncState::Running) {
+        return Err(SyncError::new(ErrorKind::Canceled, "canceled"));
+    }
+    let version = publish(app, &job.dest, tree, &job.source).await?;
+    progress.files_done = progress.files_total;
+    progress.bytes_done = progress.bytes_total;
+    let (id, now) = (job.id.clone(), app.now());
+    app.meta(move |m| {
+        m.update_sync(&id, |j| {
+            j.state = SyncState::Ready;
+            j.finished_at = Some(now);
+            j.progress = progress;
+            j.retrying = None;
+            j.version = Some(version);
+            true
+        })
+    })
+    .await
+    .map_err(internal)?;
+    Ok(())
+}
+
+const INDEX_TYPE: &str = "application/vnd.oci.image.index.v1+json";
+
+/// Stores the version's manifests bottom-up, the index (which seals it:
+/// `head` and `b3-<hex>` move), then the destination tag. A version the
+/// volume already holds keeps its index; only the tag moves.
+async fn publish(
+    app: &Arc<App>,
+    dest: &Dest,
+    tree: &TreeIndex,
+    source: &str,
+) -> std::result::Result<SyncedVersion, SyncError> {
+    let repo = dest.name.as_str();
+    let digest = tree.version_digest();
+    let digest_tag = Tag::for_digest(&digest);
+    let store = |reference: String, bytes: Bytes, media_type: String| async move {
+        crate::api::store_manifest(app, repo, &reference, bytes, Some(&media_type))
+            .await
+            .map(|(d, _)| d)
+            .map_err(|e| internal(e.to_string()))
+    };
+
+    let (r, t) = (repo.to_string(), digest_tag.as_str().to_string());
+    let existing = match app
+        .meta(move |m| m.resolve_tag(&r, &t))
+        .await
+        .map_err(internal)?
+    {
+        Some(index) => {
+            let d: Sha256Digest = index.parse().map_err(internal)?;
+            match app.blobs.get(&d).await.map_err(internal)? {
+                Some(bytes) if VersionIndex::parse(&bytes).is_ok_and(|ix| ix.digest == digest) => {
+                    Some((bytes, d))
+                }
+                _ => None,
+            }
+        }
+        None => None,
+    };
+    let (index_bytes, index_digest) = match existing {
+        Some(found) => found,
+        None => {
+            let built = oci::build_version(
+                tree,
+                &VersionMeta {
+                    created: humantime::format_rfc3339_millis(std::time::SystemTime::now())
+                        .to_string(),
+                    source: Some(source.to_string()),
+                },
+            )
+            .map_err(|e| internal(e.to_string()))?;
+            for c in &built.blobs {
+                let d = c.digest();
+                {
+                    let _sweep = app.sweep.read().await;
+                    app.blobs
+                        .put(&d, Bytes::from(c.bytes.clone()))
+                        .await
+                        .map_err(internal)?;
+                }
+                let (r, ds, n, now) = (
+                    repo.to_string(),
+                    d.to_string(),
+                    c.bytes.len() as u64,
+                    app.now(),
+                );
+                app.meta(move |m| m.link_blob(&r, &ds, n, now))
+                    .await
+                    .map_err(internal)?;
+            }
+            for m in &built.manifests {
+                store(
+                    m.digest().to_string(),
+                    Bytes::from(m.bytes.clone()),
+                    m.descriptor.media_type().to_string(),
+                )
+                .await?;
+            }
+            let bytes = Bytes::from(built.index.bytes.clone());
+            let d = store(
+                built.index.digest().to_string(),
+                bytes.clone(),
+                INDEX_TYPE.into(),
+            )
+            .await?;
+            (bytes, d)
+        }
+    };
+    if let Some(tag) = &dest.tag {
+        store(tag.clone(), index_bytes, INDEX_TYPE.into()).await?;
+    }
+    Ok(SyncedVersion {
+        digest: digest.to_string(),
+        index_digest: index_digest.to_string(),
+    })
+}
+
+// ---- API (SPEC.md §8.3) ----
+
+#[derive(Deserialize)]
+pub(crate) struct CreateBody {
+    source: String,
+    dest: Dest,
+    #[serde(default)]
+    include: Vec<String>,
+    #[serde(default)]
+    exclude: Vec<String>,
+    #[serde(default)]
+    secret: Option<String>,
+}
+
+fn invalid(why: impl Into<String>) -> RegistryError {
+    RegistryError::new(Code::Invalid, why)
+}
+
+/// The job with live byte counts when it is running.
+pub(crate) fn view(app: &App, mut job: SyncJob) -> serde_json::Value {
+    if job.state == SyncState::Running {
+        if let Some(r) = app.syncs.running(&job.id) {
+            job.progress.bytes_done = r.bytes_done.load(Ordering::Relaxed);
+            job.progress.bytes_stored = r.bytes_stored.load(Ordering::Relaxed);
+        }
+    }
+    job.view()
+}
+
+pub(crate) async fn create(app: &App, body: CreateBody) -> Result<serde_json::Value> {
+    // What can be checked without the source is checked now, so a typo is
+    // a 400 here rather than a failed job later.
+    sealvol_sync::open(&body.source, &SourceOptions::default()).map_err(|e| invalid(e.message))?;
+    crate::volume_api::check_volume_name(&body.dest.name)?;
+    if let Some(t) = &body.dest.tag {
+        let tag: Tag = t
+            .parse()
+            .map_err(|e: sealvol_spec::reference::RefError| invalid(e.to_string()))?;
+        if crate::volumes::is_reserved(tag.as_str()) {
+            return Err(RegistryError::new(
+                Code::TagReserved,
+                format!("tag {t} is the registry's; choose another"),
+            ));
+        }
+    }
+    Filter::new(&body.include, &body.exclude).map_err(|e| invalid(e.to_string()))?;
+    if let Some(s) = &body.secret {
+        let n = s.clone();
+        if app.meta(move |m| m.secret(&n)).await?.is_none() {
+            return Err(RegistryError::new(
+                Code::SecretUnknown,
+                format!(
+                    "secret {s} is not on this registry; store it with `sealvol secret set {s}`"
+                ),
+            ));
+        }
+    }
+    let job = SyncJob {
+        id: format!("sync-{}", &uuid::Uuid::new_v4().simple().to_string()[..16]),
+        seq: 0,
+        state: SyncState::Queued,
+        source: body.source,
+        dest: body.dest,
+        include: body.include,
+        exclude: body.exclude,
+        secret: body.secret,
+        progress: SyncProgress::default(),
+        attempts: 0,
+        retries: 0,
+        retrying: None,
+        created_at: app.now(),
+        started_at: None,
+        finished_at: None,
+        version: None,
+        error: None,
+    };
+    let job = app.meta(move |m| m.create_sync(job)).await?;
+    app.syncs.wake.notify_one();
+    Ok(job.view())
+}
+
+pub(crate) async fn cancel(app: &App, id: String) -> Result<serde_json::Value> {
+    let _commit = app.syncs.commit.lock().await;
+    let now = app.now();
+    let i = id.clone();
+    let updated = app
+        .meta(move |m| {
+            m.update_sync(&i, |j| {
+                if j.state.is_finished() {
+                    return false;
+                }
+                j.state = SyncState::Canceled;
+                j.finished_at = Some(now);
+                j.retrying = None;
+                true
+            })
+        })
+        .await?;
+    let Some((job, changed)) = updated else {
+        return Err(unknown_sync(&id));
+    };
+    if let Some(r) = app.syncs.running(&id) {
+        r.cancel.store(true, Ordering::Relaxed);
+    }
+    Ok(serde_json::json!({ "changed": changed, "sync": view(app, job) }))
+}
+
+pub(crate) fn unknown_sync(id: &str) -> RegistryError {
+    RegistryError::new(
+        Code::SyncUnknown,
+        format!("sync {id} is not on this registry"),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn excluded_folders_drop_everything_under_them() {
+        let f = Filter::new(&[], &["logs".to_string()]).unwrap();
+        assert!(!selected(&f, "logs/a.txt"));
+        assert!(!selected(&f, "logs/deep/b.txt"));
+        assert!(selected(&f, "model.safetensors"));
+        let f = Filter::new(&["*.json".to_string()], &[]).unwrap();
+        assert!(selected(&f, "sub/config.json"));
+        assert!(!selected(&f, "sub/model.bin"));
+    }
+}

@@ -1,0 +1,143 @@
+//! Server-side sync (SPEC.md §8): reads a source — a Hugging Face
+//! repository, an S3/R2/CoreWeave/GCS/Azure prefix, a folder on the host,
+//! a version on another registry — and seals it as a stream into a chunk
+//! store, one object at a time, with no staging copy on disk.
+//!
+//! [`source::open`] turns a URI into a [`Source`]: a listing of
+//! [`Object`]s, each with the size and checksum the source vouches for, and
+//! a byte stream per object read at the version the listing saw.
+//! [`sealer::seal_object`] cuts that stream into the chunks of SPEC.md §4,
+//! stores the ones the [`ChunkSink`] lacks and checks the object's size and
+//! checksum. It is not a job scheduler or a registry: the registry persists
+//! jobs, runs them on its workers and seals the version.
+
+use std::fmt;
+
+use bytes::Bytes;
+use futures_util::stream::BoxStream;
+
+pub mod dir;
+pub mod gcs;
+pub mod hf;
+mod http;
+pub mod oci;
+pub mod sealer;
+pub mod source;
+pub mod store;
+
+pub use sealer::{seal_object, ChunkSink, SealedObject};
+pub use source::{open, Source, SourceOptions};
+
+/// Why a sync failed; [`ErrorKind::code`] is the job's error code (SPEC.md §8.2).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct SyncError {
+    pub kind: ErrorKind,
+    /// One line naming the source URI (or object) and what to do.
+    pub message: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    InvalidSource,
+    SecretUnknown,
+    NotFound,
+    Denied,
+    Empty,
+    Changed,
+    Checksum,
+    /// Worth retrying: a connection failure, timeout, 5xx or 429.
+    Transient,
+    Canceled,
+    Internal,
+}
+
+impl ErrorKind {
+    pub fn code(self) -> &'static str {
+        match self {
+            ErrorKind::InvalidSource => "INVALID_SOURCE",
+            ErrorKind::SecretUnknown => "SECRET_UNKNOWN",
+            ErrorKind::NotFound => "SOURCE_NOT_FOUND",
+            ErrorKind::Denied => "SOURCE_DENIED",
+            ErrorKind::Empty => "SOURCE_EMPTY",
+            ErrorKind::Changed => "SOURCE_CHANGED",
+            ErrorKind::Checksum => "CHECKSUM_MISMATCH",
+            ErrorKind::Transient => "SOURCE_UNAVAILABLE",
+            ErrorKind::Canceled => "CANCELED",
+            ErrorKind::Internal => "INTERNAL",
+        }
+    }
+}
+
+impl SyncError {
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> SyncError {
+        SyncError {
+            kind,
+            message: message.into(),
+        }
+    }
+
+    pub fn is_transient(&self) -> bool {
+        self.kind == ErrorKind::Transient
+    }
+
+    /// The error an HTTP status from a source means: 404 not found, 401 and
+    /// 403 denied, 408, 429 and 5xx transient, anything else invalid.
+    pub fn from_status(status: u16, message: impl Into<String>) -> SyncError {
+        let kind = match status {
+            404 | 410 => ErrorKind::NotFound,
+            401 | 403 => ErrorKind::Denied,
+            408 | 429 | 500..=599 => ErrorKind::Transient,
+            412 => ErrorKind::Changed,
+            _ => ErrorKind::InvalidSource,
+        };
+        SyncError::new(kind, message)
+    }
+}
+
+/// A checksum of a whole object that the source vouches for.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Checksum {
+    Sha256([u8; 32]),
+    Md5([u8; 16]),
+}
+
+impl fmt::Debug for Checksum {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+impl fmt::Display for Checksum {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Checksum::Sha256(d) => write!(f, "sha256:{}", hex::encode(d)),
+            Checksum::Md5(d) => write!(f, "md5:{}", hex::encode(d)),
+        }
+    }
+}
+
+/// One file of a source listing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Object {
+    /// Path in the version: relative, `/`-separated (SPEC.md §2.2).
+    pub path: String,
+    /// Where the source keeps it (key, path or URL), for messages and reads.
+    pub key: String,
+    pub size: u64,
+    pub checksum: Option<Checksum>,
+    /// What pins this object's content (ETag, generation, commit, chunk
+    /// list digest): a resumed job reuses a file done before only when its
+    /// listing gives the same path, size and version.
+    pub version: Option<String>,
+    /// Permission bits (SPEC.md §2.1).
+    pub mode: u32,
+}
+
+/// The bytes of one object, in order.
+pub type ByteStream = BoxStream<'static, Result<Bytes, SyncError>>;
+
+/// Permission bits of files from sources that have none.
+pub const FILE_MODE: u32 = 0o644;
+/// Permission bits of the folders a version's paths imply.
+pub const DIR_MODE: u32 = 0o755;

@@ -1,0 +1,398 @@
+//! The streaming sealer: one object's bytes in, its chunk list out, each
+//! chunk stored once.
+//!
+//! Three stages run at once so the network, the CPU and the disk overlap:
+//! the reader forwards the source's buffers; one blocking thread cuts
+//! chunks (SPEC.md §4: a cut needs a window of `max` bytes or the tail) and
+//! hashes them (SHA-256 for the blob digest, BLAKE3 for the chunk and the
+//! whole file, and the source's own checksum); the writer stores the
+//! chunks the sink lacks, a few at a time. Memory stays bounded by the
+//! channel depths whatever the object's size.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use bytes::{Bytes, BytesMut};
+use futures_util::{StreamExt, TryStreamExt};
+use md5::Md5;
+use sealvol_spec::{B3Digest, ChunkRef, Cutter, Sha256Digest};
+use sha2::{Digest as _, Sha256};
+use tokio::sync::mpsc;
+
+use crate::{ByteStream, Checksum, ErrorKind, Object, SyncError};
+
+/// Chunks stored at once per object: enough to overlap fsyncs.
+const WRITERS: usize = 4;
+
+/// Where chunks go: the registry's blob store.
+#[async_trait]
+pub trait ChunkSink: Send + Sync {
+    async fn has(&self, digest: &Sha256Digest) -> Result<bool, SyncError>;
+    /// Stores bytes that hash to `digest` (the sealer has checked).
+    async fn put(&self, digest: &Sha256Digest, bytes: Bytes) -> Result<(), SyncError>;
+}
+
+/// One object, chunked, stored and verified.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SealedObject {
+    pub size: u64,
+    pub blake3: B3Digest,
+    pub chunks: Vec<ChunkRef>,
+    /// Chunk bytes this object wrote (the sink lacked them).
+    pub bytes_stored: u64,
+}
+
+/// Streams `object` from `bytes` into `sink`. `progress` hears each buffer
+/// read; `cancel` stops the work at the next buffer.
+pub async fn seal_object(
+    object: &Object,
+    bytes: ByteStream,
+    cutter: Cutter,
+    sink: Arc<dyn ChunkSink>,
+    progress: &(dyn Fn(u64) + Send + Sync),
+    cancel: &AtomicBool,
+) -> Result<SealedObject, SyncError> {
+    // `None` marks the end of the object; a closed channel without it means
+    // the reader gave up, and the cutter must not store the tail.
+    let (to_cutter, from_reader) = mpsc::channel::<Option<Bytes>>(8);
+    let (to_writer, from_cutter) = mpsc::channel::<(Sha256Digest, Bytes)>(WRITERS);
+    let expected = object.checksum;
+    let cutting =
+        tokio::task::spawn_blocking(move || cut_and_hash(from_reader, to_writer, cutter, expected));
+
+    let read = async move {
+        let mut bytes = bytes;
+        while let Some(buf) = bytes.try_next().await? {
+            if cancel.load(Ordering::Relaxed) {
+                return Err(SyncError::new(ErrorKind::Canceled, "canceled"));
+            }
+            progress(buf.len() as u64);
+            if to_cutter.send(Some(buf)).await.is_err() {
+                // The cutter stopped on an error; it reports it.
+                return Ok(());
+            }
+        }
+        let _ = to_cutter.send(None).await;
+        Ok::<_, SyncError>(())
+    };
+    let write = async move {
+        tokio_stream_of(from_cutter)
+            .map(|(digest, chunk)| {
+                let sink = Arc::clone(&sink);
+                async move {
+                    if sink.has(&digest).await? {
+                        return Ok(0);
+                    }
+                    let n = chunk.len() as u64;
+                    sink.put(&digest, chunk).await?;
+                    Ok::<_, SyncError>(n)
+                }
+            })
+            .buffer_unordered(WRITERS)
+            .try_fold(0u64, |acc, n| async move { Ok(acc + n) })
+            .await
+    };
+    let (read, stored) = tokio::join!(read, write);
+    let cut = cutting
+        .await
+        .map_err(|e| SyncError::new(ErrorKind::Internal, format!("chunker failed: {e}")))?;
+    // The reader's error is the cause when there is one; the cutter then
+    // only saw its input end early.
+    read?;
+    let cut = cut?;
+    let bytes_stored = stored?;
+
+    let what = || format!("{} ({})", object.key, object.path);
+    if cut.size != object.size {
+        return Err(SyncError::new(
+            ErrorKind::Checksum,
+            format!(
+                "{}: read {} bytes, the source listed {}",
+                what(),
+                cut.size,
+                object.size
+            ),
+        ));
+    }
+    if let (Some(want), Some(got)) = (expected, cut.checksum) {
+        if want != got {
+            return Err(SyncError::new(
+                ErrorKind::Checksum,
+                format!("{}: content has {got}, the source says {want}", what()),
+            ));
+        }
+    }
+    Ok(SealedObject {
+        size: cut.size,
+        blake3: cut.blake3,
+        chunks: cut.chunks,
+        bytes_stored,
+    })
+}
+
+fn tokio_stream_of<T: Send + 'static>(
+    mut rx: mpsc::Receiver<T>,
+) -> impl futures_util::Stream<Item = T> {
+    futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx))
+}
+
+struct Cut {
+    size: u64,
+    blake3: B3Digest,
+    chunks: Vec<ChunkRef>,
+    checksum: Option<Checksum>,
+}
+
+enum WholeHash {
+    None,
+    Sha256(Sha256),
+    Md5(Md5),
+}
+
+/// The blocking stage: cut points and every hash, in one pass over bytes
+/// that are already in memory.
+fn cut_and_hash(
+    mut input: mpsc::Receiver<Option<Bytes>>,
+    output: mpsc::Sender<(Sha256Digest, Bytes)>,
+    cutter: Cutter,
+    expected: Option<Checksum>,
+) -> Result<Cut, SyncError> {
+    let max = cutter.params().max as usize;
+    let mut whole = match expected {
+        None => WholeHash::None,
+        Some(Checksum::Sha256(_)) => WholeHash::Sha256(Sha256::new()),
+        Some(Checksum::Md5(_)) => WholeHash::Md5(Md5::new()),
+    };
+    let mut file = blake3::Hasher::new();
+    let mut buf = BytesMut::with_capacity(3 * max);
+    let mut chunks = Vec::new();
+    let mut offset = 0u64;
+    let mut emit = |chunk: Bytes, chunks: &mut Vec<ChunkRef>| -> Result<(), SyncError> {
+        let sha256 = Sha256Digest(Sha256::digest(&chunk).into());
+        let b3 = B3Digest::of(&chunk);
+        chunks.push(ChunkRef {
+            offset,
+            length: chunk.len() as u32,
+            sha256,
+            blake3: b3,
+        });
+        offset += chunk.len() as u64;
+        output
+            .blocking_send((sha256, chunk))
+            .map_err(|_| SyncError::new(ErrorKind::Internal, "chunk writer stopped"))
+    };
+    let mut size = 0u64;
+    let mut ended = false;
+    while !ended {
+        match input.blocking_recv() {
+            Some(Some(b)) => {
+                size += b.len() as u64;
+                file.update(&b);
+                match &mut whole {
+                    WholeHash::None => {}
+                    WholeHash::Sha256(h) => h.update(&b),
+                    WholeHash::Md5(h) => h.update(&b),
+                }
+                buf.extend_from_slice(&b);
+            }
+            Some(None) => ended = true,
+            None => return Err(SyncError::new(ErrorKind::Canceled, "the read stopped")),
+        }
+        // Cut while a full window is buffered, and at the end the tail.
+        // Cutting starts only once two windows are buffered: the chunks
+        // share the buffer, so the next append copies what is left into a
+        // new one, and this keeps that copy under one window per window cut.
+        if ended || buf.len() >= 2 * max {
+            while buf.len() >= max || (ended && !buf.is_empty()) {
+                let n = cutter.cut(&buf);
+                let chunk = buf.split_to(n).freeze();
+                emit(chunk, &mut chunks)?;
+            }
+        }
+    }
+    let checksum = match whole {
+        WholeHash::None => None,
+        WholeHash::Sha256(h) => Some(Checksum::Sha256(h.finalize().into())),
+        WholeHash::Md5(h) => Some(Checksum::Md5(h.finalize().into())),
+    };
+    Ok(Cut {
+        size,
+        blake3: B3Digest(*file.finalize().as_bytes()),
+        chunks,
+        checksum,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+    use std::sync::Mutex;
+
+    static GO: AtomicBool = AtomicBool::new(false);
+
+    #[derive(Default)]
+    struct Memory(Mutex<HashMap<Sha256Digest, Bytes>>);
+
+    #[async_trait]
+    impl ChunkSink for Memory {
+        async fn has(&self, d: &Sha256Digest) -> Result<bool, SyncError> {
+            Ok(self.0.lock().unwrap().contains_key(d))
+        }
+        async fn put(&self, d: &Sha256Digest, b: Bytes) -> Result<(), SyncError> {
+            self.0.lock().unwrap().insert(*d, b);
+            Ok(())
+        }
+    }
+
+    fn noise(n: usize, seed: u64) -> Vec<u8> {
+        let mut x = seed;
+        (0..n)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect()
+    }
+
+    fn object(data: &[u8], checksum: Option<Checksum>) -> Object {
+        Object {
+            path: "f".into(),
+            key: "k/f".into(),
+            size: data.len() as u64,
+            checksum,
+            version: None,
+            mode: crate::FILE_MODE,
+        }
+    }
+
+    /// Feeds `data` in pieces of `piece` bytes.
+    fn stream(data: Vec<u8>, piece: usize) -> ByteStream {
+        let parts: Vec<Result<Bytes, SyncError>> = data
+            .chunks(piece.max(1))
+            .map(|c| Ok(Bytes::copy_from_slice(c)))
+            .collect();
+        futures_util::stream::iter(parts).boxed()
+    }
+
+    fn cutter() -> Cutter {
+        sealvol_spec::ChunkingParams {
+            min: 4096,
+            avg: 16384,
+            max: 65536,
+        }
+        .cutter()
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn same_chunks_as_the_whole_file_whatever_the_buffer_sizes() {
+        let data = noise(1_000_003, 7);
+        let want = cutter().chunk_lengths(&data);
+        for piece in [7, 1000, 65536, 70000, 2_000_000] {
+            let sink = Arc::new(Memory::default());
+            let got = seal_object(
+                &object(&data, None),
+                stream(data.clone(), piece),
+                cutter(),
+                sink.clone(),
+                &|_| {},
+                &GO,
+            )
+            .await
+            .unwrap();
+            let lens: Vec<usize> = got.chunks.iter().map(|c| c.length as usize).collect();
+            assert_eq!(lens, want, "piece {piece}");
+            assert_eq!(got.blake3, B3Digest::of(&data));
+            let mut rebuilt = Vec::new();
+            let store = sink.0.lock().unwrap();
+            for c in &got.chunks {
+                let b = &store[&c.sha256];
+                assert_eq!(B3Digest::of(b), c.blake3);
+                rebuilt.extend_from_slice(b);
+            }
+            assert_eq!(rebuilt, data);
+            assert_eq!(
+                got.bytes_stored,
+                store.values().map(|b| b.len() as u64).sum::<u64>()
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn present_chunks_are_not_stored_again() {
+        let data = noise(300_000, 3);
+        let sink = Arc::new(Memory::default());
+        let o = object(&data, None);
+        let run = || {
+            seal_object(
+                &o,
+                stream(data.clone(), 10_000),
+                cutter(),
+                sink.clone(),
+                &|_| {},
+                &GO,
+            )
+        };
+        assert_eq!(run().await.unwrap().bytes_stored, data.len() as u64);
+        assert_eq!(run().await.unwrap().bytes_stored, 0);
+    }
+
+    #[tokio::test]
+    async fn checksums_and_sizes_are_verified() {
+        let data = noise(100_000, 5);
+        let md5: [u8; 16] = Md5::digest(&data).into();
+        let sha: [u8; 32] = Sha256::digest(&data).into();
+        let run = |o: Object| {
+            let data = data.clone();
+            async move {
+                seal_object(
+                    &o,
+                    stream(data, 4096),
+                    cutter(),
+                    Arc::new(Memory::default()),
+                    &|_| {},
+                    &GO,
+                )
+                .await
+            }
+        };
+        run(object(&data, Some(Checksum::Md5(md5)))).await.unwrap();
+        run(object(&data, Some(Checksum::Sha256(sha))))
+            .await
+            .unwrap();
+        let mut bad = sha;
+        bad[0] ^= 1;
+        let e = run(object(&data, Some(Checksum::Sha256(bad))))
+            .await
+            .unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Checksum);
+        assert!(e.message.contains("k/f"), "{}", e.message);
+        let mut short = object(&data, None);
+        short.size += 1;
+        assert_eq!(run(short).await.unwrap_err().kind, ErrorKind::Checksum);
+    }
+
+    #[tokio::test]
+    async fn a_read_error_is_the_error_reported() {
+        let data = noise(50_000, 9);
+        let parts: Vec<Result<Bytes, SyncError>> = vec![
+            Ok(Bytes::copy_from_slice(&data[..1000])),
+            Err(SyncError::new(ErrorKind::Transient, "connection reset")),
+        ];
+        let e = seal_object(
+            &object(&data, None),
+            futures_util::stream::iter(parts).boxed(),
+            cutter(),
+            Arc::new(Memory::default()),
+            &|_| {},
+            &GO,
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Transient);
+    }
+}

@@ -1,0 +1,58 @@
+//! Sources by URI scheme (SPEC.md §8.1).
+
+use async_trait::async_trait;
+
+use crate::{ByteStream, ErrorKind, Object, SyncError};
+
+/// A place files are copied from.
+#[async_trait]
+pub trait Source: Send + Sync {
+    /// The URI the job was given, for messages.
+    fn uri(&self) -> &str;
+    /// Every file under the source, pinned to the version each had when
+    /// listed. Paths are unique and valid tree paths.
+    async fn list(&self) -> Result<Vec<Object>, SyncError>;
+    /// The bytes of one listed object, as the listing saw it.
+    async fn open(&self, object: &Object) -> Result<ByteStream, SyncError>;
+}
+
+/// What a source needs besides its URI.
+#[derive(Clone, Debug, Default)]
+pub struct SourceOptions {
+    /// The value of the secret the job names (SPEC.md §8.1), if any.
+    pub secret: Option<String>,
+}
+
+/// Opens the source `uri` names; fails with `INVALID_SOURCE` for a URI it
+/// cannot use, before any request is made.
+pub fn open(uri: &str, opts: &SourceOptions) -> Result<Box<dyn Source>, SyncError> {
+    let scheme = uri.split_once("://").map(|(s, _)| s).ok_or_else(|| {
+        SyncError::new(
+            ErrorKind::InvalidSource,
+            format!("{uri}: not a source URI; use hf://ORG/REPO, s3://BUCKET/PREFIX, gs://, azure://, r2://, cw://, dir:///PATH or oci://HOST/REPO:TAG"),
+        )
+    })?;
+    match scheme {
+        "hf" => Ok(Box::new(crate::hf::HfSource::new(uri, opts)?)),
+        "s3" | "r2" | "cw" | "azure" => Ok(Box::new(crate::store::StoreSource::new(uri, opts)?)),
+        "gs" => Ok(Box::new(crate::gcs::GcsSource::new(uri, opts)?)),
+        "dir" => Ok(Box::new(crate::dir::DirSource::new(uri, opts)?)),
+        "oci" => Ok(Box::new(crate::oci::OciSource::new(uri, opts)?)),
+        other => Err(SyncError::new(
+            ErrorKind::InvalidSource,
+            format!("{uri}: unknown scheme {other}://; use hf, s3, r2, cw, gs, azure, dir or oci"),
+        )),
+    }
+}
+
+/// Checks a path built from a source key and says which key broke the
+/// rules when it is not a valid tree path.
+pub fn tree_path(uri: &str, key: &str, rel: &str) -> Result<String, SyncError> {
+    sealvol_spec::path::validate(rel).map_err(|e| {
+        SyncError::new(
+            ErrorKind::InvalidSource,
+            format!("{uri}: object {key} cannot be a file of a version: {e}"),
+        )
+    })?;
+    Ok(rel.to_string())
+}

@@ -1,0 +1,322 @@
+//! `s3://`, `r2://`, `cw://` and `azure://` through `object_store`.
+//!
+//! (`gs://` has its own module: `object_store` reads GCS through its XML
+//! API, which the GCS emulators do not serve, and its listing drops the
+//! `md5Hash` the JSON API gives for every object.)
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures_util::{StreamExt, TryStreamExt};
+use object_store::path::Path as StorePath;
+use object_store::{GetOptions, ObjectStore, ObjectStoreExt, RetryConfig};
+
+use crate::http::first_line;
+use crate::source::tree_path;
+use crate::{ByteStream, Checksum, ErrorKind, Object, Source, SourceOptions, SyncError};
+
+/// A bucket (or container) prefix.
+pub struct StoreSource {
+    uri: String,
+    store: Arc<dyn ObjectStore>,
+    prefix: Option<StorePath>,
+    /// Whether an ETag of 32 hex digits is the object's MD5 (S3, single part).
+    etag_is_md5: bool,
+}
+
+/// The parts of `scheme://authority/rest?endpoint=…&region=…`.
+pub(crate) struct ParsedUri {
+    pub authority: String,
+    pub path: String,
+    pub endpoint: Option<String>,
+    pub region: Option<String>,
+}
+
+pub(crate) fn parse_uri(uri: &str) -> Result<ParsedUri, SyncError> {
+    let invalid = |why: &str| SyncError::new(ErrorKind::InvalidSource, format!("{uri}: {why}"));
+    let url = url::Url::parse(uri).map_err(|e| invalid(&e.to_string()))?;
+    let authority = url
+        .host_str()
+        .filter(|h| !h.is_empty())
+        .ok_or_else(|| invalid("names no bucket"))?
+        .to_string();
+    let path = percent_decode(url.path().trim_matches('/'));
+    let (mut endpoint, mut region) = (None, None);
+    for (k, v) in url.query_pairs() {
+        match &*k {
+            "endpoint" => endpoint = Some(v.into_owned()),
+            "region" => region = Some(v.into_owned()),
+            other => {
+                return Err(invalid(&format!(
+                    "unknown option {other}; use endpoint= or region="
+                )))
+            }
+        }
+    }
+    Ok(ParsedUri {
+        authority,
+        path,
+        endpoint,
+        region,
+    })
+}
+
+fn percent_decode(s: &str) -> String {
+    percent_encoding::percent_decode_str(s)
+        .decode_utf8_lossy()
+        .into_owned()
+}
+
+/// Retries inside `object_store` are few and short: the job retries a
+/// whole object with its own backoff and reports it.
+fn retry() -> RetryConfig {
+    RetryConfig {
+        max_retries: 2,
+        retry_timeout: Duration::from_secs(20),
+        ..Default::default()
+    }
+}
+
+impl StoreSource {
+    pub fn new(uri: &str, opts: &SourceOptions) -> Result<StoreSource, SyncError> {
+        let scheme = uri.split_once("://").map_or("", |(s, _)| s);
+        let p = parse_uri(uri)?;
+        let invalid =
+            |why: String| SyncError::new(ErrorKind::InvalidSource, format!("{uri}: {why}"));
+        let built = |e: object_store::Error| invalid(e.to_string());
+        let (store, prefix): (Arc<dyn ObjectStore>, String) = match scheme {
+            "azure" => {
+                let (container, prefix) = match p.path.split_once('/') {
+                    Some((c, rest)) => (c.to_string(), rest.to_string()),
+                    None => (p.path.clone(), String::new()),
+                };
+                if container.is_empty() {
+                    return Err(invalid(
+                        "names no container; use azure://ACCOUNT/CONTAINER/PREFIX".into(),
+                    ));
+                }
+                let mut b = object_store::azure::MicrosoftAzureBuilder::from_env()
+                    .with_account(&p.authority)
+                    .with_container_name(container)
+                    .with_retry(retry());
+                if std::env::var_os("AZURITE_BLOB_STORAGE_URL").is_some() {
+                    b = b.with_use_emulator(true);
+                }
+                if let Some(e) = &p.endpoint {
+                    b = b
+                        .with_endpoint(e.clone())
+                        .with_allow_http(e.starts_with("http://"));
+                }
+                if let Some(key) = &opts.secret {
+                    b = b.with_access_key(key.trim());
+                }
+                (Arc::new(b.build().map_err(built)?), prefix)
+            }
+            _ => {
+                let mut b = object_store::aws::AmazonS3Builder::from_env()
+                    .with_bucket_name(&p.authority)
+                    .with_retry(retry());
+                let default_endpoint = match scheme {
+                    "r2" => Some(match std::env::var("R2_ACCOUNT_ID") {
+                        Ok(a) => format!("https://{a}.r2.cloudflarestorage.com"),
+                        Err(_) if p.endpoint.is_some() => String::new(),
+                        Err(_) => {
+                            return Err(invalid(
+                                "r2:// needs R2_ACCOUNT_ID on the registry host or ?endpoint="
+                                    .into(),
+                            ))
+                        }
+                    }),
+                    "cw" => Some("https://cwobject.com".to_string()),
+                    _ => None,
+                };
+                if scheme == "r2" {
+                    b = b.with_region("auto");
+                } else if std::env::var_os("AWS_REGION").is_none()
+                    && std::env::var_os("AWS_DEFAULT_REGION").is_none()
+                {
+                    b = b.with_region("us-east-1");
+                }
+                if let Some(e) = p.endpoint.clone().or(default_endpoint) {
+                    b = b
+                        .with_endpoint(&e)
+                        .with_allow_http(e.starts_with("http://"));
+                }
+                if let Ok(e) = std::env::var("AWS_ENDPOINT_URL").or(std::env::var("AWS_ENDPOINT")) {
+                    if e.starts_with("http://") {
+                        b = b.with_allow_http(true);
+                    }
+                }
+                if let Some(r) = &p.region {
+                    b = b.with_region(r);
+                }
+                if let Some(secret) = &opts.secret {
+                    let (id, key) = secret.trim().split_once(':').ok_or_else(|| {
+                        invalid("the secret must be ACCESS_KEY_ID:SECRET_ACCESS_KEY".into())
+                    })?;
+                    b = b
+                        .with_access_key_id(id)
+                        .with_secret_access_key(key)
+                        .with_skip_signature(false);
+                }
+                (Arc::new(b.build().map_err(built)?), p.path.clone())
+            }
+        };
+        let prefix = if prefix.is_empty() {
+            None
+        } else {
+            Some(StorePath::parse(&prefix).map_err(|e| invalid(e.to_string()))?)
+        };
+        Ok(StoreSource {
+            uri: uri.to_string(),
+            store,
+            prefix,
+            etag_is_md5: scheme != "azure",
+        })
+    }
+
+    async fn exists(&self, path: &StorePath) -> Result<bool, SyncError> {
+        match self.store.head(path).await {
+            Ok(_) => Ok(true),
+            Err(object_store::Error::NotFound { .. }) => Ok(false),
+            Err(e) => Err(self.classify(path.as_ref(), e)),
+        }
+    }
+
+    fn classify(&self, what: &str, e: object_store::Error) -> SyncError {
+        classify(&self.uri, what, e)
+    }
+}
+
+/// What an `object_store` error means for the job. Statuses inside a
+/// generic error are read from its text: `object_store` keeps its HTTP
+/// error type private.
+pub(crate) fn classify(uri: &str, what: &str, e: object_store::Error) -> SyncError {
+    use object_store::Error as E;
+    let kind = match &e {
+        E::NotFound { .. } => ErrorKind::NotFound,
+        E::PermissionDenied { .. } | E::Unauthenticated { .. } => ErrorKind::Denied,
+        E::Precondition { .. } => ErrorKind::Changed,
+        E::InvalidPath { .. } | E::NotSupported { .. } => ErrorKind::InvalidSource,
+        _ => {
+            let text = format!("{e:?}");
+            match status_in(&text) {
+                Some(s) => SyncError::from_status(s, String::new()).kind,
+                None => ErrorKind::Transient,
+            }
+        }
+    };
+    let detail = match kind {
+        ErrorKind::NotFound => "not found (does the bucket or container exist?)".to_string(),
+        ErrorKind::Denied => {
+            "access denied; check the secret or the registry's credentials".to_string()
+        }
+        _ => first_line(&e.to_string()),
+    };
+    SyncError::new(kind, format!("{uri}: {what}: {detail}"))
+}
+
+fn status_in(text: &str) -> Option<u16> {
+    let at = text.find("status: ")? + "status: ".len();
+    text.get(at..at + 3)?.parse().ok()
+}
+
+#[async_trait]
+impl Source for StoreSource {
+    fn uri(&self) -> &str {
+        &self.uri
+    }
+
+    async fn list(&self) -> Result<Vec<Object>, SyncError> {
+        let metas: Vec<object_store::ObjectMeta> = self
+            .store
+            .list(self.prefix.as_ref())
+            .map_err(|e| self.classify("listing", e))
+            .try_collect()
+            .await?;
+        let base = self.prefix.as_ref().map(|p| format!("{}/", p.as_ref()));
+        let mut out = Vec::with_capacity(metas.len());
+        for m in &metas {
+            let key = m.location.as_ref().to_string();
+            // `object_store` drops the trailing `/` of a folder marker
+            // (`ckpt/`, as consoles and `aws s3api put-object` make them),
+            // so a marker lists as an empty object named like its folder,
+            // and that name does not exist: ask before taking it as an
+            // empty file.
+            if key.ends_with('/') || (m.size == 0 && !self.exists(&m.location).await?) {
+                continue;
+            }
+            let rel = match &base {
+                Some(b) => key.strip_prefix(b.as_str()).unwrap_or(&key),
+                None => &key,
+            };
+            let etag = m.e_tag.as_deref().map(|t| t.trim_matches('"').to_string());
+            let checksum = etag
+                .as_deref()
+                .filter(|_| self.etag_is_md5)
+                .filter(|t| t.len() == 32)
+                .and_then(|t| hex::decode(t).ok())
+                .and_then(|b| <[u8; 16]>::try_from(b).ok())
+                .map(Checksum::Md5);
+            out.push(Object {
+                path: tree_path(&self.uri, &key, rel)?,
+                key,
+                size: m.size,
+                checksum,
+                version: etag,
+                mode: crate::FILE_MODE,
+            });
+        }
+        Ok(out)
+    }
+
+    async fn open(&self, object: &Object) -> Result<ByteStream, SyncError> {
+        // Nothing to read; and an empty marker of a folder with no other
+        // key could not be read under the name `object_store` gives it.
+        if object.size == 0 {
+            return Ok(futures_util::stream::empty().boxed());
+        }
+        let path = StorePath::from(object.key.as_str());
+        let opts = GetOptions {
+            if_match: object.version.as_ref().map(|v| format!("\"{v}\"")),
+            ..Default::default()
+        };
+        let got = self.store.get_opts(&path, opts).await.map_err(|e| {
+            match self.classify(&object.key, e) {
+                // Listed a moment ago: gone or changed since.
+                e if e.kind == ErrorKind::NotFound => SyncError::new(ErrorKind::Changed, e.message),
+                e => e,
+            }
+        })?;
+        let uri = self.uri.clone();
+        let key = object.key.clone();
+        Ok(got
+            .into_stream()
+            .map_err(move |e| classify(&uri, &key, e))
+            .boxed())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uris_parse_with_options() {
+        let p =
+            parse_uri("s3://bkt/a/b%20c/?endpoint=http://127.0.0.1:9000&region=eu-west-1").unwrap();
+        assert_eq!(p.authority, "bkt");
+        assert_eq!(p.path, "a/b c");
+        assert_eq!(p.endpoint.as_deref(), Some("http://127.0.0.1:9000"));
+        assert_eq!(p.region.as_deref(), Some("eu-west-1"));
+        assert!(parse_uri("s3:///x").is_err());
+        assert!(parse_uri("s3://b/x?color=red").is_err());
+    }
+
+    #[test]
+    fn statuses_are_read_from_error_text() {
+        assert_eq!(status_in("Status { status: 404, body: None }"), Some(404));
+        assert_eq!(status_in("no status here"), None);
+    }
+}
