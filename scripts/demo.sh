@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The main job on the embedded default, the whole promise in one go: start
 # `sealvol serve`, publish a small model-like directory, publish a second
-# version that changes one tensor, show what changed and what was sent,
+# version that changes one tensor, have the registry sync the same folder
+# as a durable job (same digest), show what changed and what was sent,
 # pull a version back by digest and check it is byte-identical, mount it by
 # digest (FUSE; bytes stream in as they are read), list and read it,
 # unmount, then stop the server. Cleans up on any exit: no mount, server or
@@ -60,6 +61,11 @@ echo "== change 1 MiB of one tensor file and push v2: only its chunks are sent"
 head -c $((1 << 20)) /dev/urandom | dd of="$model/model-00002.safetensors" bs=1M seek=10 conv=notrunc status=none
 v2=$("$bin" push "$model" bdn:weights/qwen-tiny)
 echo "$v2"
+echo "== sealvol sync start --source dir://$model --dest bdn:weights/qwen-synced:prod --wait"
+echo "   (a durable job on the registry copies the folder itself: same bytes, same digest)"
+synced=$("$bin" sync start --source "dir://$model" --dest bdn:weights/qwen-synced:prod --wait)
+echo "$synced"
+[[ ${synced##*@} == "${v2##*@}" ]] || { echo "demo: the synced version's digest differs from the pushed one" >&2; exit 1; }
 echo "== sealvol diff bdn:weights/qwen-tiny:prod bdn:weights/qwen-tiny"
 "$bin" diff bdn:weights/qwen-tiny:prod bdn:weights/qwen-tiny
 echo "== sealvol versions bdn:weights/qwen-tiny"

@@ -11,6 +11,7 @@ use sealvol_client::{ReadMode, SealOptions};
 mod lifecycle;
 mod mount;
 mod progress;
+mod sync;
 mod volume;
 
 #[derive(Parser)]
@@ -248,6 +249,16 @@ enum Command {
         /// Detach it even while files are open (they fail once its process exits)
         #[arg(long, short = 'l')]
         lazy: bool,
+    },
+    /// Copy a Hugging Face repo, bucket, folder or remote version into a volume: a job the registry runs
+    Sync {
+        #[command(subcommand)]
+        action: sync::SyncAction,
+    },
+    /// Credentials on the registry for sync jobs; values are read from standard input
+    Secret {
+        #[command(subcommand)]
+        action: sync::SecretAction,
     },
     /// Store credentials for a registry in docker's config.json
     Login {
@@ -503,6 +514,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Diff { a, b, conn, output } => volume::diff(&a, &b, &conn, output),
         Command::Mount(args) => mount::mount(args),
         Command::Umount { mountpoint, lazy } => mount::umount(&mountpoint, lazy),
+        Command::Sync { action } => sync::run(action),
+        Command::Secret { action } => sync::run_secret(action),
         Command::Login {
             registry,
             username,

@@ -466,6 +466,28 @@ pub fn diff(a: &str, b: &str, conn: &Conn, output: Output) -> anyhow::Result<()>
     Ok(())
 }
 
+/// One line typed on the terminal after `prompt`, with echo off so that
+/// nobody reads it over the user's shoulder; the line ending is kept.
+pub(crate) fn read_hidden_line(prompt: &str) -> std::io::Result<String> {
+    eprint!("{prompt}");
+    let mut line = String::new();
+    // SAFETY: tcgetattr/tcsetattr on stdin with a zeroed, then filled,
+    // termios; echo is restored before returning.
+    let saved = unsafe {
+        let mut t: libc::termios = std::mem::zeroed();
+        libc::tcgetattr(0, &mut t);
+        let saved = t;
+        t.c_lflag &= !libc::ECHO;
+        libc::tcsetattr(0, libc::TCSANOW, &t);
+        saved
+    };
+    let r = std::io::stdin().lock().read_line(&mut line);
+    // SAFETY: restores the attributes read above.
+    unsafe { libc::tcsetattr(0, libc::TCSANOW, &saved) };
+    eprintln!();
+    r.map(|_| line)
+}
+
 /// Reads a password from standard input: the whole first line, with echo
 /// off when it is a terminal.
 fn read_password(from_stdin: bool) -> anyhow::Result<String> {
@@ -474,27 +496,13 @@ fn read_password(from_stdin: bool) -> anyhow::Result<String> {
     if !terminal && !from_stdin {
         bail!("no terminal to ask for a password on; pipe it in with --password-stdin");
     }
-    let mut line = String::new();
-    if terminal {
-        eprint!("Password: ");
-        // SAFETY: tcgetattr/tcsetattr on stdin with a zeroed, then filled,
-        // termios; echo is restored before returning.
-        let saved = unsafe {
-            let mut t: libc::termios = std::mem::zeroed();
-            libc::tcgetattr(0, &mut t);
-            let saved = t;
-            t.c_lflag &= !libc::ECHO;
-            libc::tcsetattr(0, libc::TCSANOW, &t);
-            saved
-        };
-        let r = stdin.lock().read_line(&mut line);
-        // SAFETY: restores the attributes read above.
-        unsafe { libc::tcsetattr(0, libc::TCSANOW, &saved) };
-        eprintln!();
-        r?;
+    let line = if terminal {
+        read_hidden_line("Password: ")?
     } else {
+        let mut line = String::new();
         stdin.lock().read_line(&mut line)?;
-    }
+        line
+    };
     let password = line.trim_end_matches(['\n', '\r']).to_string();
     if password.is_empty() {
         bail!("empty password");

@@ -27,6 +27,7 @@ pub mod push;
 pub mod remote;
 pub mod resolve;
 pub mod seal;
+pub mod sync;
 pub mod walk;
 
 pub use chunker::ReadMode;
@@ -98,8 +99,8 @@ pub enum SealError {
     SpecialFile(PathBuf),
     #[error("{}: file changed while it was being sealed; seal again once it is stable", .0.display())]
     Changed(PathBuf),
-    #[error("invalid glob {0:?}: {1}")]
-    Glob(String, String),
+    #[error(transparent)]
+    Glob(#[from] sealvol_spec::filter::GlobError),
     #[error(transparent)]
     Chunking(#[from] sealvol_spec::chunking::ChunkingError),
     #[error(transparent)]

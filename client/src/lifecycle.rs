@@ -34,7 +34,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use crate::remote::{Remote, TransportError};
+use crate::remote::{ApiAnswer, Remote, TransportError};
 use crate::resolve::display_ref;
 use crate::Error;
 
@@ -859,6 +859,40 @@ impl From<Error> for Failed {
     }
 }
 
+/// What the errors of one volume API call name, for [`send`], [`get`] and
+/// [`decode`]: the calls of this module (SPEC.md §7) and those of
+/// [`crate::sync`] (SPEC.md §8) each have their own.
+pub(crate) trait CallCtx {
+    /// The section of SPEC.md that describes the answers.
+    const SPEC: &'static str;
+    /// What a refused call fails with: [`Error`], or one that keeps the
+    /// API error code.
+    type Error: From<Error> + Into<Error>;
+    fn registry(&self) -> &str;
+    /// The call, to start a message: `listing syncs`, `version history of
+    /// bdn:ns/vol`.
+    fn call(&self) -> String;
+    /// The error for an answer other than 2xx.
+    fn refused(&self, status: u16, body: &[u8]) -> Self::Error;
+}
+
+impl CallCtx for Ctx {
+    const SPEC: &'static str = "§7.3";
+    type Error = Failed;
+
+    fn registry(&self) -> &str {
+        &self.registry
+    }
+
+    fn call(&self) -> String {
+        format!("{} of {}", self.op.what(), self.target)
+    }
+
+    fn refused(&self, status: u16, body: &[u8]) -> Failed {
+        failure(self, status, body)
+    }
+}
+
 #[derive(Deserialize)]
 struct ErrorBody {
     errors: Vec<ErrorItem>,
@@ -871,13 +905,51 @@ struct ErrorItem {
     message: String,
 }
 
+/// The code and message of the first error in an API error body (SPEC.md
+/// §7.2); empty strings when the body is not one.
+pub(crate) fn error_code(body: &[u8]) -> (String, String) {
+    serde_json::from_slice::<ErrorBody>(body)
+        .ok()
+        .and_then(|b| b.errors.into_iter().next())
+        .map(|i| (i.code, i.message))
+        .unwrap_or_default()
+}
+
+/// The error for a refused call that no code explains to the caller:
+/// 401 and 403 are denied; anything else names `call`, the status, the
+/// code and the message as they came.
+pub(crate) fn other_failure(
+    registry: &str,
+    status: u16,
+    code: &str,
+    message: &str,
+    call: &str,
+) -> TransportError {
+    let message = one_line(message);
+    match status {
+        401 | 403 => TransportError::Denied {
+            registry: registry.to_string(),
+            message: if message.is_empty() {
+                format!("HTTP {status}")
+            } else {
+                message
+            },
+        },
+        _ => TransportError::Registry {
+            registry: registry.to_string(),
+            message: format!(
+                "{call}: HTTP {status}{}{code}{}{message}",
+                if code.is_empty() { "" } else { " " },
+                if message.is_empty() { "" } else { ": " },
+            ),
+        },
+    }
+}
+
 /// The error for an answer other than 2xx (SPEC.md §7.2's codes): one line
 /// naming the ref and what to do.
 fn failure(ctx: &Ctx, status: u16, body: &[u8]) -> Failed {
-    let item = serde_json::from_slice::<ErrorBody>(body)
-        .ok()
-        .and_then(|b| b.errors.into_iter().next());
-    let (code, message) = item.map(|i| (i.code, i.message)).unwrap_or_default();
+    let (code, message) = error_code(body);
     let Ctx {
         volume,
         target,
@@ -919,35 +991,27 @@ fn failure(ctx: &Ctx, status: u16, body: &[u8]) -> Failed {
             "{target}: the registry refused the request: {}",
             one_line(&message)
         )),
-        _ => Error::Transport(match status {
-            401 | 403 => TransportError::Denied {
-                registry: ctx.registry.clone(),
-                message: if message.is_empty() {
-                    format!("HTTP {status}")
-                } else {
-                    one_line(&message)
-                },
-            },
-            // A registry without the API: no route, no error code.
-            404 | 405 if code.is_empty() => TransportError::Unsupported {
+        // A registry without the API: no route, no error code.
+        _ if matches!(status, 404 | 405) && code.is_empty() => {
+            Error::Transport(TransportError::Unsupported {
                 registry: ctx.registry.clone(),
                 what: format!("{} (it has no sealvol volume API)", ctx.op.what()),
-            },
-            _ => TransportError::Registry {
-                registry: ctx.registry.clone(),
-                message: format!(
-                    "{} of {target}: HTTP {status} {code}{}{}",
-                    ctx.op.what(),
-                    if message.is_empty() { "" } else { ": " },
-                    one_line(&message)
-                ),
-            },
-        }),
+            })
+        }
+        _ => Error::Transport(other_failure(
+            &ctx.registry,
+            status,
+            &code,
+            &message,
+            &ctx.call(),
+        )),
     };
     Failed { code, error }
 }
 
-fn one_line(s: &str) -> String {
+/// The first line of `s` that is not blank, trimmed, at most 300
+/// characters: a registry's words, fit for a one-line message.
+pub(crate) fn one_line(s: &str) -> String {
     let line = s
         .lines()
         .map(str::trim)
@@ -956,44 +1020,54 @@ fn one_line(s: &str) -> String {
     line.chars().take(300).collect()
 }
 
-/// Sends a call and returns the body of a 2xx answer.
-async fn send(
+/// Sends a call and returns the body of a 2xx answer; a registry that
+/// cannot be reached, or refuses the call, is `ctx`'s error.
+pub(crate) async fn send<C: CallCtx>(
     remote: &Remote,
-    ctx: &Ctx,
+    ctx: &C,
     method: Method,
     path: &str,
     repo: Option<&str>,
     body: Option<&Value>,
-) -> Result<Bytes, Failed> {
+) -> Result<Bytes, C::Error> {
     let answer = remote
         .api(method, path, repo, body)
         .await
-        .map_err(|e| Failed::from(Error::from(e)))?;
+        .map_err(|e| C::Error::from(Error::from(e)))?;
+    answered(ctx, answer)
+}
+
+/// The body of a 2xx answer, or `ctx`'s error for any other.
+pub(crate) fn answered<C: CallCtx>(ctx: &C, answer: ApiAnswer) -> Result<Bytes, C::Error> {
     if (200..300).contains(&answer.status) {
         Ok(answer.body)
     } else {
-        Err(failure(ctx, answer.status, &answer.body))
+        Err(ctx.refused(answer.status, &answer.body))
     }
 }
 
-async fn get<T: DeserializeOwned>(
+/// `GET`s `path` and decodes the answer.
+pub(crate) async fn get<C: CallCtx, T: DeserializeOwned>(
     remote: &Remote,
-    ctx: &Ctx,
+    ctx: &C,
     path: &str,
     repo: Option<&str>,
 ) -> Result<T, Error> {
-    let bytes = send(remote, ctx, Method::GET, path, repo, None).await?;
+    let bytes = send(remote, ctx, Method::GET, path, repo, None)
+        .await
+        .map_err(Into::into)?;
     decode(ctx, &bytes)
 }
 
-fn decode<T: DeserializeOwned>(ctx: &Ctx, bytes: &[u8]) -> Result<T, Error> {
+/// An answer as SPEC.md describes it, or an error naming the call.
+pub(crate) fn decode<C: CallCtx, T: DeserializeOwned>(ctx: &C, bytes: &[u8]) -> Result<T, Error> {
     serde_json::from_slice(bytes).map_err(|e| {
         Error::Transport(TransportError::Registry {
-            registry: ctx.registry.clone(),
+            registry: ctx.registry().to_string(),
             message: format!(
-                "{} of {}: the answer is not what SPEC.md §7.3 describes ({e})",
-                ctx.op.what(),
-                ctx.target
+                "{}: the answer is not what SPEC.md {} describes ({e})",
+                ctx.call(),
+                C::SPEC
             ),
         })
     })
@@ -1010,7 +1084,7 @@ fn version_path(volume: &VolumeRef, digest: &DigestSelector) -> String {
 /// Percent-encodes what is not unreserved in a path segment or query value
 /// (tokens and holders come from elsewhere; names and digests never need
 /// it).
-fn segment(s: &str) -> String {
+pub(crate) fn segment(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for b in s.bytes() {
         if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~' | b':') {

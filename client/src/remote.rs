@@ -756,6 +756,33 @@ impl Remote {
         repo: Option<&str>,
         body: Option<&serde_json::Value>,
     ) -> Result<ApiAnswer, TransportError> {
+        let body = body.map(|b| ("application/json", Bytes::from(b.to_string())));
+        self.api_call(method, path, repo, body).await
+    }
+
+    /// [`Remote::api`] with a body that is not JSON: `body` goes as it is,
+    /// labelled `content_type` (a secret's value, SPEC.md §8.3).
+    pub async fn api_raw(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        repo: Option<&str>,
+        content_type: &str,
+        body: Bytes,
+    ) -> Result<ApiAnswer, TransportError> {
+        self.api_call(method, path, repo, Some((content_type, body)))
+            .await
+    }
+
+    /// What [`Remote::api`] and [`Remote::api_raw`] send: the body, when
+    /// there is one, with its content type.
+    async fn api_call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        repo: Option<&str>,
+        body: Option<(&str, Bytes)>,
+    ) -> Result<ApiAnswer, TransportError> {
         let token = match (&self.auth, repo) {
             (RegistryAuth::Anonymous, _) | (_, None) => None,
             (_, Some(repo)) => self
@@ -780,10 +807,10 @@ impl Remote {
                 (None, RegistryAuth::Basic(u, p)) => req = req.basic_auth(u, Some(p)),
                 _ => {}
             }
-            if let Some(b) = body {
+            if let Some((content_type, b)) = &body {
                 req = req
-                    .header(reqwest::header::CONTENT_TYPE, "application/json")
-                    .body(b.to_string());
+                    .header(reqwest::header::CONTENT_TYPE, *content_type)
+                    .body(b.clone());
             }
             let result = match req.send().await {
                 Ok(resp) => {
