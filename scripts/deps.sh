@@ -9,13 +9,23 @@ set -euo pipefail
 # bcrypt hashes the htpasswd file of the registry the auth tests log in to;
 # fuse3 brings fusermount3, which `sealvol mount` (fuser) mounts with.
 APT_PACKAGES=(gcc libc6-dev pkg-config python3 python3-venv time curl docker-registry skopeo fuse3)
-VENV="${SEALVOL_VENV:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/.venv}"
-PIP_PACKAGES=(blake3==1.0.11 oras==0.2.43 bcrypt==5.0.0)
+sealvol_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+VENV="${SEALVOL_VENV:-$sealvol_root/.venv}"
+# The sync tests read from emulated object stores: moto's server (S3; boto3
+# comes with it) and gcp-storage-emulator (GCS) from the venv, azurite
+# (Azure Blob) from npm into .deps/azurite. Azurite 3.35.0 is the newest
+# whose package.json accepts Debian 12's nodejs 18 (3.36 wants node >= 21).
+PIP_PACKAGES=(blake3==1.0.11 oras==0.2.43 bcrypt==5.0.0 "moto[server]==5.2.5" gcp-storage-emulator==2026.7.19)
+AZURITE_VERSION=3.35.0
+AZURITE_DIR=$sealvol_root/.deps/azurite
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+# Any node that has npm will do (this machine may have one from elsewhere);
+# Debian's otherwise.
+command -v npm >/dev/null || missing+=(nodejs npm)
 if ((${#missing[@]})); then
   if [[ $(id -u) -ne 0 ]]; then
     echo "sealvol: missing Debian packages: ${missing[*]}; run: sudo apt-get install -y ${missing[*]}" >&2
@@ -46,7 +56,21 @@ fi
 if [[ ! -x "$VENV/bin/python" ]]; then
   /usr/bin/python3 -m venv "$VENV"
 fi
-if ! "$VENV/bin/python" -c 'import blake3, oras, bcrypt' 2>/dev/null; then
+# Each pin at its version, and moto's server extras (flask-cors) present?
+if ! "$VENV/bin/python" -c '
+import sys, importlib.metadata as m
+for spec in sys.argv[1:]:
+    name, _, version = spec.partition("==")
+    found = m.version(name.split("[")[0])
+    if version and found != version:
+        sys.exit(1)
+' "${PIP_PACKAGES[@]}" flask-cors 2>/dev/null; then
   "$VENV/bin/pip" install -q --disable-pip-version-check "${PIP_PACKAGES[@]}"
+fi
+
+if ! grep -qs "\"version\": \"$AZURITE_VERSION\"" "$AZURITE_DIR/node_modules/azurite/package.json" ||
+  [[ ! -x $AZURITE_DIR/node_modules/.bin/azurite-blob ]]; then
+  echo "installing: azurite@$AZURITE_VERSION into $AZURITE_DIR" >&2
+  npm install --prefix "$AZURITE_DIR" --no-audit --no-fund --loglevel=error "azurite@$AZURITE_VERSION" >/dev/null
 fi
 export SEALVOL_VENV="$VENV"

@@ -1049,3 +1049,806 @@ pub fn noise(len: usize, seed: u64) -> Vec<u8> {
 pub fn host(server: &Server) -> String {
     server.url.trim_start_matches("http://").to_string()
 }
+
+// Sync sources: object-store emulators and a Hugging Face Hub fixture, each
+// a real server process on a loopback port, and a registry that can crash
+// and come back.
+
+impl Server {
+    /// Starts a registry on `root` with `config` (registry.toml lines
+    /// besides `addr` and `root`, e.g. `sync_workers = 1`) and `env` added
+    /// to its environment (the sync sources' endpoints: `AWS_ENDPOINT_URL`,
+    /// `AZURITE_BLOB_STORAGE_URL`, `STORAGE_EMULATOR_HOST`, `HF_ENDPOINT`).
+    /// Waits until it listens.
+    pub fn start_config_env(root: &Path, config: &str, env: &[(&str, &str)]) -> Server {
+        Server::try_start_config_env(root, "127.0.0.1:0", config, env)
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// SIGKILLs the registry (a crash: no shutdown code runs) and starts it
+    /// again on the same root and port with `config` and `env` (as given to
+    /// [`Server::start_config_env`]). Tries for up to 10 s while the port is
+    /// not free again yet.
+    pub fn kill_and_restart(self, config: &str, env: &[(&str, &str)]) -> Server {
+        let addr = host(&self);
+        let root = self.root.clone();
+        self.kill();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            match Server::try_start_config_env(&root, &addr, config, env) {
+                Ok(server) => return server,
+                Err(e) if Instant::now() > deadline => {
+                    panic!("sealvol serve did not come back on {addr}: {e}")
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(200)),
+            }
+        }
+    }
+
+    /// Writes `root.toml` (addr, root, `config`) and runs `sealvol serve
+    /// --config` on it; Err when it exits before saying where it listens.
+    fn try_start_config_env(
+        root: &Path,
+        addr: &str,
+        config: &str,
+        env: &[(&str, &str)],
+    ) -> Result<Server, String> {
+        let file = root.with_extension("toml");
+        std::fs::create_dir_all(root).expect("registry root");
+        std::fs::write(
+            &file,
+            format!(
+                "addr = \"{addr}\"\nroot = {:?}\n{config}\n",
+                root.to_str().expect("UTF-8 temp path")
+            ),
+        )
+        .expect("write registry.toml");
+        let mut child = Command::new(sealvol_bin())
+            .args(["serve", "--config", file.to_str().expect("UTF-8 temp path")])
+            .envs(env.iter().copied())
+            .env("SEALVOL_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start sealvol serve");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let mut server = Server {
+            child: Some(child),
+            url: String::new(),
+            root: root.to_path_buf(),
+        };
+        let mut line = String::new();
+        let _ = BufReader::new(stdout).read_line(&mut line);
+        match line
+            .trim()
+            .rsplit(' ')
+            .next()
+            .filter(|u| u.starts_with("http://127.0.0.1:"))
+        {
+            Some(url) => {
+                server.url = url.to_string();
+                Ok(server)
+            }
+            None => {
+                if let Some(mut c) = server.child.take() {
+                    let _ = c.kill();
+                    let _ = c.wait();
+                }
+                Err(format!(
+                    "sealvol serve on {addr} did not say where it listens: {line:?}"
+                ))
+            }
+        }
+    }
+}
+
+/// A server process of the tests (an emulator, a fixture) with its log and
+/// data in a temporary folder; killed and waited for when dropped, even if
+/// a test fails.
+struct Daemon {
+    what: &'static str,
+    child: Option<Child>,
+    dir: tempfile::TempDir,
+    port: u16,
+}
+
+impl Daemon {
+    /// Runs `make(port, dir)` on a free port, stdout and stderr to
+    /// `dir/log`, and waits (up to 30 s) until the port answers HTTP with
+    /// any status. A process that exits at once (the port was taken
+    /// meanwhile) gets a second and a third port.
+    fn launch(what: &'static str, make: impl Fn(u16, &Path) -> Command) -> Daemon {
+        let mut last_log = String::new();
+        for _ in 0..3 {
+            let dir = tempfile::tempdir().expect("temporary folder for an emulator");
+            let port = free_port();
+            let log = std::fs::File::create(dir.path().join("log")).expect("log file");
+            let mut cmd = make(port, dir.path());
+            let child = cmd
+                .stdin(Stdio::null())
+                .stdout(log.try_clone().expect("log file"))
+                .stderr(log)
+                .spawn()
+                .unwrap_or_else(|e| {
+                    panic!("start {what} ({cmd:?}): {e}; run `bash scripts/deps.sh` to install it")
+                });
+            let mut d = Daemon {
+                what,
+                child: Some(child),
+                dir,
+                port,
+            };
+            let addr = d.addr();
+            let deadline = Instant::now() + Duration::from_secs(30);
+            loop {
+                if let Some(Ok(Some(_))) = d.child.as_mut().map(|c| c.try_wait()) {
+                    last_log = d.log();
+                    break;
+                }
+                if http_status(&addr, "/").is_some() {
+                    return d;
+                }
+                if Instant::now() > deadline {
+                    panic!(
+                        "{what} on {addr} did not answer HTTP within 30 s; its log:\n{}",
+                        d.log()
+                    );
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        panic!("{what} exited before it answered (three ports tried); its log:\n{last_log}");
+    }
+
+    fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("log")).unwrap_or_default()
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// A blocking HTTP client for seeding emulators (not to be used inside an
+/// async runtime).
+fn seeding_client() -> reqwest::blocking::Client {
+    reqwest::blocking::Client::builder()
+        .no_proxy()
+        .timeout(Duration::from_secs(120))
+        .build()
+        .expect("build an HTTP client")
+}
+
+/// Sends `req`; panics with `what`, the status, the body and the
+/// emulator's log unless it succeeded.
+fn send_ok(d: &Daemon, req: reqwest::blocking::RequestBuilder, what: &str) {
+    let resp = req
+        .send()
+        .unwrap_or_else(|e| panic!("{} {what}: {e}", d.what));
+    let status = resp.status();
+    if !status.is_success() {
+        let body = resp.text().unwrap_or_default();
+        panic!("{} {what}: {status}: {body}\nits log:\n{}", d.what, d.log());
+    }
+}
+
+/// [`send_ok`] that returns the response body.
+fn receive_ok(d: &Daemon, req: reqwest::blocking::RequestBuilder, what: &str) -> Vec<u8> {
+    let resp = req
+        .send()
+        .unwrap_or_else(|e| panic!("{} {what}: {e}", d.what));
+    let status = resp.status();
+    let body = resp
+        .bytes()
+        .unwrap_or_else(|e| panic!("{} {what}: body: {e}", d.what));
+    if !status.is_success() {
+        panic!(
+            "{} {what}: {status}: {}\nits log:\n{}",
+            d.what,
+            String::from_utf8_lossy(&body),
+            d.log()
+        );
+    }
+    body.to_vec()
+}
+
+/// `key` with every byte but `A-Z a-z 0-9 - _ . ~ /` percent-encoded: an
+/// object key as a URL path.
+fn encode_key(key: &str) -> String {
+    let mut out = String::with_capacity(key.len());
+    for b in key.bytes() {
+        if b.is_ascii_alphanumeric() || b"-_.~/".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// `?k=v&…` with keys and values percent-encoded; empty for no pairs.
+fn query_string(pairs: &[(&str, &str)]) -> String {
+    let enc = |s: &str| encode_key(s).replace('/', "%2F");
+    pairs
+        .iter()
+        .enumerate()
+        .map(|(i, (k, v))| format!("{}{}={}", if i == 0 { '?' } else { '&' }, enc(k), enc(v)))
+        .collect()
+}
+
+/// moto's S3 server (`moto_server` from the venv) on a loopback port, in
+/// memory. Its seeding requests carry a dummy SigV4 `Authorization` (moto
+/// checks no signatures, but refuses anonymous reads and deletes), so any
+/// `ACCESS_KEY_ID:SECRET_ACCESS_KEY` secret works for a sync.
+pub struct Moto {
+    daemon: Daemon,
+    url: String,
+    client: reqwest::blocking::Client,
+}
+
+impl Moto {
+    const AUTH: &'static str = "AWS4-HMAC-SHA256 Credential=test/20260101/us-east-1/s3/aws4_request, SignedHeaders=host, Signature=00";
+
+    /// Starts moto and waits until it answers.
+    pub fn start() -> Moto {
+        let bin = venv_bin("moto_server");
+        let daemon = Daemon::launch("moto_server", |port, _| {
+            let mut c = Command::new(&bin);
+            c.args(["-H", "127.0.0.1", "-p", &port.to_string()]);
+            c
+        });
+        let url = format!("http://{}", daemon.addr());
+        Moto {
+            daemon,
+            url,
+            client: seeding_client(),
+        }
+    }
+
+    /// `http://127.0.0.1:PORT`, for `AWS_ENDPOINT_URL`.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    fn object_url(&self, bucket: &str, key: &str) -> String {
+        format!("{}/{bucket}/{}", self.url, encode_key(key))
+    }
+
+    pub fn create_bucket(&self, bucket: &str) {
+        let req = self
+            .client
+            .put(format!("{}/{bucket}", self.url))
+            .header("authorization", Self::AUTH)
+            .body(Vec::new());
+        send_ok(&self.daemon, req, &format!("create bucket {bucket}"));
+    }
+
+    /// Stores `bytes` as `bucket/key` in one part (its ETag is the MD5).
+    pub fn put(&self, bucket: &str, key: &str, bytes: &[u8]) {
+        // A content type, or moto's web framework reads the body as a form.
+        let req = self
+            .client
+            .put(self.object_url(bucket, key))
+            .header("authorization", Self::AUTH)
+            .header("content-type", "application/octet-stream")
+            .body(bytes.to_vec());
+        send_ok(&self.daemon, req, &format!("put {bucket}/{key}"));
+    }
+
+    /// The bytes of `bucket/key`.
+    pub fn get(&self, bucket: &str, key: &str) -> Vec<u8> {
+        let req = self
+            .client
+            .get(self.object_url(bucket, key))
+            .header("authorization", Self::AUTH);
+        receive_ok(&self.daemon, req, &format!("get {bucket}/{key}"))
+    }
+
+    pub fn delete(&self, bucket: &str, key: &str) {
+        let req = self
+            .client
+            .delete(self.object_url(bucket, key))
+            .header("authorization", Self::AUTH);
+        send_ok(&self.daemon, req, &format!("delete {bucket}/{key}"));
+    }
+
+    /// What moto printed so far (one line per request).
+    pub fn log(&self) -> String {
+        self.daemon.log()
+    }
+}
+
+/// The account every azurite serves, and its well-known key.
+pub const AZURITE_ACCOUNT: &str = "devstoreaccount1";
+const AZURITE_KEY: &str =
+    "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==";
+
+/// Azurite's blob service (from `.deps/azurite`, installed by
+/// `scripts/deps.sh`) on a loopback port, data in a temporary folder. It
+/// serves the account [`AZURITE_ACCOUNT`] path-style
+/// (`URL/devstoreaccount1/CONTAINER/BLOB`); seeding requests are signed with
+/// its well-known key (Shared Key).
+pub struct Azurite {
+    daemon: Daemon,
+    url: String,
+    client: reqwest::blocking::Client,
+}
+
+impl Azurite {
+    const VERSION: &'static str = "2021-08-06";
+
+    /// Starts azurite-blob and waits until it answers.
+    pub fn start() -> Azurite {
+        let bin = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .parent()
+            .expect("the tests crate lives in the workspace root")
+            .join(".deps/azurite/node_modules/.bin/azurite-blob");
+        assert!(
+            bin.exists(),
+            "{} is missing: run `bash scripts/deps.sh` to install azurite",
+            bin.display()
+        );
+        let daemon = Daemon::launch("azurite", |port, dir| {
+            let data = dir.join("data");
+            std::fs::create_dir_all(&data).expect("azurite data folder");
+            let mut c = Command::new(&bin);
+            c.args(["--blobHost", "127.0.0.1", "--blobPort", &port.to_string()])
+                .arg("--location")
+                .arg(&data)
+                .args(["--silent", "--skipApiVersionCheck", "--disableTelemetry"]);
+            c
+        });
+        let url = format!("http://{}", daemon.addr());
+        Azurite {
+            daemon,
+            url,
+            client: seeding_client(),
+        }
+    }
+
+    /// `http://127.0.0.1:PORT`, for `AZURITE_BLOB_STORAGE_URL`.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// A request to `/devstoreaccount1/PATH?QUERY` signed with Shared Key.
+    fn signed(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        query: &[(&str, &str)],
+        extra: &[(&str, &str)],
+        body: &[u8],
+    ) -> reqwest::blocking::RequestBuilder {
+        let path = format!("/{AZURITE_ACCOUNT}/{}", encode_key(path));
+        let date = http_date(std::time::SystemTime::now());
+        let mut ms: Vec<(String, String)> = vec![
+            ("x-ms-date".into(), date),
+            ("x-ms-version".into(), Self::VERSION.into()),
+        ];
+        ms.extend(
+            extra
+                .iter()
+                .map(|(k, v)| (k.to_ascii_lowercase(), v.to_string())),
+        );
+        ms.sort();
+        let content_type = if body.is_empty() {
+            ""
+        } else {
+            "application/octet-stream"
+        };
+        let length = if body.is_empty() {
+            String::new()
+        } else {
+            body.len().to_string()
+        };
+        // Version 2015-02-21 and later: an empty Content-Length for 0.
+        let mut to_sign = format!(
+            "{}\n\n\n{length}\n\n{content_type}\n\n\n\n\n\n\n",
+            method.as_str()
+        );
+        for (k, v) in &ms {
+            to_sign.push_str(&format!("{k}:{v}\n"));
+        }
+        to_sign.push_str(&format!("/{AZURITE_ACCOUNT}{path}"));
+        let mut q: Vec<(String, &str)> = query
+            .iter()
+            .map(|(k, v)| (k.to_ascii_lowercase(), *v))
+            .collect();
+        q.sort();
+        for (k, v) in &q {
+            to_sign.push_str(&format!("\n{k}:{v}"));
+        }
+        use base64::Engine as _;
+        let b64 = base64::engine::general_purpose::STANDARD;
+        let key = b64.decode(AZURITE_KEY).expect("azurite key is base64");
+        let signature = b64.encode(hmac_sha256(&key, to_sign.as_bytes()));
+        let mut req = self
+            .client
+            .request(method, format!("{}{path}{}", self.url, query_string(query)))
+            .header(
+                "authorization",
+                format!("SharedKey {AZURITE_ACCOUNT}:{signature}"),
+            )
+            .body(body.to_vec());
+        for (k, v) in &ms {
+            req = req.header(k.as_str(), v.as_str());
+        }
+        if !content_type.is_empty() {
+            req = req.header("content-type", content_type);
+        }
+        req
+    }
+
+    pub fn create_container(&self, container: &str) {
+        let req = self.signed(
+            reqwest::Method::PUT,
+            container,
+            &[("restype", "container")],
+            &[],
+            &[],
+        );
+        send_ok(&self.daemon, req, &format!("create container {container}"));
+    }
+
+    /// Stores `bytes` as the block blob `container/name`.
+    pub fn put(&self, container: &str, name: &str, bytes: &[u8]) {
+        let req = self.signed(
+            reqwest::Method::PUT,
+            &format!("{container}/{name}"),
+            &[],
+            &[("x-ms-blob-type", "BlockBlob")],
+            bytes,
+        );
+        send_ok(&self.daemon, req, &format!("put {container}/{name}"));
+    }
+
+    /// The bytes of the blob `container/name`.
+    pub fn get(&self, container: &str, name: &str) -> Vec<u8> {
+        let req = self.signed(
+            reqwest::Method::GET,
+            &format!("{container}/{name}"),
+            &[],
+            &[],
+            &[],
+        );
+        receive_ok(&self.daemon, req, &format!("get {container}/{name}"))
+    }
+
+    pub fn delete(&self, container: &str, name: &str) {
+        let req = self.signed(
+            reqwest::Method::DELETE,
+            &format!("{container}/{name}"),
+            &[],
+            &[],
+            &[],
+        );
+        send_ok(&self.daemon, req, &format!("delete {container}/{name}"));
+    }
+
+    /// What azurite printed so far.
+    pub fn log(&self) -> String {
+        self.daemon.log()
+    }
+}
+
+/// HMAC-SHA256 (RFC 2104) of `msg` under `key`.
+fn hmac_sha256(key: &[u8], msg: &[u8]) -> [u8; 32] {
+    use sha2::Digest as _;
+    let mut block = [0u8; 64];
+    if key.len() > 64 {
+        block[..32].copy_from_slice(&sha2::Sha256::digest(key));
+    } else {
+        block[..key.len()].copy_from_slice(key);
+    }
+    let pad = |byte: u8| block.map(|b| b ^ byte);
+    let inner = sha2::Sha256::new()
+        .chain_update(pad(0x36))
+        .chain_update(msg)
+        .finalize();
+    sha2::Sha256::new()
+        .chain_update(pad(0x5c))
+        .chain_update(inner)
+        .finalize()
+        .into()
+}
+
+/// `Thu, 03 Dec 2026 08:08:03 GMT` (RFC 9110 IMF-fixdate).
+fn http_date(t: std::time::SystemTime) -> String {
+    let secs = t
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_secs();
+    let (days, rem) = ((secs / 86_400) as i64, secs % 86_400);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    const WEEKDAYS: [&str; 7] = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"];
+    const MONTHS: [&str; 12] = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ];
+    format!(
+        "{}, {day:02} {} {year} {:02}:{:02}:{:02} GMT",
+        WEEKDAYS[days.rem_euclid(7) as usize],
+        MONTHS[(month - 1) as usize],
+        rem / 3600,
+        rem / 60 % 60,
+        rem % 60
+    )
+}
+
+/// gcp-storage-emulator (from the venv) on a loopback port, in memory,
+/// speaking the GCS JSON API; reads need no credentials.
+pub struct GcsEmulator {
+    daemon: Daemon,
+    url: String,
+    client: reqwest::blocking::Client,
+}
+
+impl GcsEmulator {
+    /// Starts the emulator and waits until it answers.
+    pub fn start() -> GcsEmulator {
+        let bin = venv_bin("gcp-storage-emulator");
+        let daemon = Daemon::launch("gcp-storage-emulator", |port, _| {
+            let mut c = Command::new(&bin);
+            c.args(["start", "--host", "127.0.0.1", "--port", &port.to_string()])
+                .arg("--in-memory");
+            c
+        });
+        let url = format!("http://{}", daemon.addr());
+        GcsEmulator {
+            daemon,
+            url,
+            client: seeding_client(),
+        }
+    }
+
+    /// `http://127.0.0.1:PORT`, for `STORAGE_EMULATOR_HOST`.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    pub fn create_bucket(&self, bucket: &str) {
+        let req = self
+            .client
+            .post(format!("{}/storage/v1/b?project=test", self.url))
+            .header("content-type", "application/json")
+            .body(serde_json::json!({ "name": bucket }).to_string());
+        send_ok(&self.daemon, req, &format!("create bucket {bucket}"));
+    }
+
+    /// Uploads `bytes` as the object `bucket/name`: a media upload, or a
+    /// multipart one for no bytes (the emulator fails on an empty media
+    /// upload).
+    pub fn put(&self, bucket: &str, name: &str, bytes: &[u8]) {
+        if bytes.is_empty() {
+            let body = format!(
+                "--sealvol\r\nContent-Type: application/json; charset=UTF-8\r\n\r\n{}\r\n\
+                 --sealvol\r\nContent-Type: application/octet-stream\r\n\r\n\r\n--sealvol--\r\n",
+                serde_json::json!({ "name": name })
+            );
+            let req = self
+                .client
+                .post(format!(
+                    "{}/upload/storage/v1/b/{bucket}/o?uploadType=multipart",
+                    self.url
+                ))
+                .header("content-type", "multipart/related; boundary=sealvol")
+                .body(body);
+            return send_ok(&self.daemon, req, &format!("put empty {bucket}/{name}"));
+        }
+        let req = self
+            .client
+            .post(format!(
+                "{}/upload/storage/v1/b/{bucket}/o{}",
+                self.url,
+                query_string(&[("uploadType", "media"), ("name", name)])
+            ))
+            .header("content-type", "application/octet-stream")
+            .body(bytes.to_vec());
+        send_ok(&self.daemon, req, &format!("put {bucket}/{name}"));
+    }
+
+    /// The bytes of the object `bucket/name`.
+    pub fn get(&self, bucket: &str, name: &str) -> Vec<u8> {
+        let segment = encode_key(name).replace('/', "%2F");
+        let req = self.client.get(format!(
+            "{}/storage/v1/b/{bucket}/o/{segment}?alt=media",
+            self.url
+        ));
+        receive_ok(&self.daemon, req, &format!("get {bucket}/{name}"))
+    }
+
+    pub fn delete(&self, bucket: &str, name: &str) {
+        // The object name is one path segment: its slashes encoded too.
+        let segment = encode_key(name).replace('/', "%2F");
+        let req = self
+            .client
+            .delete(format!("{}/storage/v1/b/{bucket}/o/{segment}", self.url));
+        send_ok(&self.daemon, req, &format!("delete {bucket}/{name}"));
+    }
+
+    /// What the emulator printed so far.
+    pub fn log(&self) -> String {
+        self.daemon.log()
+    }
+}
+
+/// The Hugging Face Hub API fixture (`tests/fixtures/hf_hub.py`, run by the
+/// venv's python) serving the repositories under `root`
+/// (`root/models/ORG/REPO/…`), killed and waited for when dropped.
+pub struct HfHub {
+    child: Option<Child>,
+    url: String,
+    log: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl HfHub {
+    /// Starts the fixture on a port it picks; `rate` throttles downloads to
+    /// that many bytes per second, `fail_first` answers 503 to that many
+    /// downloads first. Waits until it prints where it listens.
+    pub fn start(root: &Path, rate: Option<u64>, fail_first: u32) -> HfHub {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/hf_hub.py");
+        assert!(script.exists(), "{} is missing", script.display());
+        let dir = tempfile::tempdir().expect("temporary folder for the hub fixture");
+        let log = dir.path().join("log");
+        let mut cmd = Command::new(venv_bin("python"));
+        cmd.arg(&script)
+            .arg("--root")
+            .arg(root)
+            .args(["--port", "0", "--verbose"]);
+        if let Some(r) = rate {
+            cmd.args(["--rate", &r.to_string()]);
+        }
+        if fail_first > 0 {
+            cmd.args(["--fail-first", &fail_first.to_string()]);
+        }
+        let mut child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&log).expect("log file"))
+            .spawn()
+            .unwrap_or_else(|e| panic!("start {}: {e}", script.display()));
+        let mut stdout = BufReader::new(child.stdout.take().expect("piped stdout"));
+        let mut hub = HfHub {
+            child: Some(child),
+            url: String::new(),
+            log,
+            _dir: dir,
+        };
+        let mut line = String::new();
+        let _ = stdout.read_line(&mut line);
+        hub.url = line
+            .trim()
+            .strip_prefix("listening on ")
+            .filter(|u| u.starts_with("http://127.0.0.1:"))
+            .unwrap_or_else(|| {
+                panic!(
+                    "the hub fixture did not say where it listens: {line:?}; its log:\n{}",
+                    hub.log()
+                )
+            })
+            .trim_end_matches('/')
+            .to_string();
+        // Whatever else it prints is read and dropped, so it never blocks
+        // on a full pipe.
+        std::thread::spawn(move || std::io::copy(&mut stdout, &mut std::io::sink()));
+        hub
+    }
+
+    /// `http://127.0.0.1:PORT`, for `HF_ENDPOINT`.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// What the fixture wrote to stderr so far: a line per request.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// The file paths (`org/repo/PATH` for models, `datasets/org/repo/PATH`)
+    /// of every download so far (`GET` of a file's bytes, begun whether or
+    /// not it finished), in order.
+    pub fn downloads(&self) -> Vec<String> {
+        self.log()
+            .lines()
+            .filter_map(|line| {
+                // `127.0.0.1 - "GET /cdn/KIND/ORG/REPO/COMMIT/PATH?sig=… HTTP/1.1" 200 -`
+                let target = line.split("\"GET /cdn/").nth(1)?.split([' ', '?']).next()?;
+                let mut parts = target.splitn(5, '/');
+                let (kind, org, repo, _commit, path) = (
+                    parts.next()?,
+                    parts.next()?,
+                    parts.next()?,
+                    parts.next()?,
+                    parts.next()?,
+                );
+                let path = percent_decode(path);
+                Some(match kind {
+                    "models" => format!("{org}/{repo}/{path}"),
+                    _ => format!("{kind}/{org}/{repo}/{path}"),
+                })
+            })
+            .collect()
+    }
+}
+
+/// `%XX` escapes of a URL path decoded (as UTF-8, lossily).
+fn percent_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = |c: u8| (c as char).to_digit(16);
+        match (
+            b[i],
+            b.get(i + 1).copied().and_then(hex),
+            b.get(i + 2).copied().and_then(hex),
+        ) {
+            (b'%', Some(h), Some(l)) => {
+                out.push((h * 16 + l) as u8);
+                i += 3;
+            }
+            (c, _, _) => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+impl Drop for HfHub {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+#[cfg(test)]
+mod emulator_tests {
+    #[test]
+    fn hmac_sha256_matches_rfc_4231() {
+        // Test cases 2 and 6 (a key longer than the block).
+        assert_eq!(
+            hex::encode(super::hmac_sha256(b"Jefe", b"what do ya want for nothing?")),
+            "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
+        );
+        assert_eq!(
+            hex::encode(super::hmac_sha256(
+                &[0xaa; 131],
+                b"Test Using Larger Than Block-Size Key - Hash Key First"
+            )),
+            "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54"
+        );
+    }
+
+    #[test]
+    fn http_date_is_imf_fixdate() {
+        let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_796_285_283);
+        assert_eq!(super::http_date(t), "Thu, 03 Dec 2026 08:08:03 GMT");
+        assert_eq!(
+            super::http_date(std::time::UNIX_EPOCH + std::time::Duration::from_secs(951_782_400)),
+            "Tue, 29 Feb 2000 00:00:00 GMT"
+        );
+    }
+}

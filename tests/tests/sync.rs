@@ -1,0 +1,801 @@
+//! Sync jobs (SPEC.md §8) end to end: `sealvol sync …` and `sealvol secret
+//! set` against a real `sealvol serve` that reads real servers on loopback —
+//! moto (S3), azurite (Azure Blob), gcp-storage-emulator (GCS), the Hugging
+//! Face Hub fixture (`tests/fixtures/hf_hub.py`) and a folder on its host.
+//! Every sealed version is pulled back and compared byte for byte with what
+//! the source holds; failures are checked by their job error code; a
+//! registry killed mid-job must seal, after a restart, the same version
+//! digest as a job that ran through.
+
+use std::path::Path;
+use std::process::Output;
+use std::time::{Duration, Instant};
+
+use sealvol_tests::{
+    assert_same_tree, fails, host, json, noise, ok, s, tree, write, Azurite, GcsEmulator, HfHub,
+    Moto, Node, Sandbox, Server, AZURITE_ACCOUNT,
+};
+use serde_json::Value;
+
+const MIB: usize = 1 << 20;
+const CONFIG: &str = "sync_workers = 2";
+
+/// A registry that runs sync jobs, with `env` naming the sources'
+/// endpoints, and the sandbox its CLI runs in.
+struct Registry {
+    sb: Sandbox,
+    server: Option<Server>,
+    env: Vec<(String, String)>,
+}
+
+impl Registry {
+    fn start(env: &[(&str, &str)]) -> Registry {
+        let sb = Sandbox::new();
+        let env: Vec<(String, String)> = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let server = Server::start_config_env(&sb.path().join("registry"), CONFIG, &pairs(&env));
+        Registry {
+            sb,
+            server: Some(server),
+            env,
+        }
+    }
+
+    fn host(&self) -> String {
+        host(self.server.as_ref().expect("running"))
+    }
+
+    /// SIGKILL, then the same registry again on the same root and port.
+    fn crash_and_restart(&mut self) {
+        let server = self.server.take().expect("running");
+        self.server = Some(server.kill_and_restart(CONFIG, &pairs(&self.env)));
+    }
+
+    fn sealvol(&self, args: &[&str]) -> Output {
+        self.sb.sealvol(&self.host(), args)
+    }
+
+    /// `sealvol secret set NAME` with `value` on standard input.
+    fn set_secret(&self, name: &str, value: &str) {
+        let h = self.host();
+        ok(
+            self.sb.sealvol_stdin(
+                &h,
+                &["secret", "set", name, "--registry", &h],
+                value.as_bytes(),
+            ),
+            &format!("secret set {name}"),
+        );
+    }
+
+    /// `sealvol sync start --source SOURCE --dest HOST/DEST EXTRA… --output json`.
+    fn start_args(&self, source: &str, dest: &str, extra: &[&str]) -> Output {
+        let dest = format!("{}/{dest}", self.host());
+        let mut args = vec![
+            "sync", "start", "--source", source, "--dest", &dest, "--output", "json",
+        ];
+        args.extend_from_slice(extra);
+        self.sealvol(&args)
+    }
+
+    /// Starts a job without waiting; the job as created.
+    fn start_job(&self, source: &str, dest: &str, extra: &[&str]) -> Value {
+        let job = json(
+            self.start_args(source, dest, extra),
+            &format!("sync start {source}"),
+        );
+        let id = id(&job);
+        assert!(
+            id.len() == 21
+                && id.starts_with("sync-")
+                && id[5..].bytes().all(|b| b.is_ascii_hexdigit()),
+            "job id {id:?} is not sync-<16 hex>"
+        );
+        job
+    }
+
+    /// `sync start … --wait --output json`, which must end READY; the job,
+    /// checked against the ref it names.
+    fn sync_ready(&self, source: &str, dest: &str, extra: &[&str]) -> Value {
+        let mut args = vec!["--wait"];
+        args.extend_from_slice(extra);
+        let job = json(
+            self.start_args(source, dest, &args),
+            &format!("sync start --wait {source}"),
+        );
+        assert_eq!(job["state"], "READY", "{job}");
+        assert_eq!(job["source"], source, "{job}");
+        assert!(job["error"].is_null(), "{job}");
+        let reference = job["ref"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no ref: {job}"));
+        // The full ref; `bdn:` since the registry is the sandbox's default.
+        let name = dest.split(':').next().unwrap();
+        let d = digest(&job);
+        assert!(
+            reference == format!("{}/{name}@{d}", self.host())
+                || reference == format!("bdn:{name}@{d}"),
+            "the ref {reference} does not name {name}@{d}: {job}"
+        );
+        let p = &job["progress"];
+        assert_eq!(p["files_done"], p["files_total"], "{job}");
+        assert_eq!(p["bytes_done"], p["bytes_total"], "{job}");
+        job
+    }
+
+    /// `sync start --wait` that must end FAILED: the one stderr line
+    /// (`sealvol: sync ID failed: CODE: message`) and the job as described
+    /// afterwards.
+    fn sync_failed(&self, source: &str, dest: &str, extra: &[&str]) -> (String, Value) {
+        let mut args = vec!["--wait"];
+        args.extend_from_slice(extra);
+        let line = fails(
+            self.start_args(source, dest, &args),
+            &format!("sync start --wait {source}"),
+        );
+        let id = line
+            .strip_prefix("sealvol: sync ")
+            .and_then(|rest| rest.split_once(" failed: "))
+            .map(|(id, _)| id.to_string())
+            .unwrap_or_else(|| panic!("not `sealvol: sync ID failed: …`: {line:?}"));
+        let job = self.describe(&id);
+        assert_eq!(job["state"], "FAILED", "{job}");
+        assert!(
+            job["version"].is_null(),
+            "a failed job names a version: {job}"
+        );
+        let code = job["error"]["code"].as_str().unwrap_or_default();
+        assert!(
+            line.starts_with(&format!("sealvol: sync {id} failed: {code}: ")),
+            "the error line does not carry the job's code {code}: {line:?}"
+        );
+        (line, job)
+    }
+
+    fn describe(&self, id: &str) -> Value {
+        let h = self.host();
+        json(
+            self.sealvol(&["sync", "describe", id, "--registry", &h, "--output", "json"]),
+            &format!("sync describe {id}"),
+        )
+    }
+
+    /// Describes job `id` until `until` holds; panics after `timeout` or
+    /// when the job ends (READY, FAILED, CANCELED) without it holding.
+    fn poll(
+        &self,
+        id: &str,
+        what: &str,
+        timeout: Duration,
+        until: impl Fn(&Value) -> bool,
+    ) -> Value {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let job = self.describe(id);
+            if until(&job) {
+                return job;
+            }
+            let state = job["state"].as_str().unwrap_or_default();
+            if ["READY", "FAILED", "CANCELED"].contains(&state) {
+                panic!("waiting for {what}, job {id} ended: {job}");
+            }
+            if Instant::now() > deadline {
+                panic!("waiting for {what}, job {id} after {timeout:?}: {job}");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Pulls `reference` into a fresh folder under the sandbox.
+    fn pull(&self, reference: &str, into: &str) -> std::path::PathBuf {
+        let dir = self.sb.path().join(into);
+        ok(
+            self.sealvol(&["pull", reference, s(&dir), "--output", "json"]),
+            &format!("pull {reference}"),
+        );
+        dir
+    }
+
+    /// `sealvol versions HOST/NAME --output json`: the alive versions.
+    fn versions(&self, name: &str) -> Vec<Value> {
+        let r = format!("{}/{name}", self.host());
+        match json(
+            self.sealvol(&["versions", &r, "--output", "json"]),
+            &format!("versions {r}"),
+        ) {
+            Value::Array(a) => a,
+            other => panic!("versions: not a list: {other}"),
+        }
+    }
+}
+
+fn pairs(env: &[(String, String)]) -> Vec<(&str, &str)> {
+    env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect()
+}
+
+fn id(job: &Value) -> String {
+    job["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no id: {job}"))
+        .to_string()
+}
+
+/// The `b3:` digest of the version a READY job sealed.
+fn digest(job: &Value) -> String {
+    let d = job["version"]["digest"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no version digest: {job}"))
+        .to_string();
+    assert!(
+        d.len() == 67 && d.starts_with("b3:"),
+        "not a b3 digest: {d}"
+    );
+    d
+}
+
+fn progress(job: &Value, field: &str) -> u64 {
+    job["progress"][field]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no progress.{field}: {job}"))
+}
+
+/// Asserts that `dir` holds exactly `files` (path, bytes) with mode 0644,
+/// their folders with mode 0755, and nothing else: what a sync from an
+/// object store or the Hub must seal.
+fn assert_files(dir: &Path, files: &[(&str, &[u8])]) {
+    let mut want = std::collections::BTreeMap::new();
+    for (path, bytes) in files {
+        want.insert(
+            path.to_string(),
+            Node::File {
+                mode: 0o644,
+                len: bytes.len() as u64,
+                sha256: sealvol_tests::sha256(bytes),
+            },
+        );
+        let mut parent = Path::new(path).parent();
+        while let Some(p) = parent.filter(|p| !p.as_os_str().is_empty()) {
+            want.insert(s(p).to_string(), Node::Dir { mode: 0o755 });
+            parent = p.parent();
+        }
+    }
+    let got = tree(dir);
+    if got != want {
+        let keys: std::collections::BTreeSet<&String> = want.keys().chain(got.keys()).collect();
+        let diffs: Vec<String> = keys
+            .into_iter()
+            .filter(|k| want.get(*k) != got.get(*k))
+            .map(|k| format!("{k}: want {:?}, got {:?}", want.get(k), got.get(k)))
+            .collect();
+        panic!("{} is not the source:\n{}", dir.display(), diffs.join("\n"));
+    }
+}
+
+/// Files of a few sizes, nested: several chunks each for the large ones
+/// (chunks are 1/4/16 MiB), an empty one, one below the Hub's LFS size.
+fn model_files() -> Vec<(&'static str, Vec<u8>)> {
+    vec![
+        (
+            "config.json",
+            br#"{"architectures":["Tiny"],"hidden":64}"#.to_vec(),
+        ),
+        ("model-00001-of-00002.safetensors", noise(5 * MIB + 3, 1)),
+        ("model-00002-of-00002.safetensors", noise(3 * MIB, 2)),
+        ("tokenizer/tokenizer.json", noise(40_000, 3)),
+        ("tokenizer/merges/empty.txt", Vec::new()),
+    ]
+}
+
+fn as_refs<'a>(files: &'a [(&'static str, Vec<u8>)]) -> Vec<(&'static str, &'a [u8])> {
+    files.iter().map(|(p, b)| (*p, b.as_slice())).collect()
+}
+
+/// A model repository on the Hub fixture: `root/models/ORG/REPO/PATH`.
+fn hf_repo(root: &Path, repo: &str, files: &[(&str, &[u8])]) {
+    for (path, bytes) in files {
+        write(&root.join("models").join(repo).join(path), bytes, 0o644);
+    }
+}
+
+#[test]
+fn s3_prefix_syncs_byte_identical_filters_dedups_and_fails_on_a_missing_bucket() {
+    let moto = Moto::start();
+    moto.create_bucket("models");
+    let files = model_files();
+    for (path, bytes) in &files {
+        moto.put("models", &format!("org/llm/{path}"), bytes);
+    }
+    // Keys beside the prefix, not under it.
+    moto.put("models", "org/llm-v2/config.json", b"{}");
+    moto.put("models", "org/other.bin", b"not under the prefix");
+
+    let reg = Registry::start(&[
+        ("AWS_ENDPOINT_URL", moto.url()),
+        ("AWS_REGION", "us-east-1"),
+    ]);
+    reg.set_secret("moto", "k:s");
+    let listed = json(
+        reg.sealvol(&[
+            "secret",
+            "list",
+            "--registry",
+            &reg.host(),
+            "--output",
+            "json",
+        ]),
+        "secret list",
+    );
+    assert!(listed.to_string().contains("moto"), "{listed}");
+    assert!(
+        !listed.to_string().contains("k:s"),
+        "a secret value came back: {listed}"
+    );
+
+    let job = reg.sync_ready("s3://models/org/llm", "s3/llm:v1", &["--secret", "moto"]);
+    let total: usize = files.iter().map(|(_, b)| b.len()).sum();
+    assert_eq!(progress(&job, "files_total"), files.len() as u64, "{job}");
+    assert_eq!(progress(&job, "bytes_total"), total as u64, "{job}");
+    assert!(progress(&job, "bytes_stored") > 0, "{job}");
+    assert_eq!(job["attempts"], 1, "{job}");
+    assert_eq!(job["dest"]["name"], "s3/llm", "{job}");
+    assert_eq!(job["dest"]["tag"], "v1", "{job}");
+    assert_eq!(job["secret"], "moto", "{job}");
+    let v1 = digest(&job);
+    let pulled = reg.pull(job["ref"].as_str().unwrap(), "llm");
+    assert_files(&pulled, &as_refs(&files));
+    // The seal moved head and the tag.
+    let versions = reg.versions("s3/llm");
+    assert_eq!(versions.len(), 1, "{versions:?}");
+    assert_eq!(versions[0]["digest"], v1.as_str());
+    assert_eq!(versions[0]["is_head"], true);
+    assert_eq!(versions[0]["tags"], serde_json::json!(["v1"]));
+    let by_tag = reg.pull(&format!("{}/s3/llm:v1", reg.host()), "llm-v1");
+    assert_files(&by_tag, &as_refs(&files));
+
+    // Filters: includes add up, an exclude wins, `*` crosses `/`.
+    let job = reg.sync_ready(
+        "s3://models/org/llm",
+        "s3/filtered",
+        &[
+            "--secret",
+            "moto",
+            "--include",
+            "*.safetensors",
+            "--include",
+            "tokenizer/*",
+            "--exclude",
+            "*.json",
+        ],
+    );
+    let picked: Vec<(&str, &[u8])> = as_refs(&files)
+        .into_iter()
+        .filter(|(p, _)| p.ends_with(".safetensors") || *p == "tokenizer/merges/empty.txt")
+        .collect();
+    assert_eq!(progress(&job, "files_total"), picked.len() as u64, "{job}");
+    assert_eq!(
+        job["include"],
+        serde_json::json!(["*.safetensors", "tokenizer/*"])
+    );
+    assert_eq!(job["exclude"], serde_json::json!(["*.json"]));
+    assert_files(&reg.pull(job["ref"].as_str().unwrap(), "filtered"), &picked);
+
+    // The same source again: nothing new to store, the same version.
+    let again = reg.sync_ready("s3://models/org/llm", "s3/llm:v2", &["--secret", "moto"]);
+    assert_eq!(digest(&again), v1, "the same source sealed another version");
+    let described = reg.describe(&id(&again));
+    assert_eq!(described["state"], "READY", "{described}");
+    assert_eq!(progress(&described, "bytes_stored"), 0, "{described}");
+    assert_eq!(
+        progress(&described, "bytes_done"),
+        total as u64,
+        "{described}"
+    );
+    let versions = reg.versions("s3/llm");
+    assert_eq!(versions.len(), 1, "{versions:?}");
+    let mut tags: Vec<String> = versions[0]["tags"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap().to_string())
+        .collect();
+    tags.sort();
+    assert_eq!(tags, ["v1", "v2"], "{versions:?}");
+
+    // A bucket that does not exist: not retried, no version.
+    let started = Instant::now();
+    let (line, job) = reg.sync_failed("s3://no-such-bucket/x", "s3/missing", &["--secret", "moto"]);
+    assert_eq!(job["error"]["code"], "SOURCE_NOT_FOUND", "{line}\n{job}");
+    assert_eq!(job["attempts"], 1, "{job}");
+    assert!(job["retrying"].is_null(), "{job}");
+    // Retrying would take 1+2+4+8+16 s of backoff at least.
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "a missing bucket took {:?} to fail: retried?",
+        started.elapsed()
+    );
+    assert!(
+        reg.versions_or_none("s3/missing").is_empty(),
+        "a failed job left a version"
+    );
+
+    // A secret the registry does not have is refused when the job is asked for.
+    let line = fails(
+        reg.start_args("s3://models/org/llm", "s3/nosecret", &["--secret", "nope"]),
+        "sync start --secret nope",
+    );
+    assert!(line.contains("nope"), "{line}");
+}
+
+#[test]
+fn s3_folder_markers_are_skipped() {
+    let moto = Moto::start();
+    moto.create_bucket("marked");
+    let weights = noise(100_000, 21);
+    // What consoles and `aws s3api put-object --key dir/` leave: empty
+    // objects whose keys end in `/`, for the folder and one inside it.
+    moto.put("marked", "ckpt/", b"");
+    moto.put("marked", "ckpt/shards/", b"");
+    moto.put("marked", "ckpt/shards/model.safetensors", &weights);
+    moto.put("marked", "ckpt/empty/", b"");
+    let reg = Registry::start(&[("AWS_ENDPOINT_URL", moto.url())]);
+    reg.set_secret("moto", "k:s");
+    let job = reg.sync_ready("s3://marked/ckpt", "s3/marked", &["--secret", "moto"]);
+    assert_eq!(progress(&job, "files_total"), 1, "{job}");
+    assert_files(
+        &reg.pull(job["ref"].as_str().unwrap(), "marked"),
+        &[("shards/model.safetensors", &weights)],
+    );
+}
+
+#[test]
+fn azure_container_prefix_syncs_byte_identical() {
+    let azurite = Azurite::start();
+    azurite.create_container("weights");
+    let files = model_files();
+    for (path, bytes) in &files {
+        azurite.put("weights", &format!("run1/{path}"), bytes);
+    }
+    azurite.put("weights", "run2/config.json", b"{}");
+    let reg = Registry::start(&[("AZURITE_BLOB_STORAGE_URL", azurite.url())]);
+    let source = format!("azure://{AZURITE_ACCOUNT}/weights/run1");
+    let job = reg.sync_ready(&source, "azure/run1:latest", &[]);
+    assert_eq!(progress(&job, "files_total"), files.len() as u64, "{job}");
+    assert_files(
+        &reg.pull(job["ref"].as_str().unwrap(), "run1"),
+        &as_refs(&files),
+    );
+}
+
+#[test]
+fn gcs_bucket_prefix_syncs_byte_identical() {
+    let gcs = GcsEmulator::start();
+    gcs.create_bucket("ckpts");
+    let files = model_files();
+    for (path, bytes) in &files {
+        gcs.put("ckpts", &format!("step-100/{path}"), bytes);
+    }
+    gcs.put("ckpts", "step-200/config.json", b"{}");
+    let reg = Registry::start(&[("STORAGE_EMULATOR_HOST", gcs.url())]);
+    let job = reg.sync_ready("gs://ckpts/step-100", "gcs/step-100", &[]);
+    assert_eq!(progress(&job, "files_total"), files.len() as u64, "{job}");
+    assert_files(
+        &reg.pull(job["ref"].as_str().unwrap(), "step"),
+        &as_refs(&files),
+    );
+}
+
+#[test]
+fn hf_repo_syncs_filtered_and_verified() {
+    let hub_root = tempfile::tempdir().unwrap();
+    let files = model_files();
+    let mut all = as_refs(&files);
+    all.push(("README.md", b"# tiny\n"));
+    hf_repo(hub_root.path(), "org/tiny", &all);
+    // A repository whose Hub lists a wrong SHA-256 for one LFS file.
+    let weights = noise(2 * MIB, 9);
+    hf_repo(
+        hub_root.path(),
+        "org/corrupt",
+        &[("config.json", b"{}"), ("model.safetensors", &weights)],
+    );
+    write(
+        &hub_root
+            .path()
+            .join("models/org/corrupt/model.safetensors.sha256-override"),
+        sealvol_tests::sha256(b"other bytes")
+            .trim_start_matches("sha256:")
+            .as_bytes(),
+        0o644,
+    );
+    // A private repository.
+    hf_repo(
+        hub_root.path(),
+        "org/private",
+        &[("model.safetensors", &weights)],
+    );
+    write(
+        &hub_root.path().join("models/org/private/.token"),
+        b"hf_secret_token",
+        0o644,
+    );
+    let hub = HfHub::start(hub_root.path(), None, 0);
+    let reg = Registry::start(&[("HF_ENDPOINT", hub.url())]);
+
+    let job = reg.sync_ready(
+        "hf://org/tiny",
+        "hf/tiny:main",
+        &["--include", "*.safetensors", "--include", "*.json"],
+    );
+    let picked: Vec<(&str, &[u8])> = as_refs(&files)
+        .into_iter()
+        .filter(|(p, _)| p.ends_with(".safetensors") || p.ends_with(".json"))
+        .collect();
+    assert_eq!(progress(&job, "files_total"), picked.len() as u64, "{job}");
+    assert_files(&reg.pull(job["ref"].as_str().unwrap(), "tiny"), &picked);
+
+    let (line, job) = reg.sync_failed("hf://org/corrupt", "hf/corrupt", &[]);
+    assert_eq!(job["error"]["code"], "CHECKSUM_MISMATCH", "{job}");
+    assert!(
+        line.contains("model.safetensors"),
+        "the error does not name the file: {line}"
+    );
+    assert!(reg.versions_or_none("hf/corrupt").is_empty());
+
+    let (line, job) = reg.sync_failed("hf://org/private", "hf/private", &[]);
+    assert_eq!(job["error"]["code"], "SOURCE_DENIED", "{line}\n{job}");
+    // The same repository with its token as the job's secret.
+    reg.set_secret("hf", "hf_secret_token");
+    let job = reg.sync_ready("hf://org/private", "hf/private", &["--secret", "hf"]);
+    assert_files(
+        &reg.pull(job["ref"].as_str().unwrap(), "private"),
+        &[("model.safetensors", &weights)],
+    );
+}
+
+#[test]
+fn hf_transient_failures_are_retried() {
+    let hub_root = tempfile::tempdir().unwrap();
+    let files = model_files();
+    hf_repo(hub_root.path(), "org/flaky", &as_refs(&files));
+    let hub = HfHub::start(hub_root.path(), None, 2);
+    let reg = Registry::start(&[("HF_ENDPOINT", hub.url())]);
+    let job = reg.sync_ready("hf://org/flaky", "hf/flaky", &[]);
+    assert_files(
+        &reg.pull(job["ref"].as_str().unwrap(), "flaky"),
+        &as_refs(&files),
+    );
+    let refused = hub.log().lines().filter(|l| l.contains("\" 503 ")).count();
+    assert_eq!(refused, 2, "the fixture's log:\n{}", hub.log());
+}
+
+/// Six LFS files of 1 to 6 MiB. Through the fixture at [`SLOW_RATE`] per
+/// download, four at a time as the registry reads them, the first is done
+/// after about 1 s and the last after about 8 s.
+fn slow_repo_files() -> Vec<(String, Vec<u8>)> {
+    (0..6)
+        .map(|i| {
+            (
+                format!("shard-{i}.safetensors"),
+                noise((i as usize + 1) * MIB, 100 + i),
+            )
+        })
+        .collect()
+}
+
+const SLOW_RATE: u64 = MIB as u64;
+
+#[test]
+fn a_registry_killed_mid_job_resumes_and_seals_the_same_version() {
+    let hub_root = tempfile::tempdir().unwrap();
+    let files = slow_repo_files();
+    let refs: Vec<(&str, &[u8])> = files
+        .iter()
+        .map(|(p, b)| (p.as_str(), b.as_slice()))
+        .collect();
+    hf_repo(hub_root.path(), "org/big", &refs);
+    let slow_hub = HfHub::start(hub_root.path(), Some(SLOW_RATE), 0);
+    let mut reg = Registry::start(&[("HF_ENDPOINT", slow_hub.url())]);
+
+    let job = reg.start_job("hf://org/big", "hf/big:v1", &[]);
+    let id = id(&job);
+    let before = reg.poll(
+        &id,
+        "a file done while RUNNING",
+        Duration::from_secs(60),
+        |j| j["state"] == "RUNNING" && progress(j, "files_done") >= 1,
+    );
+    let done_before = progress(&before, "files_done");
+    assert!(
+        done_before < files.len() as u64,
+        "the job finished before the crash; slow the fixture down: {before}"
+    );
+    reg.crash_and_restart();
+    let downloads_before = slow_hub.downloads().len();
+    let after = reg.describe(&id);
+    assert!(
+        ["QUEUED", "RUNNING", "READY"].contains(&after["state"].as_str().unwrap_or_default()),
+        "after the restart: {after}"
+    );
+    assert!(
+        progress(&after, "files_done") >= done_before,
+        "files done before the crash were forgotten: {before}\nafter: {after}"
+    );
+    let ready = reg.poll(
+        &id,
+        "READY after the restart",
+        Duration::from_secs(120),
+        |j| j["state"] == "READY",
+    );
+    // Only the files not done before the crash were read again.
+    let again = slow_hub.downloads()[downloads_before..].to_vec();
+    assert!(
+        !again.is_empty() && again.len() as u64 <= files.len() as u64 - done_before,
+        "{done_before} of {} files were done before the crash, yet after it the registry \
+         downloaded {again:?}",
+        files.len()
+    );
+    let resumed = digest(&ready);
+    let reference = format!("{}/hf/big@{resumed}", reg.host());
+    assert_files(&reg.pull(&reference, "big"), &refs);
+
+    // The same repository, uninterrupted, on another registry.
+    let fast_hub = HfHub::start(hub_root.path(), None, 0);
+    let other = Registry::start(&[("HF_ENDPOINT", fast_hub.url())]);
+    let straight = other.sync_ready("hf://org/big", "hf/big", &[]);
+    assert_eq!(
+        digest(&straight),
+        resumed,
+        "a resumed job sealed another version than an uninterrupted one"
+    );
+}
+
+#[test]
+fn cancel_stops_a_running_job_and_seals_nothing() {
+    let hub_root = tempfile::tempdir().unwrap();
+    let files = slow_repo_files();
+    let refs: Vec<(&str, &[u8])> = files
+        .iter()
+        .map(|(p, b)| (p.as_str(), b.as_slice()))
+        .collect();
+    hf_repo(hub_root.path(), "org/big", &refs);
+    let small = noise(3000, 5);
+    hf_repo(
+        hub_root.path(),
+        "org/small",
+        &[("model.safetensors", &small)],
+    );
+    let hub = HfHub::start(hub_root.path(), Some(SLOW_RATE), 0);
+    let reg = Registry::start(&[("HF_ENDPOINT", hub.url())]);
+    let h = reg.host();
+
+    let job = reg.start_job("hf://org/big", "hf/canceled:v1", &[]);
+    let id = id(&job);
+    reg.poll(
+        &id,
+        "RUNNING with bytes read",
+        Duration::from_secs(60),
+        |j| j["state"] == "RUNNING" && progress(j, "bytes_done") > 0,
+    );
+    let canceled = json(
+        reg.sealvol(&["sync", "cancel", &id, "--registry", &h, "--output", "json"]),
+        "sync cancel",
+    );
+    assert_eq!(canceled["changed"], true, "{canceled}");
+    assert_eq!(canceled["sync"]["state"], "CANCELED", "{canceled}");
+    // The job stops reading: a job that went on would start the downloads
+    // of the last two shards as the first two finish, about 1 s and 2 s in.
+    std::thread::sleep(Duration::from_millis(300));
+    let downloads = hub.downloads();
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(
+        hub.downloads(),
+        downloads,
+        "the canceled job went on downloading"
+    );
+    let job = reg.describe(&id);
+    assert_eq!(job["state"], "CANCELED", "{job}");
+    assert!(job["version"].is_null(), "{job}");
+    assert!(
+        reg.versions_or_none("hf/canceled").is_empty(),
+        "a canceled job sealed a version"
+    );
+
+    let again = json(
+        reg.sealvol(&["sync", "cancel", &id, "--registry", &h, "--output", "json"]),
+        "sync cancel again",
+    );
+    assert_eq!(again["changed"], false, "{again}");
+    assert_eq!(again["sync"]["state"], "CANCELED", "{again}");
+    let text = ok(
+        reg.sealvol(&["sync", "cancel", &id, "--registry", &h]),
+        "sync cancel again (text)",
+    );
+    assert!(text.contains("nothing changed"), "{text}");
+
+    // The volume is free for the next job: its claim went with the job.
+    let job = reg.sync_ready("hf://org/small", "hf/canceled:v1", &[]);
+    let versions = reg.versions("hf/canceled");
+    assert_eq!(versions.len(), 1, "{versions:?}");
+    assert_eq!(versions[0]["digest"], digest(&job).as_str());
+}
+
+#[test]
+fn dir_source_keeps_the_tree_and_its_modes() {
+    let sb = Sandbox::new();
+    let src = sb.path().join("src");
+    write(&src.join("model.safetensors"), &noise(6 * MIB, 11), 0o644);
+    write(&src.join("run.sh"), b"#!/bin/sh\necho hi\n", 0o755);
+    write(&src.join("nested/deeper/notes.txt"), b"notes", 0o600);
+    write(&src.join("nested/empty"), b"", 0o644);
+    let reg = Registry::start(&[]);
+    let h = reg.host();
+    let source = format!("dir://{}", s(&src));
+
+    // Without --wait the text output is the job id.
+    let dest = format!("{h}/local/tree:v1");
+    let id = ok(
+        reg.sealvol(&["sync", "start", "--source", &source, "--dest", &dest]),
+        "sync start (text)",
+    );
+    assert!(id.starts_with("sync-") && id.len() == 21, "{id:?}");
+    let job = reg.poll(&id, "READY", Duration::from_secs(60), |j| {
+        j["state"] == "READY"
+    });
+    let pulled = reg.pull(&format!("{h}/local/tree@{}", digest(&job)), "pulled");
+    assert_same_tree(&src, &pulled);
+
+    // With --wait the text output is the version's full ref.
+    let reference = ok(
+        reg.sealvol(&[
+            "sync", "start", "--source", &source, "--dest", &dest, "--wait",
+        ]),
+        "sync start --wait (text)",
+    );
+    let expected = digest(&job);
+    assert!(
+        reference.ends_with(&format!("/local/tree@{expected}"))
+            || reference == format!("bdn:local/tree@{expected}"),
+        "{reference:?} is not the ref of {expected}"
+    );
+
+    let listed = json(
+        reg.sealvol(&["sync", "list", "--registry", &h, "--output", "json"]),
+        "sync list",
+    );
+    let ids: Vec<&str> = listed["syncs"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no syncs: {listed}"))
+        .iter()
+        .map(|j| j["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids.len(), 2, "{listed}");
+    assert_eq!(ids[1], id, "not newest first: {listed}");
+    let mine = json(
+        reg.sealvol(&["sync", "list", "--dest", &dest, "--output", "json"]),
+        "sync list --dest",
+    );
+    assert_eq!(mine, listed, "--dest {dest} left out jobs into it");
+    let other = format!("{h}/local/other");
+    let none = json(
+        reg.sealvol(&["sync", "list", "--dest", &other, "--output", "json"]),
+        "sync list --dest",
+    );
+    assert_eq!(none["syncs"], serde_json::json!([]), "{none}");
+}
+
+impl Registry {
+    /// The alive versions of `name`; none when the volume does not exist.
+    fn versions_or_none(&self, name: &str) -> Vec<Value> {
+        let r = format!("{}/{name}", self.host());
+        let out = self.sealvol(&["versions", &r, "--output", "json"]);
+        if !out.status.success() {
+            return Vec::new();
+        }
+        match serde_json::from_slice(&out.stdout) {
+            Ok(Value::Array(a)) => a,
+            other => panic!("versions {r}: {other:?}"),
+        }
+    }
+}
