@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use futures_util::{StreamExt, TryStreamExt};
 use md5::Md5;
 use sealvol_spec::{B3Digest, ChunkRef, Cutter, Sha256Digest};
@@ -24,6 +24,8 @@ use crate::{ByteStream, Checksum, ErrorKind, Object, SyncError};
 
 /// Chunks stored at once per object: enough to overlap fsyncs.
 const WRITERS: usize = 4;
+/// Most source buffers handed to the cutter at once.
+const BATCH: usize = 256;
 
 /// Where chunks go: the registry's blob store.
 #[async_trait]
@@ -55,20 +57,24 @@ pub async fn seal_object(
 ) -> Result<SealedObject, SyncError> {
     // `None` marks the end of the object; a closed channel without it means
     // the reader gave up, and the cutter must not store the tail.
-    let (to_cutter, from_reader) = mpsc::channel::<Option<Bytes>>(8);
+    // Buffers travel in batches of what the source had ready: an HTTP body
+    // arrives in pieces of a few KiB, and one hand-off per piece would wake
+    // the cutter thread hundreds of thousands of times per GiB.
+    let (to_cutter, from_reader) = mpsc::channel::<Option<Vec<Bytes>>>(8);
     let (to_writer, from_cutter) = mpsc::channel::<(Sha256Digest, Bytes)>(WRITERS);
     let expected = object.checksum;
     let cutting =
         tokio::task::spawn_blocking(move || cut_and_hash(from_reader, to_writer, cutter, expected));
 
     let read = async move {
-        let mut bytes = bytes;
-        while let Some(buf) = bytes.try_next().await? {
+        let mut batches = bytes.ready_chunks(BATCH);
+        while let Some(batch) = batches.next().await {
+            let batch = batch.into_iter().collect::<Result<Vec<Bytes>, _>>()?;
             if cancel.load(Ordering::Relaxed) {
                 return Err(SyncError::new(ErrorKind::Canceled, "canceled"));
             }
-            progress(buf.len() as u64);
-            if to_cutter.send(Some(buf)).await.is_err() {
+            progress(batch.iter().map(|b| b.len() as u64).sum());
+            if to_cutter.send(Some(batch)).await.is_err() {
                 // The cutter stopped on an error; it reports it.
                 return Ok(());
             }
@@ -153,7 +159,7 @@ enum WholeHash {
 /// The blocking stage: cut points and every hash, in one pass over bytes
 /// that are already in memory.
 fn cut_and_hash(
-    mut input: mpsc::Receiver<Option<Bytes>>,
+    mut input: mpsc::Receiver<Option<Vec<Bytes>>>,
     output: mpsc::Sender<(Sha256Digest, Bytes)>,
     cutter: Cutter,
     expected: Option<Checksum>,
@@ -165,7 +171,9 @@ fn cut_and_hash(
         Some(Checksum::Md5(_)) => WholeHash::Md5(Md5::new()),
     };
     let mut file = blake3::Hasher::new();
-    let mut buf = BytesMut::with_capacity(3 * max);
+    // One window, reused: chunks are copied out of it, so its pages stay
+    // mapped (a growing shared buffer faulted in fresh pages on every cut).
+    let mut buf: Vec<u8> = Vec::with_capacity(3 * max);
     let mut chunks = Vec::new();
     let mut offset = 0u64;
     let mut emit = |chunk: Bytes, chunks: &mut Vec<ChunkRef>| -> Result<(), SyncError> {
@@ -186,29 +194,32 @@ fn cut_and_hash(
     let mut ended = false;
     while !ended {
         match input.blocking_recv() {
-            Some(Some(b)) => {
-                size += b.len() as u64;
-                file.update(&b);
-                match &mut whole {
-                    WholeHash::None => {}
-                    WholeHash::Sha256(h) => h.update(&b),
-                    WholeHash::Md5(h) => h.update(&b),
+            Some(Some(batch)) => {
+                for b in batch {
+                    size += b.len() as u64;
+                    file.update(&b);
+                    match &mut whole {
+                        WholeHash::None => {}
+                        WholeHash::Sha256(h) => h.update(&b),
+                        WholeHash::Md5(h) => h.update(&b),
+                    }
+                    buf.extend_from_slice(&b);
                 }
-                buf.extend_from_slice(&b);
             }
             Some(None) => ended = true,
             None => return Err(SyncError::new(ErrorKind::Canceled, "the read stopped")),
         }
         // Cut while a full window is buffered, and at the end the tail.
-        // Cutting starts only once two windows are buffered: the chunks
-        // share the buffer, so the next append copies what is left into a
-        // new one, and this keeps that copy under one window per window cut.
+        // Cutting starts once two windows are buffered, so what is left to
+        // move to the front afterwards is under one window per window cut.
         if ended || buf.len() >= 2 * max {
-            while buf.len() >= max || (ended && !buf.is_empty()) {
-                let n = cutter.cut(&buf);
-                let chunk = buf.split_to(n).freeze();
-                emit(chunk, &mut chunks)?;
+            let mut at = 0;
+            while buf.len() - at >= max || (ended && at < buf.len()) {
+                let n = cutter.cut(&buf[at..]);
+                emit(Bytes::copy_from_slice(&buf[at..at + n]), &mut chunks)?;
+                at += n;
             }
+            buf.drain(..at);
         }
     }
     let checksum = match whole {
