@@ -444,8 +444,12 @@ pub async fn collect(app: &App, dry_run: bool) -> Result<GcReport> {
         report.links_removed = l;
         app.meta(|m| m.live_digests()).await?
     };
+    // Chunks running sync jobs stored or found and will link (pinned under
+    // the sweep's read lock, so the set is complete now).
+    let pinned = app.syncs.pinned();
     for b in stored {
-        if live.contains(&b.digest.to_string()) {
+        let digest = b.digest.to_string();
+        if live.contains(&digest) || pinned.contains(&digest) {
             continue;
         }
         if b.modified >= old_before {

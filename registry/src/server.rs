@@ -45,6 +45,9 @@ pub struct Config {
     pub claim_ttl_seconds: u64,
     /// Sync jobs run at once (SPEC.md §8.2).
     pub sync_workers: usize,
+    /// Folders `dir://` sync sources may read; empty: any folder but the
+    /// data folder while `addr` is loopback, none otherwise.
+    pub sync_dir_roots: Vec<PathBuf>,
 }
 
 impl Default for Config {
@@ -58,6 +61,7 @@ impl Default for Config {
             gc_interval_seconds: 3600,
             claim_ttl_seconds: Policy::default().claim_ttl_seconds,
             sync_workers: 2,
+            sync_dir_roots: Vec::new(),
         }
     }
 }
@@ -177,6 +181,11 @@ fn shutdown_signal() -> std::io::Result<impl std::future::Future<Output = ()>> {
 /// Serves until SIGTERM or Ctrl+C; `ready` hears the bound address.
 pub async fn serve(config: Config, ready: impl FnOnce(SocketAddr)) -> Result<(), ServeError> {
     let app = Arc::new(open_app(&config.root, config.policy())?);
+    *app.syncs.dirs.write().expect("dirs lock") = crate::sync_runner::DirPolicy {
+        data_root: Some(config.root.clone()),
+        roots: config.sync_dir_roots.clone(),
+        loopback: config.addr.ip().is_loopback(),
+    };
     let prometheus = PrometheusBuilder::new()
         .install_recorder()
         .map_err(|e| ServeError::Serve(e.to_string()))?;

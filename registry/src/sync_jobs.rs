@@ -350,6 +350,8 @@ impl MetaStore {
 /// A secret name: 1–64 of `[A-Za-z0-9._-]` (SPEC.md §8.3).
 pub fn valid_secret_name(name: &str) -> bool {
     (1..=64).contains(&name.len())
+        && name != "."
+        && name != ".."
         && name
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))

@@ -5,7 +5,8 @@
 //! the tags only once every file is stored and verified. The API handlers
 //! for jobs and secrets are here too, beside the state they change.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -33,9 +34,55 @@ const TRIES: u32 = 6;
 const FIRST_BACKOFF: Duration = Duration::from_secs(1);
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
+/// Which folders `dir://` sources may read (SPEC.md §8.1): never the
+/// registry's own data folder (its database holds the secrets) nor a folder
+/// that holds it; only under `roots` when some are configured; and with
+/// none configured, only while the registry listens on loopback alone.
+#[derive(Clone, Debug, Default)]
+pub struct DirPolicy {
+    pub data_root: Option<PathBuf>,
+    pub roots: Vec<PathBuf>,
+    pub loopback: bool,
+}
+
+impl DirPolicy {
+    /// Why `uri` (a `dir://` source) may not be read, if it may not.
+    pub fn refuse(&self, uri: &str) -> Option<String> {
+        let path = Path::new(uri.strip_prefix("dir://")?);
+        // A folder that does not exist yet cannot leak anything; the job
+        // checks again when it runs.
+        let real = std::fs::canonicalize(path).ok()?;
+        if let Some(data) = self
+            .data_root
+            .as_ref()
+            .and_then(|d| std::fs::canonicalize(d).ok())
+        {
+            if real.starts_with(&data) || data.starts_with(&real) {
+                return Some(format!(
+                    "{uri}: a dir:// source cannot include the registry's data folder {}",
+                    data.display()
+                ));
+            }
+        }
+        if self.roots.is_empty() {
+            return (!self.loopback).then(|| {
+                format!("{uri}: dir:// sources are off on a registry reachable from other hosts; list the folders they may read in registry.toml sync_dir_roots")
+            });
+        }
+        let allowed = self
+            .roots
+            .iter()
+            .filter_map(|r| std::fs::canonicalize(r).ok())
+            .any(|r| real.starts_with(r));
+        (!allowed).then(|| format!("{uri}: not under a folder of registry.toml sync_dir_roots"))
+    }
+}
+
 /// What the workers and the API share about running jobs.
 #[derive(Default)]
 pub struct SyncControl {
+    /// Set once at startup, before any request.
+    pub dirs: std::sync::RwLock<DirPolicy>,
     /// Wakes an idle worker when a job is queued.
     wake: Notify,
     running: Mutex<HashMap<String, Arc<Running>>>,
@@ -51,11 +98,26 @@ struct Running {
     cancel: AtomicBool,
     bytes_done: AtomicU64,
     bytes_stored: AtomicU64,
+    /// Chunks this job stored or found but has not linked yet (a file's
+    /// chunks are linked when the whole file is done): garbage collection
+    /// keeps their bytes however long the file takes.
+    pinned: Mutex<HashSet<String>>,
 }
 
 impl SyncControl {
     fn running(&self, id: &str) -> Option<Arc<Running>> {
         self.running.lock().expect("running lock").get(id).cloned()
+    }
+
+    /// Every chunk a running job relies on before it links it. Read by
+    /// garbage collection under the sweep's write lock; jobs pin under its
+    /// read lock, so a chunk found or stored is pinned before any sweep.
+    pub fn pinned(&self) -> HashSet<String> {
+        let running = self.running.lock().expect("running lock");
+        running
+            .values()
+            .flat_map(|r| r.pinned.lock().expect("pins lock").clone())
+            .collect()
     }
 }
 
@@ -85,7 +147,15 @@ async fn worker(app: Arc<App>) {
         woken.as_mut().enable();
         let now = app.now();
         match app.meta(move |m| m.next_sync(now)).await {
-            Ok(Some(job)) => run(&app, job).await,
+            Ok(Some(job)) => {
+                // Its own task: a panic fails the job, not the worker.
+                let (a, id) = (Arc::clone(&app), job.id.clone());
+                if let Err(e) = tokio::spawn(async move { run(&a, job).await }).await {
+                    app.syncs.running.lock().expect("running lock").remove(&id);
+                    let err = SyncError::new(ErrorKind::Internal, format!("the job stopped: {e}"));
+                    fail(&app, &id, &err, 0).await;
+                }
+            }
             Ok(None) => {
                 tokio::select! {
                     _ = woken => {}
@@ -112,36 +182,62 @@ async fn run(app: &Arc<App>, job: SyncJob) {
         .lock()
         .expect("running lock")
         .insert(id.clone(), Arc::clone(&running));
-    tracing::info!(sync = %id, source = %job.source, dest = %job.dest.name, "sync started");
-    let result = execute(app, &job, &running).await;
+    // A cancel between taking the job and registering it found no flag to
+    // set; it did change the stored state, so look again now.
+    let i = id.clone();
+    let state = app
+        .meta(move |m| m.sync(&i))
+        .await
+        .ok()
+        .flatten()
+        .map(|j| j.state);
+    let result = if state == Some(SyncState::Running) {
+        tracing::info!(sync = %id, source = %job.source, dest = %job.dest.name, "sync started");
+        execute(app, &job, &running).await
+    } else {
+        Err(SyncError::new(ErrorKind::Canceled, "canceled"))
+    };
     app.syncs.running.lock().expect("running lock").remove(&id);
-    let now = app.now();
     match result {
         Ok(()) => tracing::info!(sync = %id, "sync ready"),
         Err(e) if e.kind == ErrorKind::Canceled => {
             tracing::info!(sync = %id, "sync canceled");
         }
-        Err(e) => {
-            tracing::warn!(sync = %id, code = e.kind.code(), "sync failed: {}", e.message);
+        Err(mut e) => {
+            // Every message names the source (SPEC.md §8.2).
+            if !e.message.starts_with(&job.source) {
+                e.message = format!("{}: {}", job.source, e.message);
+            }
             let stored = running.bytes_stored.load(Ordering::Relaxed);
-            let _ = app
-                .meta(move |m| {
-                    m.update_sync(&id, |j| {
-                        if j.state.is_finished() {
-                            return false;
-                        }
-                        j.state = SyncState::Failed;
-                        j.finished_at = Some(now);
-                        j.progress.bytes_stored = stored;
-                        j.error = Some(JobError {
-                            code: e.kind.code().to_string(),
-                            message: e.message.clone(),
-                        });
-                        true
-                    })
-                })
-                .await;
+            fail(app, &id, &e, stored).await;
         }
+    }
+}
+
+/// Records a job as failed (unless it finished meanwhile).
+async fn fail(app: &Arc<App>, id: &str, e: &SyncError, bytes_stored: u64) {
+    tracing::warn!(sync = %id, code = e.kind.code(), "sync failed: {}", e.message);
+    let (i, e, now) = (id.to_string(), e.clone(), app.now());
+    let recorded = app
+        .meta(move |m| {
+            m.update_sync(&i, |j| {
+                if j.state.is_finished() {
+                    return false;
+                }
+                j.state = SyncState::Failed;
+                j.finished_at = Some(now);
+                j.retrying = None;
+                j.progress.bytes_stored = j.progress.bytes_stored.max(bytes_stored);
+                j.error = Some(JobError {
+                    code: e.kind.code().to_string(),
+                    message: e.message.clone(),
+                });
+                true
+            })
+        })
+        .await;
+    if let Err(e) = recorded {
+        tracing::error!(sync = %id, "cannot record the failure: {e}");
     }
 }
 
@@ -215,6 +311,28 @@ struct HeldClaim {
     renew: tokio::task::JoinHandle<()>,
 }
 
+impl HeldClaim {
+    /// Renews the claim now; an error when it lapsed (the renewing task
+    /// was starved for a whole TTL) and someone else may publish.
+    fn still_held(&self) -> std::result::Result<(), SyncError> {
+        let ttl = self.app.policy.claim_ttl_seconds;
+        match self
+            .app
+            .claims
+            .renew(&self.repo, &self.token, self.app.now(), ttl)
+        {
+            Some(_) => Ok(()),
+            None => Err(SyncError::new(
+                ErrorKind::Internal,
+                format!(
+                    "lost the push claim on {} before sealing; start the sync again",
+                    self.repo
+                ),
+            )),
+        }
+    }
+}
+
 impl Drop for HeldClaim {
     fn drop(&mut self) {
         self.renew.abort();
@@ -234,6 +352,17 @@ async fn hold_claim(
     loop {
         match app.claims.acquire(&repo, &holder, app.now(), ttl) {
             Ok(c) => {
+                if waiting {
+                    let id = job.id.clone();
+                    app.meta(move |m| {
+                        m.update_sync(&id, |j| {
+                            j.retrying = None;
+                            !j.state.is_finished()
+                        })
+                    })
+                    .await
+                    .map_err(internal)?;
+                }
                 let (a, r, t) = (Arc::clone(app), repo.clone(), c.token.clone());
                 let renew = tokio::spawn(async move {
                     let every = Duration::from_secs((ttl / 3).max(1));
@@ -271,47 +400,46 @@ async fn hold_claim(
     }
 }
 
-/// Chunks go straight into the blob store. A chunk the volume already
-/// links is "touched", as a client's `HEAD` does, so garbage collection
-/// keeps the link until the file's links are renewed; a chunk stored for
-/// another volume is linked at once (nothing else would keep its bytes);
-/// a new chunk is young enough for the grace period to keep it.
+/// Chunks go straight into the blob store. Each chunk found or stored is
+/// pinned for the job (see [`Running::pinned`]) until the file's links are
+/// recorded: a link per chunk would cost a database commit per chunk.
 struct StoreSink {
     app: Arc<App>,
-    repo: String,
     running: Arc<Running>,
+}
+
+impl StoreSink {
+    fn pin(&self, digest: &Sha256Digest) {
+        self.running
+            .pinned
+            .lock()
+            .expect("pins lock")
+            .insert(digest.to_string());
+    }
 }
 
 #[async_trait]
 impl ChunkSink for StoreSink {
     async fn has(&self, digest: &Sha256Digest) -> std::result::Result<bool, SyncError> {
         let _sweep = self.app.sweep.read().await;
-        let Some(size) = self.app.blobs.size(digest).await.map_err(internal)? else {
-            return Ok(false);
-        };
-        let (repo, d) = (self.repo.clone(), digest.to_string());
-        let linked = self
+        let found = self
             .app
-            .meta(move |m| m.blob_size(&repo, &d))
+            .blobs
+            .size(digest)
             .await
             .map_err(internal)?
             .is_some();
-        if linked {
-            self.app.touch(&self.repo, &digest.to_string());
-        } else {
-            let (repo, d, now) = (self.repo.clone(), digest.to_string(), self.app.now());
-            self.app
-                .meta(move |m| m.link_blob(&repo, &d, size, now))
-                .await
-                .map_err(internal)?;
+        if found {
+            self.pin(digest);
         }
-        Ok(true)
+        Ok(found)
     }
 
     async fn put(&self, digest: &Sha256Digest, bytes: Bytes) -> std::result::Result<(), SyncError> {
         let n = bytes.len() as u64;
         let _sweep = self.app.sweep.read().await;
         self.app.blobs.put(digest, bytes).await.map_err(internal)?;
+        self.pin(digest);
         self.running.bytes_stored.fetch_add(n, Ordering::Relaxed);
         Ok(())
     }
@@ -355,11 +483,14 @@ async fn execute(
             })?)
         }
     };
+    if let Some(why) = app.syncs.dirs.read().expect("dirs lock").refuse(uri) {
+        return Err(SyncError::new(ErrorKind::Denied, why));
+    }
     let source: Arc<dyn sealvol_sync::Source> =
         Arc::from(sealvol_sync::open(uri, &SourceOptions { secret })?);
     let filter = Filter::new(&job.include, &job.exclude)
         .map_err(|e| SyncError::new(ErrorKind::InvalidSource, e.to_string()))?;
-    let _claim = hold_claim(app, job, running).await?;
+    let claim = hold_claim(app, job, running).await?;
 
     let listed = with_retries(app, job, running, || source.list()).await?;
     let objects: Vec<Object> = listed
@@ -372,9 +503,11 @@ async fn execute(
             format!("{uri}: no file matches the include/exclude filters"),
         ));
     }
+    check_listing(uri, &objects)?;
     let mut progress = SyncProgress {
         files_total: objects.len() as u64,
-        bytes_total: objects.iter().map(|o| o.size).sum(),
+        // Sizes come from the source: saturate rather than overflow.
+        bytes_total: objects.iter().fold(0u64, |t, o| t.saturating_add(o.size)),
         ..Default::default()
     };
 
@@ -439,7 +572,6 @@ async fn execute(
         .map_err(|e| SyncError::new(ErrorKind::Internal, e.to_string()))?;
     let sink: Arc<dyn ChunkSink> = Arc::new(StoreSink {
         app: Arc::clone(app),
-        repo: job.dest.name.clone(),
         running: Arc::clone(running),
     });
     let shared = Mutex::new((progress, results));
@@ -457,11 +589,19 @@ async fn execute(
                     .map(|c| (c.sha256.to_string(), u64::from(c.length)))
                     .collect();
                 let (repo, now) = (job.dest.name.clone(), app.now());
+                let digests: Vec<String> = chunks.iter().map(|(d, _)| d.clone()).collect();
                 app.meta(move |m| {
                     m.link_blobs(&repo, &chunks.into_iter().collect::<Vec<_>>(), now)
                 })
                 .await
                 .map_err(internal)?;
+                // Linked now, and the claim keeps the volume's links.
+                {
+                    let mut pins = running.pinned.lock().expect("pins lock");
+                    for d in &digests {
+                        pins.remove(d);
+                    }
+                }
                 let p = {
                     let mut s = shared.lock().expect("progress lock");
                     s.0.files_done += 1;
@@ -483,8 +623,8 @@ async fn execute(
     let (mut progress, results) = shared.into_inner().expect("progress lock");
     progress.bytes_stored = running.bytes_stored.load(Ordering::Relaxed);
 
-    let tree = build_tree(uri, &objects, &results)?;
-    commit(app, job, &tree, progress).await
+    let tree = build_tree(&objects, &results)?;
+    commit(app, job, &claim, &tree, progress).await
 }
 
 /// Whether every chunk of a file recorded as done is still stored.
@@ -547,23 +687,46 @@ async fn copy_object(
     }
 }
 
-/// The tree of the version: every file, and the folders their paths imply.
-fn build_tree(
-    uri: &str,
-    objects: &[Object],
-    results: &HashMap<String, FileDone>,
-) -> std::result::Result<TreeIndex, SyncError> {
+/// The folders the files' paths imply.
+fn folders_of(objects: &[Object]) -> BTreeSet<String> {
     let mut dirs = BTreeSet::new();
-    let mut entries = Vec::with_capacity(objects.len());
     for o in objects {
-        let f = results
-            .get(&o.path)
-            .ok_or_else(|| internal(format!("{} was not copied", o.path)))?;
         let mut p = o.path.as_str();
         while let Some((parent, _)) = p.rsplit_once('/') {
             dirs.insert(parent.to_string());
             p = parent;
         }
+    }
+    dirs
+}
+
+/// A listing whose files can make a tree: no path is both a file and a
+/// folder of other files (object stores allow `a` beside `a/b`). Checked
+/// before anything is copied.
+fn check_listing(uri: &str, objects: &[Object]) -> std::result::Result<(), SyncError> {
+    let dirs = folders_of(objects);
+    match objects.iter().find(|o| dirs.contains(&o.path)) {
+        Some(o) => Err(SyncError::new(
+            ErrorKind::InvalidSource,
+            format!(
+                "{uri}: {} is both a file and a folder of other files; exclude one of them",
+                o.path
+            ),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// The tree of the version: every file, and the folders their paths imply.
+fn build_tree(
+    objects: &[Object],
+    results: &HashMap<String, FileDone>,
+) -> std::result::Result<TreeIndex, SyncError> {
+    let mut entries = Vec::with_capacity(objects.len());
+    for o in objects {
+        let f = results
+            .get(&o.path)
+            .ok_or_else(|| internal(format!("{} was not copied", o.path)))?;
         let blake3: B3Digest = f.blake3.parse().map_err(internal)?;
         entries.push(Entry {
             path: o.path.clone(),
@@ -575,27 +738,21 @@ fn build_tree(
             },
         });
     }
-    for d in dirs {
-        if results.contains_key(&d) {
-            return Err(SyncError::new(
-                ErrorKind::InvalidSource,
-                format!("{uri}: {d} is both a file and a folder of other files"),
-            ));
-        }
+    for d in folders_of(objects) {
         entries.push(Entry {
             path: d,
             mode: sealvol_sync::DIR_MODE,
             data: EntryData::Dir,
         });
     }
-    TreeIndex::new(ChunkingParams::default(), entries)
-        .map_err(|e| SyncError::new(ErrorKind::InvalidSource, format!("{uri}: {e}")))
+    TreeIndex::new(ChunkingParams::default(), entries).map_err(internal)
 }
 
 /// Seals the version and moves the tags, unless the job was canceled.
 async fn commit(
     app: &Arc<App>,
     job: &SyncJob,
+    claim: &HeldClaim,
     tree: &TreeIndex,
     mut progress: SyncProgress,
 ) -> std::result::Result<(), SyncError> {
@@ -609,6 +766,7 @@ async fn commit(
     if state != Some(SyncState::Running) {
         return Err(SyncError::new(ErrorKind::Canceled, "canceled"));
     }
+    claim.still_held()?;
     let version = publish(app, &job.dest, tree, &job.source).await?;
     progress.files_done = progress.files_total;
     progress.bytes_done = progress.bytes_total;
@@ -672,8 +830,10 @@ async fn publish(
             let built = oci::build_version(
                 tree,
                 &VersionMeta {
-                    created: humantime::format_rfc3339_millis(std::time::SystemTime::now())
-                        .to_string(),
+                    created: humantime::format_rfc3339_millis(
+                        std::time::UNIX_EPOCH + Duration::from_secs(app.now()),
+                    )
+                    .to_string(),
                     source: Some(source.to_string()),
                 },
             )
@@ -705,14 +865,18 @@ async fn publish(
                 )
                 .await?;
             }
+            // Stored under the destination tag when there is one: sealing
+            // (head, b3-) and the tag then move in one transaction.
             let bytes = Bytes::from(built.index.bytes.clone());
-            let d = store(
-                built.index.digest().to_string(),
-                bytes.clone(),
-                INDEX_TYPE.into(),
-            )
-            .await?;
-            (bytes, d)
+            let reference = dest
+                .tag
+                .clone()
+                .unwrap_or_else(|| built.index.digest().to_string());
+            let d = store(reference, bytes.clone(), INDEX_TYPE.into()).await?;
+            return Ok(SyncedVersion {
+                digest: digest.to_string(),
+                index_digest: d.to_string(),
+            });
         }
     };
     if let Some(tag) = &dest.tag {
@@ -757,6 +921,15 @@ pub(crate) async fn create(app: &App, body: CreateBody) -> Result<serde_json::Va
     // What can be checked without the source is checked now, so a typo is
     // a 400 here rather than a failed job later.
     sealvol_sync::open(&body.source, &SourceOptions::default()).map_err(|e| invalid(e.message))?;
+    if let Some(why) = app
+        .syncs
+        .dirs
+        .read()
+        .expect("dirs lock")
+        .refuse(&body.source)
+    {
+        return Err(invalid(why));
+    }
     crate::volume_api::check_volume_name(&body.dest.name)?;
     if let Some(t) = &body.dest.tag {
         let tag: Tag = t
@@ -841,6 +1014,65 @@ pub(crate) fn unknown_sync(id: &str) -> RegistryError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn dir_sources_stay_out_of_the_data_folder_and_inside_the_roots() {
+        let top = tempfile::tempdir().unwrap();
+        let data = top.path().join("data");
+        let models = top.path().join("models");
+        let other = top.path().join("other");
+        for d in [&data, &models, &other] {
+            std::fs::create_dir_all(d.join("sub")).unwrap();
+        }
+        let uri = |p: &Path| format!("dir://{}", p.display());
+        let open = DirPolicy {
+            data_root: Some(data.clone()),
+            roots: Vec::new(),
+            loopback: true,
+        };
+        assert_eq!(open.refuse(&uri(&models)), None);
+        assert!(open.refuse(&uri(&data.join("sub"))).is_some());
+        assert!(
+            open.refuse(&uri(top.path())).is_some(),
+            "holds the data folder"
+        );
+        assert_eq!(open.refuse("s3://bucket/x"), None);
+        let exposed = DirPolicy {
+            loopback: false,
+            ..open.clone()
+        };
+        assert!(exposed
+            .refuse(&uri(&models))
+            .unwrap()
+            .contains("sync_dir_roots"));
+        let rooted = DirPolicy {
+            roots: vec![models.clone()],
+            loopback: false,
+            ..open
+        };
+        assert_eq!(rooted.refuse(&uri(&models.join("sub"))), None);
+        assert!(rooted.refuse(&uri(&other)).is_some());
+        // A symlink out of a root is judged by where it leads.
+        let link = models.join("escape");
+        std::os::unix::fs::symlink(&other, &link).unwrap();
+        assert!(rooted.refuse(&uri(&link)).is_some());
+    }
+
+    #[test]
+    fn a_path_that_is_file_and_folder_is_refused_before_copying() {
+        let o = |p: &str| Object {
+            path: p.into(),
+            key: p.into(),
+            size: 1,
+            checksum: None,
+            version: None,
+            mode: 0o644,
+        };
+        assert!(check_listing("s3://b", &[o("a/b"), o("c")]).is_ok());
+        let e = check_listing("s3://b", &[o("a"), o("a/b")]).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::InvalidSource);
+        assert!(e.message.starts_with("s3://b: a "), "{}", e.message);
+    }
 
     #[test]
     fn excluded_folders_drop_everything_under_them() {
