@@ -79,11 +79,7 @@ pub struct ApiAnswer {
 /// Plain HTTP is for loopback (the embedded registry's default) or when the
 /// user says so; everything else is HTTPS.
 pub fn is_loopback(registry: &str) -> bool {
-    let host = registry
-        .rsplit_once(':')
-        .filter(|(_, port)| port.chars().all(|c| c.is_ascii_digit()))
-        .map_or(registry, |(h, _)| h);
-    matches!(host, "localhost" | "127.0.0.1" | "[::1]") || host.starts_with("127.")
+    sealvol_spec::reference::is_loopback_host(registry)
 }
 
 impl Remote {

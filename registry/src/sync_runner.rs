@@ -1067,6 +1067,7 @@ mod tests {
             checksum: None,
             version: None,
             mode: 0o644,
+            mismatch_hint: None,
         };
         assert!(check_listing("s3://b", &[o("a/b"), o("c")]).is_ok());
         let e = check_listing("s3://b", &[o("a"), o("a/b")]).unwrap_err();

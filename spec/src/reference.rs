@@ -312,6 +312,29 @@ impl FromStr for VolumeRef {
     }
 }
 
+/// Whether a registry (`host[:port]`, `[v6]:port`) is on this machine:
+/// `localhost` or a loopback address. Clients speak plain HTTP to it and
+/// HTTPS to anything else; a name merely starting with `127.` is not it.
+pub fn is_loopback_host(registry: &str) -> bool {
+    let digits = |p: &str| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit());
+    let host = match registry.strip_prefix('[') {
+        // `[v6]` or `[v6]:port`.
+        Some(rest) => match rest.split_once(']') {
+            Some((h, "")) => h,
+            Some((h, tail)) if tail.strip_prefix(':').is_some_and(digits) => h,
+            _ => return false,
+        },
+        None => registry
+            .rsplit_once(':')
+            .filter(|(_, port)| digits(port))
+            .map_or(registry, |(h, _)| h),
+    };
+    host == "localhost"
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,7 +1,12 @@
-//! `dir:///PATH`: a folder on the registry's host.
+//! `dir:///PATH`: a folder on the registry's host, its regular files with
+//! their permission bits.
+//!
+//! Not a way to reach another machine's files (the path is on the
+//! registry's host), and not a copy of symlinks or special files: those
+//! are skipped.
 
 use std::os::unix::fs::PermissionsExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use async_trait::async_trait;
 use futures_util::{StreamExt, TryStreamExt};
@@ -32,15 +37,62 @@ impl DirSource {
             root: PathBuf::from(path),
         })
     }
+}
 
-    fn io(&self, what: &str, e: std::io::Error) -> SyncError {
-        let kind = match e.kind() {
-            std::io::ErrorKind::NotFound => ErrorKind::NotFound,
-            std::io::ErrorKind::PermissionDenied => ErrorKind::Denied,
-            _ => ErrorKind::Internal,
-        };
-        SyncError::new(kind, format!("{}: {what}: {e}", self.uri))
+/// What an I/O error on the folder means for the job.
+fn io_error(uri: &str, what: &str, e: std::io::Error) -> SyncError {
+    let kind = match e.kind() {
+        std::io::ErrorKind::NotFound => ErrorKind::NotFound,
+        std::io::ErrorKind::PermissionDenied => ErrorKind::Denied,
+        _ => ErrorKind::Internal,
+    };
+    SyncError::new(kind, format!("{uri}: {what}: {e}"))
+}
+
+/// Every regular file under `root`, in path order. Blocking: a walk of a
+/// large folder is many `stat`s.
+fn walk(uri: &str, root: &Path) -> Result<Vec<Object>, SyncError> {
+    let meta = std::fs::metadata(root).map_err(|e| io_error(uri, "cannot read the folder", e))?;
+    if !meta.is_dir() {
+        return Err(SyncError::new(
+            ErrorKind::InvalidSource,
+            format!("{uri}: not a folder"),
+        ));
     }
+    let walk_error = |what: &str, e: walkdir::Error| {
+        let io = e
+            .into_io_error()
+            .unwrap_or_else(|| std::io::Error::other(format!("{what} failed")));
+        io_error(uri, what, io)
+    };
+    let mut out = Vec::new();
+    // Symlinks and special files are skipped: a version copies what the
+    // folder holds, not what it points at.
+    for e in walkdir::WalkDir::new(root).min_depth(1).sort_by_file_name() {
+        let e = e.map_err(|e| walk_error("cannot walk the folder", e))?;
+        if !e.file_type().is_file() {
+            continue;
+        }
+        let m = e.metadata().map_err(|e| walk_error("cannot stat", e))?;
+        let rel = e.path().strip_prefix(root).expect("walked under root");
+        let key = e.path().display().to_string();
+        let rel = rel.to_str().ok_or_else(|| {
+            SyncError::new(
+                ErrorKind::InvalidSource,
+                format!("{uri}: {key} is not UTF-8"),
+            )
+        })?;
+        out.push(Object {
+            path: tree_path(uri, &key, rel)?,
+            key,
+            size: m.len(),
+            checksum: None,
+            mismatch_hint: None,
+            version: Some(stamp(&m)),
+            mode: m.permissions().mode() & sealvol_spec::tree::MAX_MODE,
+        });
+    }
+    Ok(out)
 }
 
 /// The file's content version: size and modification time.
@@ -56,65 +108,33 @@ impl Source for DirSource {
     }
 
     async fn list(&self) -> Result<Vec<Object>, SyncError> {
-        let root = self.root.clone();
-        let meta = std::fs::metadata(&root).map_err(|e| self.io("cannot read the folder", e))?;
-        if !meta.is_dir() {
-            return Err(SyncError::new(
-                ErrorKind::InvalidSource,
-                format!("{}: not a folder", self.uri),
-            ));
-        }
-        let mut out = Vec::new();
-        // Symlinks and special files are skipped: a version copies what the
-        // folder holds, not what it points at.
-        for e in walkdir::WalkDir::new(&root)
-            .min_depth(1)
-            .sort_by_file_name()
-        {
-            let e = e.map_err(|e| {
-                let io = e
-                    .into_io_error()
-                    .unwrap_or_else(|| std::io::Error::other("walk failed"));
-                self.io("cannot walk the folder", io)
-            })?;
-            if !e.file_type().is_file() {
-                continue;
-            }
-            let m = e.metadata().map_err(|e| {
-                self.io(
-                    "cannot stat",
-                    e.into_io_error()
-                        .unwrap_or_else(|| std::io::Error::other("stat failed")),
-                )
-            })?;
-            let rel = e.path().strip_prefix(&root).expect("walked under root");
-            let key = e.path().display().to_string();
-            let rel = rel.to_str().ok_or_else(|| {
+        let (uri, root) = (self.uri.clone(), self.root.clone());
+        tokio::task::spawn_blocking(move || walk(&uri, &root))
+            .await
+            .map_err(|e| {
                 SyncError::new(
-                    ErrorKind::InvalidSource,
-                    format!("{}: {key} is not UTF-8", self.uri),
+                    ErrorKind::Internal,
+                    format!("{}: listing the folder failed: {e}", self.uri),
                 )
-            })?;
-            out.push(Object {
-                path: tree_path(&self.uri, &key, rel)?,
-                key,
-                size: m.len(),
-                checksum: None,
-                version: Some(stamp(&m)),
-                mode: m.permissions().mode() & sealvol_spec::tree::MAX_MODE,
-            });
-        }
-        Ok(out)
+            })?
     }
 
     async fn open(&self, object: &Object) -> Result<ByteStream, SyncError> {
-        let file = tokio::fs::File::open(&object.key).await.map_err(|e| {
-            SyncError::new(
-                ErrorKind::Changed,
-                format!("{}: {}: {e}", self.uri, object.key),
-            )
-        })?;
-        let m = file.metadata().await.map_err(|e| self.io(&object.key, e))?;
+        let file = tokio::fs::File::open(&object.key)
+            .await
+            .map_err(|e| match e.kind() {
+                // The registry may not read what it could list.
+                std::io::ErrorKind::PermissionDenied => io_error(&self.uri, &object.key, e),
+                // Listed a moment ago: gone or replaced since.
+                _ => SyncError::new(
+                    ErrorKind::Changed,
+                    format!("{}: {}: {e}", self.uri, object.key),
+                ),
+            })?;
+        let m = file
+            .metadata()
+            .await
+            .map_err(|e| io_error(&self.uri, &object.key, e))?;
         if Some(stamp(&m)) != object.version || m.len() != object.size {
             return Err(SyncError::new(
                 ErrorKind::Changed,
@@ -126,5 +146,60 @@ impl Source for DirSource {
         Ok(ReaderStream::with_capacity(file, READ_BUFFER)
             .map_err(move |e| SyncError::new(ErrorKind::Internal, format!("{uri}: {key}: {e}")))
             .boxed())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn source(root: &Path) -> DirSource {
+        DirSource::new(
+            &format!("dir://{}", root.display()),
+            &SourceOptions::default(),
+        )
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn lists_regular_files_and_notices_changes() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("a/b")).unwrap();
+        std::fs::write(dir.path().join("a/b/x.bin"), b"xyz").unwrap();
+        std::fs::write(dir.path().join("top"), b"").unwrap();
+        std::os::unix::fs::symlink("top", dir.path().join("link")).unwrap();
+        let src = source(dir.path());
+        let listed = src.list().await.unwrap();
+        let paths: Vec<&str> = listed.iter().map(|o| o.path.as_str()).collect();
+        assert_eq!(paths, ["a/b/x.bin", "top"]);
+        assert_eq!(listed[0].size, 3);
+
+        std::fs::remove_file(dir.path().join("a/b/x.bin")).unwrap();
+        let e = src.open(&listed[0]).await.err().unwrap();
+        assert_eq!(e.kind, ErrorKind::Changed, "{}", e.message);
+
+        let e = source(&dir.path().join("missing"))
+            .list()
+            .await
+            .unwrap_err();
+        assert_eq!(e.kind, ErrorKind::NotFound, "{}", e.message);
+        let e = source(&dir.path().join("top")).list().await.unwrap_err();
+        assert_eq!(e.kind, ErrorKind::InvalidSource, "{}", e.message);
+    }
+
+    #[tokio::test]
+    async fn an_unreadable_file_is_denied_not_changed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("secret.bin");
+        std::fs::write(&path, b"data").unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o000)).unwrap();
+        if std::fs::File::open(&path).is_ok() {
+            // Root reads anything: nothing to check here.
+            return;
+        }
+        let src = source(dir.path());
+        let listed = src.list().await.unwrap();
+        let e = src.open(&listed[0]).await.err().unwrap();
+        assert_eq!(e.kind, ErrorKind::Denied, "{}", e.message);
     }
 }

@@ -13,6 +13,8 @@
 //! (`Authorization: Bearer`); without one, requests are anonymous, which
 //! public buckets and the emulator accept. `?region=` is accepted, as on any
 //! object-store URI, and ignored: GCS requests name no region.
+//! `?checksum=none` leaves the listing's `md5Hash` unchecked (sizes still
+//! are).
 //!
 //! Each object is listed with its generation and read with
 //! `ifGenerationMatch`, so an object overwritten mid-job fails it with
@@ -41,6 +43,8 @@ pub struct GcsSource {
     endpoint: String,
     token: Option<String>,
     http: reqwest::Client,
+    /// False with `?checksum=none`: `md5Hash` is not checked.
+    verify_checksums: bool,
 }
 
 /// A bucket name as GCS allows it: 3 to 222 of lower-case letters, digits,
@@ -130,6 +134,7 @@ impl GcsSource {
             endpoint,
             token: bearer_token(uri, opts.secret.as_deref())?,
             http: http::client(uri)?,
+            verify_checksums: p.verify_checksums,
         })
     }
 
@@ -230,7 +235,7 @@ impl GcsSource {
         let size = o.size.value().ok_or_else(|| bad("size"))?;
         let generation = o.generation.value().ok_or_else(|| bad("generation"))?;
         // Composite objects have no MD5 (only a CRC32C): size alone then.
-        let checksum = match &o.md5_hash {
+        let checksum = match o.md5_hash.as_ref().filter(|_| self.verify_checksums) {
             Some(b64) => Some(Checksum::Md5(
                 base64::engine::general_purpose::STANDARD
                     .decode(b64)
@@ -253,6 +258,7 @@ impl GcsSource {
             key: o.name.clone(),
             size,
             checksum,
+            mismatch_hint: None,
             version: Some(generation.to_string()),
             mode: crate::FILE_MODE,
         })
@@ -430,6 +436,12 @@ mod tests {
             (c.path.as_str(), c.size, c.checksum, c.version.as_deref()),
             ("c.json", 2, None, Some("5"))
         );
+        let unchecked = source("gs://bkt/p?endpoint=http://h:1&checksum=none");
+        let a: GcsObject = serde_json::from_str(
+            r#"{"name":"p/a","size":"0","md5Hash":"1B2M2Y8AsgTpgAmY7PhCfg==","generation":"1"}"#,
+        )
+        .unwrap();
+        assert_eq!(unchecked.object(a).unwrap().checksum, None);
         let bad: GcsObject =
             serde_json::from_str(r#"{"name":"p/x","size":"lots","generation":"1"}"#).unwrap();
         assert_eq!(s.object(bad).unwrap_err().kind, ErrorKind::InvalidSource);
@@ -452,6 +464,7 @@ mod tests {
                 0xd4, 0x1d, 0x8c, 0xd9, 0x8f, 0x00, 0xb2, 0x04, 0xe9, 0x80, 0x09, 0x98, 0xec, 0xf8,
                 0x42, 0x7e,
             ])),
+            mismatch_hint: None,
             version: Some("17".into()),
             mode: crate::FILE_MODE,
         };

@@ -255,7 +255,10 @@ impl HfSource {
     async fn send(&self, url: &str, what: &str) -> Result<reqwest::Response, SyncError> {
         let req = http::get(&self.http, url, self.token.as_deref());
         http::send(req, &self.uri, what, |r| {
-            let reason = r.header("x-error-message").unwrap_or_else(|| r.reason());
+            let reason = r
+                .header("x-error-message")
+                .map(|m| http::first_line(&m))
+                .unwrap_or_else(|| r.reason());
             self.hub_error(what, r.status, r.header("x-error-code").as_deref(), &reason)
         })
         .await
@@ -398,6 +401,7 @@ impl HfSource {
             key: e.path,
             size,
             checksum,
+            mismatch_hint: None,
             version: Some(commit.to_string()),
             mode: crate::FILE_MODE,
         })

@@ -4,10 +4,15 @@
 //! 2xx, a body cut short), and the checks on the URLs and tokens they are
 //! configured with. Each source still says in its own words what a refusal
 //! means (a gated Hub repository, a bucket that does not exist).
+//!
+//! Messages made here are one line and never hold a request's URL: after a
+//! redirect it can be a signed CDN URL, and messages end up in job records
+//! and logs. Answers are read up to a cap, so a broken or hostile server
+//! cannot fill the registry's memory.
 
 use std::time::Duration;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use futures_util::{StreamExt, TryStreamExt};
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use reqwest::header::HeaderMap;
@@ -21,6 +26,11 @@ const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
     .remove(b'.')
     .remove(b'_')
     .remove(b'~');
+
+/// Most bytes of an error answer read for its reason; the rest is dropped.
+const ERROR_BODY_CAP: usize = 64 << 10;
+/// Most bytes of a listing page or other JSON answer.
+const BODY_CAP: usize = 64 << 20;
 
 /// Percent-encodes one path segment (a `/` in it is encoded too).
 pub(crate) fn segment(s: &str) -> String {
@@ -40,7 +50,10 @@ pub(crate) fn client(uri: &str) -> Result<reqwest::Client, SyncError> {
         .map_err(|e| {
             SyncError::new(
                 ErrorKind::Internal,
-                format!("{uri}: cannot make an HTTP client: {e}"),
+                format!(
+                    "{uri}: cannot make an HTTP client: {}",
+                    first_line(&error_chain(&e.without_url()))
+                ),
             )
         })
 }
@@ -58,8 +71,8 @@ pub(crate) fn get(
     }
 }
 
-/// An answer other than 2xx, read whole, for a source to say what it
-/// means.
+/// An answer other than 2xx, its body read up to 64 KiB, for a source to
+/// say what it means.
 pub(crate) struct Refusal {
     pub status: u16,
     pub headers: HeaderMap,
@@ -87,13 +100,18 @@ pub(crate) async fn send(
     what: &str,
     refused: impl FnOnce(Refusal) -> SyncError,
 ) -> Result<reqwest::Response, SyncError> {
-    let resp = req.send().await.map_err(|e| request_error(uri, what, &e))?;
+    let mut resp = req.send().await.map_err(|e| request_error(uri, what, e))?;
     if resp.status().is_success() {
         return Ok(resp);
     }
     let status = resp.status().as_u16();
     let headers = resp.headers().clone();
-    let body = resp.bytes().await.unwrap_or_default();
+    // The reason is in the first bytes, if anywhere; a body that breaks
+    // off still gives the status.
+    let body = read_up_to(&mut resp, ERROR_BODY_CAP)
+        .await
+        .map(|(body, _)| body)
+        .unwrap_or_default();
     Err(refused(Refusal {
         status,
         headers,
@@ -101,13 +119,47 @@ pub(crate) async fn send(
     }))
 }
 
-/// The whole body of an answer.
+/// The whole body of an answer that is read into memory (a listing page,
+/// a JSON answer): at most 64 MiB, or the job fails as `INVALID_SOURCE`.
 pub(crate) async fn body(
-    resp: reqwest::Response,
+    mut resp: reqwest::Response,
     uri: &str,
     what: &str,
 ) -> Result<Bytes, SyncError> {
-    resp.bytes().await.map_err(|e| request_error(uri, what, &e))
+    let too_large = || {
+        SyncError::new(
+            ErrorKind::InvalidSource,
+            format!(
+                "{uri}: {what}: the answer is larger than {} MiB, more than a listing page or a JSON answer can be; is the endpoint the source's API?",
+                BODY_CAP >> 20
+            ),
+        )
+    };
+    if resp.content_length().is_some_and(|n| n > BODY_CAP as u64) {
+        return Err(too_large());
+    }
+    match read_up_to(&mut resp, BODY_CAP).await {
+        Ok((body, false)) => Ok(body),
+        Ok((_, true)) => Err(too_large()),
+        Err(e) => Err(request_error(uri, what, e)),
+    }
+}
+
+/// Reads the body of `resp` until it ends or holds more than `cap` bytes;
+/// the bytes read (at most `cap`), and whether there were more.
+async fn read_up_to(
+    resp: &mut reqwest::Response,
+    cap: usize,
+) -> Result<(Bytes, bool), reqwest::Error> {
+    let mut out = BytesMut::new();
+    while let Some(piece) = resp.chunk().await? {
+        if out.len() + piece.len() > cap {
+            out.extend_from_slice(&piece[..cap - out.len()]);
+            return Ok((out.freeze(), true));
+        }
+        out.extend_from_slice(&piece);
+    }
+    Ok((out.freeze(), false))
 }
 
 /// The body of an answer as an object's bytes; a body cut short fails the
@@ -116,7 +168,7 @@ pub(crate) fn stream(resp: reqwest::Response, uri: &str, key: &str) -> ByteStrea
     let uri = uri.to_string();
     let key = key.to_string();
     resp.bytes_stream()
-        .map_err(move |e| request_error(&uri, &key, &e))
+        .map_err(move |e| request_error(&uri, &key, e))
         .boxed()
 }
 
@@ -147,8 +199,9 @@ pub(crate) fn header(headers: &HeaderMap, name: &str) -> Option<String> {
 
 /// What a failed request (no HTTP answer, or a body cut short) means for
 /// the job: connection failures, timeouts and resets are worth retrying;
-/// a redirect loop or a URL reqwest cannot send is not.
-pub(crate) fn request_error(uri: &str, what: &str, e: &reqwest::Error) -> SyncError {
+/// a redirect loop or a URL reqwest cannot send is not. The message leaves
+/// out the URL reqwest names (a redirect's target can be signed).
+pub(crate) fn request_error(uri: &str, what: &str, e: reqwest::Error) -> SyncError {
     let kind = if let Some(status) = e.status() {
         SyncError::from_status(status.as_u16(), String::new()).kind
     } else if e.is_builder() || e.is_redirect() {
@@ -156,7 +209,11 @@ pub(crate) fn request_error(uri: &str, what: &str, e: &reqwest::Error) -> SyncEr
     } else {
         ErrorKind::Transient
     };
-    SyncError::new(kind, format!("{uri}: {what}: {}", error_chain(e)))
+    let e = e.without_url();
+    SyncError::new(
+        kind,
+        format!("{uri}: {what}: {}", first_line(&error_chain(&e))),
+    )
 }
 
 /// An error with its causes, on one line: reqwest's own text ("error
@@ -175,9 +232,16 @@ pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
     out
 }
 
-/// The first line of `s`, short enough for a job's message.
+/// The first line of `s` (of its text, when it starts with blank lines),
+/// short enough for a job's message.
 pub(crate) fn first_line(s: &str) -> String {
-    s.lines().next().unwrap_or("").chars().take(300).collect()
+    s.split(['\n', '\r'])
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .unwrap_or("")
+        .chars()
+        .take(300)
+        .collect()
 }
 
 /// Checks a secret before it goes into an `Authorization` header, so a bad
@@ -209,8 +273,8 @@ pub(crate) fn endpoint_url(uri: &str, what: &str, raw: &str) -> Result<String, S
     }
 }
 
-/// The first line of an error body, short enough for a job's message. The
-/// Hub and GCS answer JSON with the reason in `error` (or `error.message`).
+/// The reason an error body gives, as [`first_line`]. The Hub and GCS
+/// answer JSON with the reason in `error` (or `error.message`).
 pub(crate) fn body_reason(body: &[u8]) -> String {
     let text = String::from_utf8_lossy(body);
     let from_json = serde_json::from_str::<serde_json::Value>(&text)
@@ -222,7 +286,7 @@ pub(crate) fn body_reason(body: &[u8]) -> String {
                 .map(str::to_string)
         });
     match from_json {
-        Some(reason) => reason.chars().take(300).collect(),
+        Some(reason) => first_line(&reason),
         None => first_line(&text),
     }
 }
@@ -242,6 +306,31 @@ mod tests {
             "No such bucket"
         );
         assert_eq!(body_reason(b"plain\nsecond"), "plain");
+        assert_eq!(
+            body_reason(br#"{"error":"Not Found\nat line 2\r\nline 3"}"#),
+            "Not Found"
+        );
+        assert_eq!(body_reason(b"\n\n  <html>\r<body>"), "<html>");
+    }
+
+    #[tokio::test]
+    async fn request_errors_name_no_url() {
+        // Nothing listens on port 1: the connection is refused at once.
+        let e = reqwest::Client::new()
+            .get("http://127.0.0.1:1/cdn/file?X-Amz-Signature=s3cr3t")
+            .send()
+            .await
+            .unwrap_err();
+        let e = request_error("hf://org/repo", "model.bin", e);
+        assert_eq!(e.kind, ErrorKind::Transient, "{}", e.message);
+        assert!(!e.message.contains("s3cr3t"), "{}", e.message);
+        assert!(!e.message.contains("127.0.0.1:1"), "{}", e.message);
+        assert!(!e.message.contains('\n'), "{}", e.message);
+        assert!(
+            e.message.starts_with("hf://org/repo: model.bin: "),
+            "{}",
+            e.message
+        );
     }
 
     #[test]

@@ -10,6 +10,44 @@
 //! stores the ones the [`ChunkSink`] lacks and checks the object's size and
 //! checksum. It is not a job scheduler or a registry: the registry persists
 //! jobs, runs them on its workers and seals the version.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), sealvol_sync::SyncError> {
+//! use std::sync::atomic::AtomicBool;
+//! use std::sync::Arc;
+//!
+//! use sealvol_spec::{ChunkingParams, Sha256Digest};
+//! use sealvol_sync::{ChunkSink, SourceOptions, SyncError};
+//!
+//! /// Keeps nothing: enough to see how a file chunks.
+//! struct Discard;
+//!
+//! #[async_trait::async_trait]
+//! impl ChunkSink for Discard {
+//!     async fn has(&self, _: &Sha256Digest) -> Result<bool, SyncError> {
+//!         Ok(false)
+//!     }
+//!     async fn put(&self, _: &Sha256Digest, _: bytes::Bytes) -> Result<(), SyncError> {
+//!         Ok(())
+//!     }
+//! }
+//!
+//! let source = sealvol_sync::open("dir:///srv/models/tiny", &SourceOptions::default())?;
+//! let objects = source.list().await?;
+//! let first = &objects[0];
+//! let sealed = sealvol_sync::seal_object(
+//!     first,
+//!     source.open(first).await?,
+//!     ChunkingParams::default().cutter().expect("the default parameters are valid"),
+//!     Arc::new(Discard),
+//!     &|_bytes_read| {},
+//!     &AtomicBool::new(false),
+//! )
+//! .await?;
+//! println!("{}: {} chunks, {}", first.path, sealed.chunks.len(), sealed.blake3);
+//! # Ok(())
+//! # }
+//! ```
 
 use std::fmt;
 
@@ -126,6 +164,10 @@ pub struct Object {
     pub key: String,
     pub size: u64,
     pub checksum: Option<Checksum>,
+    /// What to do when the content does not match `checksum`, for a source
+    /// whose checksums are not always what they seem (S3 ETags of
+    /// encrypted objects): the end of the mismatch's message.
+    pub mismatch_hint: Option<&'static str>,
     /// What pins this object's content (ETag, generation, commit, chunk
     /// list digest): a resumed job reuses a file done before only when its
     /// listing gives the same path, size and version.

@@ -15,7 +15,7 @@
 //! source's directories reappear as the folders its files' paths imply
 //! (mode `0755`; an empty directory is lost) and its symlinks are left out.
 //!
-//! Loopback registries (`127.x`, `localhost`, `[::1]`) are reached over
+//! Loopback registries (`127.0.0.0/8`, `localhost`, `[::1]`) are reached over
 //! plain HTTP, any other over HTTPS, as the client does. A secret is
 //! `USER:PASSWORD`, answered to basic or token auth challenges.
 
@@ -53,6 +53,9 @@ const PREFETCH: usize = 2;
 const CHUNK_TRIES: u32 = 3;
 /// Tag page size when a digest prefix is resolved.
 const TAG_PAGE: usize = 1000;
+/// The largest tree index read: a tree of millions of files is tens of
+/// MiB; a manifest that claims more is refused before any byte is read.
+const MAX_TREE_BYTES: u64 = 256 << 20;
 
 /// A version on a registry.
 pub struct OciSource {
@@ -77,15 +80,6 @@ struct Inner {
     open: OnceCell<bool>,
     /// The tree the last listing read, so each `open` needs no refetch.
     tree: Mutex<Option<(B3Digest, Arc<TreeIndex>)>>,
-}
-
-/// Plain HTTP is for loopback; everything else is HTTPS.
-fn is_loopback(registry: &str) -> bool {
-    let host = registry
-        .rsplit_once(':')
-        .filter(|(_, port)| port.chars().all(|c| c.is_ascii_digit()))
-        .map_or(registry, |(h, _)| h);
-    matches!(host, "localhost" | "127.0.0.1" | "[::1]") || host.starts_with("127.")
 }
 
 /// The ref an `oci://` URI holds.
@@ -189,12 +183,33 @@ fn classify(uri: &str, what: &str, e: OciDistributionError) -> SyncError {
         ErrorKind::Denied => {
             format!(
                 "access denied ({}); set a USER:PASSWORD secret the registry accepts",
-                first_line(&error_chain(&e))
+                describe(e)
             )
         }
-        _ => first_line(&error_chain(&e)),
+        _ => describe(e),
     };
     SyncError::new(kind, format!("{uri}: {what}: {detail}"))
+}
+
+/// A registry error on one line, without the URLs `oci-client` and reqwest
+/// put in their messages (a blob's redirect target can be signed).
+fn describe(e: OciDistributionError) -> String {
+    use OciDistributionError as E;
+    let text = match e {
+        E::RequestError(r) => error_chain(&r.without_url()),
+        // A body cut short: reqwest's error inside an I/O error.
+        E::IoError(io) if io.get_ref().is_some_and(|i| i.is::<reqwest::Error>()) => {
+            match io.into_inner().map(|i| i.downcast::<reqwest::Error>()) {
+                Some(Ok(r)) => error_chain(&r.without_url()),
+                _ => "the download broke off".to_string(),
+            }
+        }
+        E::ServerError { code, message, .. } => format!("HTTP {code}: {message}"),
+        E::RegistryError { envelope, .. } => format!("registry error: {envelope}"),
+        E::UnauthorizedError { .. } => "not authorized".to_string(),
+        other => error_chain(&other),
+    };
+    first_line(&text)
 }
 
 /// Checks a chunk's bytes against the tree: length, blob digest, BLAKE3.
@@ -234,7 +249,7 @@ impl OciSource {
         let vref = parse_oci_uri(uri)?;
         let registry = vref.registry.clone().unwrap_or_default();
         let auth = auth_from(uri, opts.secret.as_deref())?;
-        let http_only = is_loopback(&registry);
+        let http_only = sealvol_spec::reference::is_loopback_host(&registry);
         let config = ClientConfig {
             protocol: if http_only {
                 ClientProtocol::Http
@@ -418,6 +433,17 @@ impl Inner {
         let blob = layout::sha256_of(layer)
             .ok_or_else(|| self.not_a_version("the tree blob digest is not sha256".into()))?;
         let what = format!("tree index {blob}");
+        if layer.size() > MAX_TREE_BYTES {
+            return Err(SyncError::new(
+                ErrorKind::InvalidSource,
+                format!(
+                    "{}: {what}: the tree manifest says it is {} bytes, over the {} MiB this registry reads for a tree",
+                    self.uri,
+                    layer.size(),
+                    MAX_TREE_BYTES >> 20
+                ),
+            ));
+        }
         let bytes = self.blob(&blob, layer.size(), &what).await?;
         let got = Sha256Digest::of(&bytes);
         if got != blob {
@@ -521,7 +547,7 @@ impl Inner {
             while let Some(piece) = resp
                 .chunk()
                 .await
-                .map_err(|e| http::request_error(&self.uri, what, &e))?
+                .map_err(|e| http::request_error(&self.uri, what, e))?
             {
                 out.extend_from_slice(&piece);
                 if out.len() as u64 > size {
@@ -599,6 +625,7 @@ impl Source for OciSource {
                     key: e.path.clone(),
                     size: *size,
                     checksum: None,
+                    mismatch_hint: None,
                     version: Some(version.clone()),
                     mode: e.mode,
                 }),
@@ -704,10 +731,21 @@ mod tests {
         for l in ["127.0.0.1:5000", "127.1.2.3", "localhost:80", "localhost"] {
             assert_eq!(scheme(l), "http", "{l}");
         }
-        for r in ["ghcr.io", "registry.example.com:5000", "10.0.0.1:5000"] {
+        for r in [
+            "ghcr.io",
+            "registry.example.com:5000",
+            "10.0.0.1:5000",
+            "127.evil.com",
+            "127.0.0.1.evil.com:5000",
+            "localhost.evil.com",
+        ] {
             assert_eq!(scheme(r), "https", "{r}");
         }
-        assert!(is_loopback("[::1]:5000"));
+        assert!(sealvol_spec::reference::is_loopback_host("[::1]:5000"));
+        assert!(sealvol_spec::reference::is_loopback_host("[::1]"));
+        assert!(!sealvol_spec::reference::is_loopback_host("[::2]:5000"));
+        assert!(!sealvol_spec::reference::is_loopback_host("[::1]x"));
+        assert!(!sealvol_spec::reference::is_loopback_host("127.0.0.1:"));
     }
 
     #[test]
@@ -785,6 +823,16 @@ mod tests {
             message: "m".into(),
         };
         assert_eq!(kind(server(503)), ErrorKind::Transient);
+        let e = classify(
+            "oci://h/a/b",
+            "x",
+            OciDistributionError::ServerError {
+                code: 500,
+                url: "https://cdn.example.com/blob?sig=s3cr3t".into(),
+                message: "line one\nline two".into(),
+            },
+        );
+        assert_eq!(e.message, "oci://h/a/b: x: HTTP 500: line one");
         assert_eq!(kind(server(404)), ErrorKind::NotFound);
         assert_eq!(kind(server(401)), ErrorKind::Denied);
         assert_eq!(

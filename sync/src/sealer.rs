@@ -26,6 +26,9 @@ use crate::{ByteStream, Checksum, ErrorKind, Object, SyncError};
 const WRITERS: usize = 4;
 /// Most source buffers handed to the cutter at once.
 const BATCH: usize = 256;
+/// What the cutter says when the writer stopped taking chunks: the
+/// writer's own error is the cause.
+const WRITER_STOPPED: &str = "chunk writer stopped";
 
 /// Where chunks go: the registry's blob store.
 #[async_trait]
@@ -46,7 +49,9 @@ pub struct SealedObject {
 }
 
 /// Streams `object` from `bytes` into `sink`. `progress` hears each buffer
-/// read; `cancel` stops the work at the next buffer.
+/// read; `cancel` stops the work at the next buffer. A source that sends
+/// more than `object.size` bytes fails the object as soon as it does, before
+/// the extra bytes are stored.
 pub async fn seal_object(
     object: &Object,
     bytes: ByteStream,
@@ -66,14 +71,30 @@ pub async fn seal_object(
     let cutting =
         tokio::task::spawn_blocking(move || cut_and_hash(from_reader, to_writer, cutter, expected));
 
+    let what = || format!("{} ({})", object.key, object.path);
+    // `move`: the reader owns the sender, so the channel closes when it
+    // stops, whatever the reason.
     let read = async move {
         let mut batches = bytes.ready_chunks(BATCH);
+        let mut sent = 0u64;
         while let Some(batch) = batches.next().await {
             let batch = batch.into_iter().collect::<Result<Vec<Bytes>, _>>()?;
             if cancel.load(Ordering::Relaxed) {
                 return Err(SyncError::new(ErrorKind::Canceled, "canceled"));
             }
-            progress(batch.iter().map(|b| b.len() as u64).sum());
+            let n: u64 = batch.iter().map(|b| b.len() as u64).sum();
+            sent += n;
+            if sent > object.size {
+                return Err(SyncError::new(
+                    ErrorKind::Checksum,
+                    format!(
+                        "{}: the source sent more than the {} bytes it listed",
+                        what(),
+                        object.size
+                    ),
+                ));
+            }
+            progress(n);
             if to_cutter.send(Some(batch)).await.is_err() {
                 // The cutter stopped on an error; it reports it.
                 return Ok(());
@@ -104,12 +125,18 @@ pub async fn seal_object(
         .await
         .map_err(|e| SyncError::new(ErrorKind::Internal, format!("chunker failed: {e}")))?;
     // The reader's error is the cause when there is one; the cutter then
-    // only saw its input end early.
+    // only saw its input end early. A cutter whose writer stopped reports
+    // that only: the writer's error (a full disk) is the cause.
     read?;
-    let cut = cut?;
+    let cut = match cut {
+        Err(e) if e.message == WRITER_STOPPED => {
+            stored?;
+            return Err(e);
+        }
+        cut => cut?,
+    };
     let bytes_stored = stored?;
 
-    let what = || format!("{} ({})", object.key, object.path);
     if cut.size != object.size {
         return Err(SyncError::new(
             ErrorKind::Checksum,
@@ -125,7 +152,14 @@ pub async fn seal_object(
         if want != got {
             return Err(SyncError::new(
                 ErrorKind::Checksum,
-                format!("{}: content has {got}, the source says {want}", what()),
+                format!(
+                    "{}: content has {got}, the source says {want}{}",
+                    what(),
+                    object
+                        .mismatch_hint
+                        .map(|h| format!(" {h}"))
+                        .unwrap_or_default()
+                ),
             ));
         }
     }
@@ -188,7 +222,7 @@ fn cut_and_hash(
         offset += chunk.len() as u64;
         output
             .blocking_send((sha256, chunk))
-            .map_err(|_| SyncError::new(ErrorKind::Internal, "chunk writer stopped"))
+            .map_err(|_| SyncError::new(ErrorKind::Internal, WRITER_STOPPED))
     };
     let mut size = 0u64;
     let mut ended = false;
@@ -275,6 +309,7 @@ mod tests {
             key: "k/f".into(),
             size: data.len() as u64,
             checksum,
+            mismatch_hint: None,
             version: None,
             mode: crate::FILE_MODE,
         }
@@ -385,6 +420,121 @@ mod tests {
         let mut short = object(&data, None);
         short.size += 1;
         assert_eq!(run(short).await.unwrap_err().kind, ErrorKind::Checksum);
+    }
+
+    /// A sink whose disk is full: every put fails.
+    struct Full;
+
+    #[async_trait]
+    impl ChunkSink for Full {
+        async fn has(&self, _: &Sha256Digest) -> Result<bool, SyncError> {
+            Ok(false)
+        }
+        async fn put(&self, _: &Sha256Digest, _: Bytes) -> Result<(), SyncError> {
+            Err(SyncError::new(
+                ErrorKind::Internal,
+                "storing a chunk: No space left on device (os error 28)",
+            ))
+        }
+    }
+
+    #[tokio::test]
+    async fn a_sink_error_is_the_error_reported() {
+        // Large enough that the cutter is still sending when the writer
+        // stops: it then sees only that the writer went away.
+        let data = noise(3_000_000, 13);
+        for piece in [4096, 1_000_000] {
+            let e = seal_object(
+                &object(&data, None),
+                stream(data.clone(), piece),
+                cutter(),
+                Arc::new(Full),
+                &|_| {},
+                &GO,
+            )
+            .await
+            .unwrap_err();
+            assert_eq!(e.kind, ErrorKind::Internal, "{}", e.message);
+            assert!(e.message.contains("No space left"), "{}", e.message);
+        }
+    }
+
+    #[tokio::test]
+    async fn a_source_that_sends_more_than_it_listed_stops_at_once() {
+        let data = noise(2_000_000, 17);
+        let mut o = object(&data, None);
+        o.size = 100_000;
+        // Buffers arrive one at a time, as from a network: the object fails
+        // at the buffer that goes past the listed size, not at the end.
+        let parts: Vec<Result<Bytes, SyncError>> = data
+            .chunks(10_000)
+            .map(|c| Ok(Bytes::copy_from_slice(c)))
+            .collect();
+        let read = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let counted = {
+            let read = Arc::clone(&read);
+            futures_util::stream::iter(parts)
+                .then(move |p| {
+                    let read = Arc::clone(&read);
+                    async move {
+                        tokio::task::yield_now().await;
+                        if let Ok(b) = &p {
+                            read.fetch_add(b.len() as u64, Ordering::Relaxed);
+                        }
+                        p
+                    }
+                })
+                .boxed()
+        };
+        let sink = Arc::new(Memory::default());
+        let e = seal_object(&o, counted, cutter(), sink.clone(), &|_| {}, &GO)
+            .await
+            .unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Checksum, "{}", e.message);
+        assert!(
+            e.message
+                .contains("sent more than the 100000 bytes it listed"),
+            "{}",
+            e.message
+        );
+        assert!(
+            read.load(Ordering::Relaxed) < data.len() as u64 / 2,
+            "the whole stream was read before the object failed"
+        );
+        let stored: u64 = sink
+            .0
+            .lock()
+            .unwrap()
+            .values()
+            .map(|b| b.len() as u64)
+            .sum();
+        assert!(
+            stored <= 100_000,
+            "stored {stored} bytes of a 100000-byte object"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_mismatch_ends_with_the_objects_hint() {
+        let data = noise(10_000, 19);
+        let mut o = object(&data, Some(Checksum::Md5([0; 16])));
+        o.mismatch_hint = Some("(add ?checksum=none)");
+        let e = seal_object(
+            &o,
+            stream(data, 4096),
+            cutter(),
+            Arc::new(Memory::default()),
+            &|_| {},
+            &GO,
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Checksum);
+        assert!(
+            e.message.ends_with(" (add ?checksum=none)"),
+            "{}",
+            e.message
+        );
     }
 
     #[tokio::test]

@@ -1,4 +1,8 @@
-//! Sources by URI scheme (SPEC.md §8.1).
+//! Sources by URI scheme (SPEC.md §8.1): the [`Source`] trait and the URI
+//! dispatch to each scheme's module.
+//!
+//! Not where bytes are chunked or checked against the listing: that is
+//! [`crate::sealer`], which every source's bytes go through alike.
 
 use async_trait::async_trait;
 

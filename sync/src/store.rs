@@ -1,8 +1,11 @@
-//! `s3://`, `r2://`, `cw://` and `azure://` through `object_store`.
+//! `s3://`, `r2://`, `cw://` and `azure://` through `object_store`, and the
+//! options every object-store URI takes (`?endpoint=`, `?region=`,
+//! `?checksum=none`, SPEC.md §8.1).
 //!
-//! (`gs://` has its own module: `object_store` reads GCS through its XML
-//! API, which the GCS emulators do not serve, and its listing drops the
-//! `md5Hash` the JSON API gives for every object.)
+//! Not the `gs://` source: that one has its own module, since
+//! `object_store` reads GCS through its XML API, which the GCS emulators do
+//! not serve, and its listing drops the `md5Hash` the JSON API gives for
+//! every object.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,7 +15,7 @@ use futures_util::{StreamExt, TryStreamExt};
 use object_store::path::Path as StorePath;
 use object_store::{GetOptions, ObjectStore, ObjectStoreExt, RetryConfig};
 
-use crate::http::first_line;
+use crate::http::{error_chain, first_line};
 use crate::source::tree_path;
 use crate::{ByteStream, Checksum, ErrorKind, Object, Source, SourceOptions, SyncError};
 
@@ -21,16 +24,25 @@ pub struct StoreSource {
     uri: String,
     store: Arc<dyn ObjectStore>,
     prefix: Option<StorePath>,
-    /// Whether an ETag of 32 hex digits is the object's MD5 (S3, single part).
+    /// Whether an ETag of 32 hex digits is the object's MD5 (S3, single
+    /// part), and is checked.
     etag_is_md5: bool,
 }
 
-/// The parts of `scheme://authority/rest?endpoint=…&region=…`.
+/// What a checksum mismatch of an S3 object adds: the ETag may not be an
+/// MD5 at all.
+const ETAG_HINT: &str = "(objects encrypted with SSE-KMS or SSE-C have ETags that are not MD5s: add ?checksum=none to the source URI)";
+
+/// The parts of `scheme://authority/rest?endpoint=…&region=…&checksum=none`.
+#[derive(Debug)]
 pub(crate) struct ParsedUri {
     pub authority: String,
     pub path: String,
     pub endpoint: Option<String>,
     pub region: Option<String>,
+    /// False with `?checksum=none`: the source's checksums (ETags, MD5s)
+    /// are not checked; sizes still are.
+    pub verify_checksums: bool,
 }
 
 pub(crate) fn parse_uri(uri: &str) -> Result<ParsedUri, SyncError> {
@@ -42,14 +54,20 @@ pub(crate) fn parse_uri(uri: &str) -> Result<ParsedUri, SyncError> {
         .ok_or_else(|| invalid("names no bucket"))?
         .to_string();
     let path = percent_decode(url.path().trim_matches('/'));
-    let (mut endpoint, mut region) = (None, None);
+    let (mut endpoint, mut region, mut verify_checksums) = (None, None, true);
     for (k, v) in url.query_pairs() {
         match &*k {
             "endpoint" => endpoint = Some(v.into_owned()),
             "region" => region = Some(v.into_owned()),
+            "checksum" if v == "none" => verify_checksums = false,
+            "checksum" => {
+                return Err(invalid(&format!(
+                    "checksum={v}: the one value is none (the source's checksums are not checked; sizes are)"
+                )))
+            }
             other => {
                 return Err(invalid(&format!(
-                    "unknown option {other}; use endpoint= or region="
+                    "unknown option {other}; use endpoint=, region= or checksum=none"
                 )))
             }
         }
@@ -59,6 +77,7 @@ pub(crate) fn parse_uri(uri: &str) -> Result<ParsedUri, SyncError> {
         path,
         endpoint,
         region,
+        verify_checksums,
     })
 }
 
@@ -172,7 +191,7 @@ impl StoreSource {
             uri: uri.to_string(),
             store,
             prefix,
-            etag_is_md5: scheme != "azure",
+            etag_is_md5: scheme != "azure" && p.verify_checksums,
         })
     }
 
@@ -190,8 +209,12 @@ impl StoreSource {
 }
 
 /// What an `object_store` error means for the job. Statuses inside a
-/// generic error are read from its text: `object_store` keeps its HTTP
-/// error type private.
+/// generic error are read from its text: `object_store` keeps the error
+/// type that holds them private. Without a status, a generic error is transient only
+/// when it is a transport failure (a connection refused or reset, a
+/// timeout); one from getting credentials is `SOURCE_DENIED`; anything
+/// else (a malformed answer, a bad configuration) `INVALID_SOURCE`, since
+/// retrying would not change it.
 pub(crate) fn classify(uri: &str, what: &str, e: object_store::Error) -> SyncError {
     use object_store::Error as E;
     let kind = match &e {
@@ -199,22 +222,86 @@ pub(crate) fn classify(uri: &str, what: &str, e: object_store::Error) -> SyncErr
         E::PermissionDenied { .. } | E::Unauthenticated { .. } => ErrorKind::Denied,
         E::Precondition { .. } => ErrorKind::Changed,
         E::InvalidPath { .. } | E::NotSupported { .. } => ErrorKind::InvalidSource,
-        _ => {
-            let text = format!("{e:?}");
-            match status_in(&text) {
-                Some(s) => SyncError::from_status(s, String::new()).kind,
-                None => ErrorKind::Transient,
-            }
-        }
+        _ => match status_in(&format!("{e:?}")) {
+            Some(s) => SyncError::from_status(s, String::new()).kind,
+            None if is_credentials_error(&e) => ErrorKind::Denied,
+            None if is_transport_error(&e) => ErrorKind::Transient,
+            None => ErrorKind::InvalidSource,
+        },
     };
     let detail = match kind {
         ErrorKind::NotFound => "not found (does the bucket or container exist?)".to_string(),
+        ErrorKind::Denied if is_credentials_error(&e) => format!(
+            "no credentials ({}); set a secret or give the registry's host credentials",
+            first_line(&error_chain(&e))
+        ),
         ErrorKind::Denied => {
             "access denied; check the secret or the registry's credentials".to_string()
         }
-        _ => first_line(&e.to_string()),
+        _ => first_line(&error_chain(&e)),
     };
     SyncError::new(kind, format!("{uri}: {what}: {detail}"))
+}
+
+/// Words of a transport failure in an error's text (any of its causes):
+/// what reqwest, hyper and the OS say of a connection that could not be
+/// made or broke, or a request that timed out.
+const TRANSPORT_WORDS: &[&str] = &[
+    "connect",
+    "timeout",
+    "timed out",
+    "reset",
+    "broken pipe",
+    "error sending request",
+    "incomplete message",
+    "unexpected eof",
+];
+
+/// Whether `e` is a request that got no (whole) answer: `object_store`'s
+/// own transport kinds, or the words of one in its text.
+fn is_transport_error(e: &object_store::Error) -> bool {
+    use object_store::client::{HttpError, HttpErrorKind};
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(c) = cause {
+        if let Some(h) = c.downcast_ref::<HttpError>() {
+            if matches!(
+                h.kind(),
+                HttpErrorKind::Connect
+                    | HttpErrorKind::Request
+                    | HttpErrorKind::Timeout
+                    | HttpErrorKind::Interrupted
+            ) {
+                return true;
+            }
+        }
+        cause = c.source();
+    }
+    let text = plain_text(e);
+    TRANSPORT_WORDS.iter().any(|w| text.contains(w))
+}
+
+/// Whether `e` came from getting credentials (the instance metadata
+/// service, a token exchange, a malformed key), not from the object store.
+fn is_credentials_error(e: &object_store::Error) -> bool {
+    let text = plain_text(e);
+    // The instance metadata service is known by its address.
+    error_chain(e).contains("//169.254.169.254/")
+        || ["credential", "token request", "access key"]
+            .iter()
+            .any(|w| text.contains(w))
+}
+
+/// An error's text with its causes, lower case, without the URLs
+/// `object_store` puts in it (a key named `reset/connect.bin` says nothing
+/// of the failure) or its retry settings (`retry_timeout`).
+fn plain_text(e: &object_store::Error) -> String {
+    error_chain(e)
+        .split_whitespace()
+        .filter(|w| !w.contains("://"))
+        .collect::<Vec<_>>()
+        .join(" ")
+        .to_ascii_lowercase()
+        .replace("retry_timeout", "")
 }
 
 fn status_in(text: &str) -> Option<u16> {
@@ -263,6 +350,7 @@ impl Source for StoreSource {
                 path: tree_path(&self.uri, &key, rel)?,
                 key,
                 size: m.size,
+                mismatch_hint: checksum.map(|_| ETAG_HINT),
                 checksum,
                 version: etag,
                 mode: crate::FILE_MODE,
@@ -310,8 +398,112 @@ mod tests {
         assert_eq!(p.path, "a/b c");
         assert_eq!(p.endpoint.as_deref(), Some("http://127.0.0.1:9000"));
         assert_eq!(p.region.as_deref(), Some("eu-west-1"));
+        assert!(p.verify_checksums);
         assert!(parse_uri("s3:///x").is_err());
         assert!(parse_uri("s3://b/x?color=red").is_err());
+    }
+
+    #[test]
+    fn checksum_none_turns_the_checksums_off() {
+        for uri in [
+            "s3://bkt/p?checksum=none",
+            "r2://bkt/p?endpoint=http://127.0.0.1:9000&checksum=none",
+            "gs://bkt/p?checksum=none&region=x",
+        ] {
+            let p = parse_uri(uri).unwrap();
+            assert!(!p.verify_checksums, "{uri}");
+            assert_eq!(p.path, "p", "{uri}");
+        }
+        for bad in ["s3://bkt/p?checksum=md5", "s3://bkt/p?checksum="] {
+            let e = parse_uri(bad).unwrap_err();
+            assert_eq!(e.kind, ErrorKind::InvalidSource, "{bad}");
+            assert!(e.message.contains("checksum="), "{}", e.message);
+        }
+        let e = parse_uri("s3://bkt/p?checksums=none").unwrap_err();
+        assert!(e.message.contains("checksum=none"), "{}", e.message);
+    }
+
+    #[test]
+    fn s3_etags_are_checked_unless_checksum_none() {
+        let s3 = StoreSource::new(
+            "s3://bkt/p?endpoint=http://127.0.0.1:9&region=us-east-1",
+            &SourceOptions::default(),
+        )
+        .unwrap();
+        assert!(s3.etag_is_md5);
+        let off = StoreSource::new(
+            "s3://bkt/p?endpoint=http://127.0.0.1:9&region=us-east-1&checksum=none",
+            &SourceOptions::default(),
+        )
+        .unwrap();
+        assert!(!off.etag_is_md5);
+    }
+
+    #[test]
+    fn errors_without_a_status_are_transient_only_for_transport_failures() {
+        use object_store::client::{HttpError, HttpErrorKind};
+        let generic = |source: Box<dyn std::error::Error + Send + Sync>| {
+            classify(
+                "s3://b/p",
+                "k",
+                object_store::Error::Generic {
+                    store: "S3",
+                    source,
+                },
+            )
+        };
+        let io = |kind, text: &str| Box::new(std::io::Error::new(kind, text.to_string()));
+        let http = |kind| {
+            generic(Box::new(HttpError::new(
+                kind,
+                std::io::Error::other("something broke"),
+            )))
+        };
+        assert_eq!(http(HttpErrorKind::Connect).kind, ErrorKind::Transient);
+        assert_eq!(http(HttpErrorKind::Timeout).kind, ErrorKind::Transient);
+        assert_eq!(http(HttpErrorKind::Interrupted).kind, ErrorKind::Transient);
+        assert_eq!(http(HttpErrorKind::Decode).kind, ErrorKind::InvalidSource);
+        assert_eq!(
+            generic(io(std::io::ErrorKind::Other, "Connection reset by peer")).kind,
+            ErrorKind::Transient
+        );
+        assert_eq!(
+            generic(io(std::io::ErrorKind::Other, "error sending request")).kind,
+            ErrorKind::Transient
+        );
+        let e = generic(io(
+            std::io::ErrorKind::Other,
+            "Status { status: 503, body: None }",
+        ));
+        assert_eq!(e.kind, ErrorKind::Transient);
+        let e = generic(io(
+            std::io::ErrorKind::Other,
+            "Status { status: 429, body: None }",
+        ));
+        assert_eq!(e.kind, ErrorKind::Transient);
+        let e = generic(io(
+            std::io::ErrorKind::Other,
+            "Status { status: 400, body: None }",
+        ));
+        assert_eq!(e.kind, ErrorKind::InvalidSource);
+        let e = generic(io(
+            std::io::ErrorKind::Other,
+            "Error parsing XML response: missing field `Key`\nline two",
+        ));
+        assert_eq!(e.kind, ErrorKind::InvalidSource);
+        assert!(!e.message.contains('\n'), "{}", e.message);
+        // Words in a URL are not the failure's.
+        let e = generic(io(
+            std::io::ErrorKind::Other,
+            "Error performing GET http://h/b/reset/connect-timeout.bin in 0ms, retry_timeout: 20s - bad XML",
+        ));
+        assert_eq!(e.kind, ErrorKind::InvalidSource, "{}", e.message);
+        let e = generic(io(
+            std::io::ErrorKind::Other,
+            "Failed to load credentials: no access key found",
+        ));
+        assert_eq!(e.kind, ErrorKind::Denied);
+        assert!(e.message.contains("no credentials"), "{}", e.message);
     }
 
     #[test]
