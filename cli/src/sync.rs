@@ -54,7 +54,7 @@ pub enum SyncAction {
 pub struct StartArgs {
     /// hf://ORG/REPO[@REV], hf://datasets/ORG/REPO[@REV], s3://BUCKET[/PREFIX],
     /// r2://…, cw://…, gs://BUCKET[/PREFIX], azure://ACCOUNT/CONTAINER[/PREFIX],
-    /// dir:///PATH (on the registry's host), oci://HOST[:PORT]/REPO(:TAG|@DIGEST)
+    /// dir:///PATH (on the registry's host), oci://HOST[:PORT]/REPO[:TAG|@DIGEST]
     #[arg(long, value_name = "URI")]
     source: String,
     /// The volume, and a tag to move: bdn:ns/vol[:tag] or host[:port]/ns/vol[:tag];
@@ -443,6 +443,9 @@ fn describe_text(out: &JobOut) -> String {
         ("source", job.source.clone()),
         ("dest", out.dest.clone()),
     ];
+    if let Some(p) = &job.pinned_source {
+        rows.insert(3, ("pinned", p.clone()));
+    }
     if !job.include.is_empty() {
         rows.push(("include", job.include.join(" ")));
     }

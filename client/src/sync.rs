@@ -201,6 +201,10 @@ pub struct SyncJob {
     pub state: SyncState,
     /// The source URI (SPEC.md §8.1).
     pub source: String,
+    /// The source pinned to what the job first listed (a Hub branch's
+    /// commit), once it has listed.
+    #[serde(default)]
+    pub pinned_source: Option<String>,
     pub dest: SyncDest,
     #[serde(default)]
     pub include: Vec<String>,
@@ -648,6 +652,7 @@ mod tests {
         json!({
             "id": "sync-0123456789abcdef", "state": "READY",
             "source": "hf://Qwen/Qwen3-8B",
+            "pinned_source": format!("hf://Qwen/Qwen3-8B@{}", "0f".repeat(20)),
             "dest": {"name": "weights/qwen3-8b", "tag": "prod"},
             "include": ["*.safetensors", "*.json"], "exclude": [], "secret": "hf-token",
             "progress": {"files_done": 7, "files_total": 7, "bytes_done": 16_400_000_000u64,

@@ -91,6 +91,10 @@ pub struct SyncJob {
     pub seq: u64,
     pub state: SyncState,
     pub source: String,
+    /// `source` pinned to what the first listing read (a Hub branch's
+    /// commit); later runs of the job read this.
+    #[serde(default)]
+    pub pinned_source: Option<String>,
     pub dest: Dest,
     pub include: Vec<String>,
     pub exclude: Vec<String>,
@@ -116,6 +120,7 @@ impl SyncJob {
             "id": self.id,
             "state": self.state,
             "source": self.source,
+            "pinned_source": self.pinned_source,
             "dest": self.dest,
             "include": self.include,
             "exclude": self.exclude,

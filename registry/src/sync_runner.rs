@@ -486,13 +486,27 @@ async fn execute(
     if let Some(why) = app.syncs.dirs.read().expect("dirs lock").refuse(uri) {
         return Err(SyncError::new(ErrorKind::Denied, why));
     }
+    // A job that listed before reads what it listed then.
+    let read_from = job.pinned_source.as_deref().unwrap_or(uri);
     let source: Arc<dyn sealvol_sync::Source> =
-        Arc::from(sealvol_sync::open(uri, &SourceOptions { secret })?);
+        Arc::from(sealvol_sync::open(read_from, &SourceOptions { secret })?);
     let filter = Filter::new(&job.include, &job.exclude)
         .map_err(|e| SyncError::new(ErrorKind::InvalidSource, e.to_string()))?;
     let claim = hold_claim(app, job, running).await?;
 
     let listed = with_retries(app, job, running, || source.list()).await?;
+    let pinned = job.pinned_source.clone().or_else(|| source.pinned(&listed));
+    if job.pinned_source.is_none() && pinned.is_some() {
+        let (id, p) = (job.id.clone(), pinned.clone());
+        app.meta(move |m| {
+            m.update_sync(&id, |j| {
+                j.pinned_source = p;
+                !j.state.is_finished()
+            })
+        })
+        .await
+        .map_err(internal)?;
+    }
     let objects: Vec<Object> = listed
         .into_iter()
         .filter(|o| selected(&filter, &o.path))
@@ -624,7 +638,8 @@ async fn execute(
     progress.bytes_stored = running.bytes_stored.load(Ordering::Relaxed);
 
     let tree = build_tree(&objects, &results)?;
-    commit(app, job, &claim, &tree, progress).await
+    let provenance = pinned.as_deref().unwrap_or(uri);
+    commit(app, job, &claim, &tree, provenance, progress).await
 }
 
 /// Whether every chunk of a file recorded as done is still stored.
@@ -754,6 +769,7 @@ async fn commit(
     job: &SyncJob,
     claim: &HeldClaim,
     tree: &TreeIndex,
+    provenance: &str,
     mut progress: SyncProgress,
 ) -> std::result::Result<(), SyncError> {
     let _commit = app.syncs.commit.lock().await;
@@ -767,7 +783,7 @@ async fn commit(
         return Err(SyncError::new(ErrorKind::Canceled, "canceled"));
     }
     claim.still_held()?;
-    let version = publish(app, &job.dest, tree, &job.source).await?;
+    let version = publish(app, &job.dest, tree, provenance).await?;
     progress.files_done = progress.files_total;
     progress.bytes_done = progress.bytes_total;
     let (id, now) = (job.id.clone(), app.now());
@@ -959,6 +975,7 @@ pub(crate) async fn create(app: &App, body: CreateBody) -> Result<serde_json::Va
         seq: 0,
         state: SyncState::Queued,
         source: body.source,
+        pinned_source: None,
         dest: body.dest,
         include: body.include,
         exclude: body.exclude,

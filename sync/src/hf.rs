@@ -414,6 +414,18 @@ impl Source for HfSource {
         &self.uri
     }
 
+    fn pinned(&self, listed: &[Object]) -> Option<String> {
+        let commit = listed.first()?.version.as_deref()?;
+        (commit != self.repo.revision).then(|| {
+            format!(
+                "hf://{}{}/{}@{commit}",
+                self.repo.kind.download_prefix(),
+                self.repo.org,
+                self.repo.name
+            )
+        })
+    }
+
     async fn list(&self) -> Result<Vec<Object>, SyncError> {
         let commit = self.resolve_commit().await?;
         let mut url = Some(self.api_url(&format!("tree/{}?recursive=true", segment(&commit))));
@@ -473,6 +485,28 @@ mod tests {
 
     fn source(uri: &str) -> HfSource {
         HfSource::new(uri, &SourceOptions::default()).unwrap()
+    }
+
+    #[test]
+    fn a_branch_is_pinned_to_the_commit_listed() {
+        let s = source("hf://datasets/org/data@main");
+        let o = |v: Option<&str>| Object {
+            path: "a".into(),
+            key: "a".into(),
+            size: 1,
+            checksum: None,
+            version: v.map(str::to_string),
+            mode: crate::FILE_MODE,
+            mismatch_hint: None,
+        };
+        let sha = "0123456789abcdef0123456789abcdef01234567";
+        assert_eq!(
+            s.pinned(&[o(Some(sha))]).as_deref(),
+            Some(format!("hf://datasets/org/data@{sha}").as_str())
+        );
+        assert_eq!(s.pinned(&[]), None);
+        let at_commit = source(&format!("hf://org/m@{sha}"));
+        assert_eq!(at_commit.pinned(&[o(Some(sha))]), None, "already pinned");
     }
 
     #[test]

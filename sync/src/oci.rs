@@ -1,4 +1,4 @@
-//! `oci://HOST[:PORT]/REPO(:TAG|@DIGEST)`: the files of a sealed sealvol
+//! `oci://HOST[:PORT]/REPO[:TAG|@DIGEST]`: the files of a sealed sealvol
 //! version on another OCI registry, imported as they are.
 //!
 //! What follows `oci://` is a qualified ref (SPEC.md §1.1): a tag, a

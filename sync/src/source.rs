@@ -18,6 +18,12 @@ pub trait Source: Send + Sync {
     async fn list(&self) -> Result<Vec<Object>, SyncError>;
     /// The bytes of one listed object, as the listing saw it.
     async fn open(&self, object: &Object) -> Result<ByteStream, SyncError>;
+    /// The URI of this source pinned to what `listed` was read from, when
+    /// the URI names something that moves (a Hub branch): a job that
+    /// resumes reads the same content, and the version records it.
+    fn pinned(&self, _listed: &[Object]) -> Option<String> {
+        None
+    }
 }
 
 /// What a source needs besides its URI.

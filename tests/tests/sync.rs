@@ -568,6 +568,13 @@ fn hf_repo_syncs_filtered_and_verified() {
         .collect();
     assert_eq!(progress(&job, "files_total"), picked.len() as u64, "{job}");
     assert_files(&reg.pull(job["ref"].as_str().unwrap(), "tiny"), &picked);
+    // `main` was pinned to the commit it named when the job listed it.
+    let pinned = job["pinned_source"].as_str().unwrap_or_default();
+    let commit = pinned.strip_prefix("hf://org/tiny@").unwrap_or_default();
+    assert!(
+        commit.len() == 40 && commit.bytes().all(|b| b.is_ascii_hexdigit()),
+        "{job}"
+    );
 
     let (line, job) = reg.sync_failed("hf://org/corrupt", "hf/corrupt", &[]);
     assert_eq!(job["error"]["code"], "CHECKSUM_MISMATCH", "{job}");
