@@ -8,8 +8,8 @@
 //! ([`volumes`], served as JSON by [`volume_api`]), push claims
 //! ([`claims`]), online garbage collection ([`gc`]) and durable sync jobs
 //! that copy a Hugging Face repository or a bucket into a new version
-//! ([`sync_jobs`], run by [`sync_runner`] through `sealvol-sync`). It is
-//! not a client, a cache or an authentication server.
+//! ([`sync_jobs`], run by [`sync_runner`] through `sealvol-sync`, served by
+//! [`sync_api`]). It is not a client, a cache or an authentication server.
 //!
 //! ```no_run
 //! # async fn run() -> Result<(), sealvol_registry::ServeError> {
@@ -26,6 +26,7 @@ pub mod error;
 pub mod gc;
 pub mod meta;
 pub mod server;
+pub mod sync_api;
 pub mod sync_jobs;
 pub mod sync_runner;
 pub mod uploads;

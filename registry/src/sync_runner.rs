@@ -3,7 +3,7 @@
 //! selected object of its source through `sealvol-sync`'s sealer into the
 //! blob store, records each finished file, and seals the version and moves
 //! the tags only once every file is stored and verified. The API handlers
-//! for jobs and secrets are here too, beside the state they change.
+//! are in [`crate::sync_api`].
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -18,11 +18,9 @@ use sealvol_spec::filter::Filter;
 use sealvol_spec::oci::{self, VersionIndex, VersionMeta};
 use sealvol_spec::{B3Digest, ChunkingParams, Entry, EntryData, Sha256Digest, Tag, TreeIndex};
 use sealvol_sync::{ChunkSink, ErrorKind, Object, SourceOptions, SyncError};
-use serde::Deserialize;
 use tokio::sync::Notify;
 
 use crate::api::App;
-use crate::error::{Code, RegistryError, Result};
 use crate::sync_jobs::{Dest, FileDone, JobError, SyncJob, SyncProgress, SyncState, SyncedVersion};
 
 /// Objects of one job read at once: enough to keep a slow source's
@@ -84,20 +82,20 @@ pub struct SyncControl {
     /// Set once at startup, before any request.
     pub dirs: std::sync::RwLock<DirPolicy>,
     /// Wakes an idle worker when a job is queued.
-    wake: Notify,
+    pub(crate) wake: Notify,
     running: Mutex<HashMap<String, Arc<Running>>>,
     /// Held while a job seals its version and while a cancel decides, so
     /// that a canceled job never seals and a sealed job is never canceled.
-    commit: tokio::sync::Mutex<()>,
+    pub(crate) commit: tokio::sync::Mutex<()>,
 }
 
 /// A running job's cancel flag and live byte counts (the stored progress
 /// changes once per file).
 #[derive(Default)]
-struct Running {
-    cancel: AtomicBool,
-    bytes_done: AtomicU64,
-    bytes_stored: AtomicU64,
+pub(crate) struct Running {
+    pub(crate) cancel: AtomicBool,
+    pub(crate) bytes_done: AtomicU64,
+    pub(crate) bytes_stored: AtomicU64,
     /// Chunks this job stored or found but has not linked yet (a file's
     /// chunks are linked when the whole file is done): garbage collection
     /// keeps their bytes however long the file takes.
@@ -105,7 +103,7 @@ struct Running {
 }
 
 impl SyncControl {
-    fn running(&self, id: &str) -> Option<Arc<Running>> {
+    pub(crate) fn running(&self, id: &str) -> Option<Arc<Running>> {
         self.running.lock().expect("running lock").get(id).cloned()
     }
 
@@ -802,8 +800,6 @@ async fn commit(
     Ok(())
 }
 
-const INDEX_TYPE: &str = "application/vnd.oci.image.index.v1+json";
-
 /// Stores the version's manifests bottom-up, the index (which seals it:
 /// `head` and `b3-<hex>` move), then the destination tag. A version the
 /// volume already holds keeps its index; only the tag moves.
@@ -888,7 +884,7 @@ async fn publish(
                 .tag
                 .clone()
                 .unwrap_or_else(|| built.index.digest().to_string());
-            let d = store(reference, bytes.clone(), INDEX_TYPE.into()).await?;
+            let d = store(reference, bytes.clone(), crate::api::OCI_INDEX.into()).await?;
             return Ok(SyncedVersion {
                 digest: digest.to_string(),
                 index_digest: d.to_string(),
@@ -896,136 +892,12 @@ async fn publish(
         }
     };
     if let Some(tag) = &dest.tag {
-        store(tag.clone(), index_bytes, INDEX_TYPE.into()).await?;
+        store(tag.clone(), index_bytes, crate::api::OCI_INDEX.into()).await?;
     }
     Ok(SyncedVersion {
         digest: digest.to_string(),
         index_digest: index_digest.to_string(),
     })
-}
-
-// ---- API (SPEC.md §8.3) ----
-
-#[derive(Deserialize)]
-pub(crate) struct CreateBody {
-    source: String,
-    dest: Dest,
-    #[serde(default)]
-    include: Vec<String>,
-    #[serde(default)]
-    exclude: Vec<String>,
-    #[serde(default)]
-    secret: Option<String>,
-}
-
-fn invalid(why: impl Into<String>) -> RegistryError {
-    RegistryError::new(Code::Invalid, why)
-}
-
-/// The job with live byte counts when it is running.
-pub(crate) fn view(app: &App, mut job: SyncJob) -> serde_json::Value {
-    if job.state == SyncState::Running {
-        if let Some(r) = app.syncs.running(&job.id) {
-            job.progress.bytes_done = r.bytes_done.load(Ordering::Relaxed);
-            job.progress.bytes_stored = r.bytes_stored.load(Ordering::Relaxed);
-        }
-    }
-    job.view()
-}
-
-pub(crate) async fn create(app: &App, body: CreateBody) -> Result<serde_json::Value> {
-    // What can be checked without the source is checked now, so a typo is
-    // a 400 here rather than a failed job later.
-    sealvol_sync::open(&body.source, &SourceOptions::default()).map_err(|e| invalid(e.message))?;
-    if let Some(why) = app
-        .syncs
-        .dirs
-        .read()
-        .expect("dirs lock")
-        .refuse(&body.source)
-    {
-        return Err(invalid(why));
-    }
-    crate::volume_api::check_volume_name(&body.dest.name)?;
-    if let Some(t) = &body.dest.tag {
-        let tag: Tag = t
-            .parse()
-            .map_err(|e: sealvol_spec::reference::RefError| invalid(e.to_string()))?;
-        if crate::volumes::is_reserved(tag.as_str()) {
-            return Err(RegistryError::new(
-                Code::TagReserved,
-                format!("tag {t} is the registry's; choose another"),
-            ));
-        }
-    }
-    Filter::new(&body.include, &body.exclude).map_err(|e| invalid(e.to_string()))?;
-    if let Some(s) = &body.secret {
-        let n = s.clone();
-        if app.meta(move |m| m.secret(&n)).await?.is_none() {
-            return Err(RegistryError::new(
-                Code::SecretUnknown,
-                format!(
-                    "secret {s} is not on this registry; store it with `sealvol secret set {s}`"
-                ),
-            ));
-        }
-    }
-    let job = SyncJob {
-        id: format!("sync-{}", &uuid::Uuid::new_v4().simple().to_string()[..16]),
-        seq: 0,
-        state: SyncState::Queued,
-        source: body.source,
-        pinned_source: None,
-        dest: body.dest,
-        include: body.include,
-        exclude: body.exclude,
-        secret: body.secret,
-        progress: SyncProgress::default(),
-        attempts: 0,
-        retries: 0,
-        retrying: None,
-        created_at: app.now(),
-        started_at: None,
-        finished_at: None,
-        version: None,
-        error: None,
-    };
-    let job = app.meta(move |m| m.create_sync(job)).await?;
-    app.syncs.wake.notify_one();
-    Ok(job.view())
-}
-
-pub(crate) async fn cancel(app: &App, id: String) -> Result<serde_json::Value> {
-    let _commit = app.syncs.commit.lock().await;
-    let now = app.now();
-    let i = id.clone();
-    let updated = app
-        .meta(move |m| {
-            m.update_sync(&i, |j| {
-                if j.state.is_finished() {
-                    return false;
-                }
-                j.state = SyncState::Canceled;
-                j.finished_at = Some(now);
-                j.retrying = None;
-                true
-            })
-        })
-        .await?;
-    let Some((job, changed)) = updated else {
-        return Err(unknown_sync(&id));
-    };
-    if let Some(r) = app.syncs.running(&id) {
-        r.cancel.store(true, Ordering::Relaxed);
-    }
-    Ok(serde_json::json!({ "changed": changed, "sync": view(app, job) }))
-}
-
-pub(crate) fn unknown_sync(id: &str) -> RegistryError {
-    RegistryError::new(
-        Code::SyncUnknown,
-        format!("sync {id} is not on this registry"),
-    )
 }
 
 #[cfg(test)]

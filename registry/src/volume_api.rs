@@ -333,29 +333,26 @@ async fn handle(app: &Arc<App>, route: Route, req: Request) -> Result<Response> 
             }
         }
         (Route::Syncs, Method::POST) => {
-            let b: crate::sync_runner::CreateBody = body(req).await?;
-            json_response(
-                StatusCode::CREATED,
-                crate::sync_runner::create(app, b).await?,
-            )
+            let b: crate::sync_api::CreateBody = body(req).await?;
+            json_response(StatusCode::CREATED, crate::sync_api::create(app, b).await?)
         }
         (Route::Syncs, Method::GET) => {
             let dest = query_value(&req, "dest").map(|d| percent_decode(&d));
             let jobs = app.meta(move |m| m.syncs(dest.as_deref())).await?;
             let views: Vec<Value> = jobs
                 .into_iter()
-                .map(|j| crate::sync_runner::view(app, j))
+                .map(|j| crate::sync_api::view(app, j))
                 .collect();
             ok(json!({ "syncs": views }))
         }
         (Route::Sync(id), Method::GET) => {
             let i = id.clone();
             match app.meta(move |m| m.sync(&i)).await? {
-                Some(j) => ok(crate::sync_runner::view(app, j)),
-                None => Err(crate::sync_runner::unknown_sync(&id)),
+                Some(j) => ok(crate::sync_api::view(app, j)),
+                None => Err(crate::sync_api::unknown_sync(&id)),
             }
         }
-        (Route::SyncCancel(id), Method::POST) => ok(crate::sync_runner::cancel(app, id).await?),
+        (Route::SyncCancel(id), Method::POST) => ok(crate::sync_api::cancel(app, id).await?),
         (Route::Secrets, Method::GET) => {
             let names = app.meta(|m| m.secret_names()).await?;
             ok(json!({ "secrets": names }))
