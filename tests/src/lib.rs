@@ -10,6 +10,22 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// Writes `ROOT.toml` for `sealvol serve --config`: `addr`, `root` and
+/// the extra `config` lines; creates the root.
+pub fn write_config(root: &Path, addr: &str, config: &str) -> PathBuf {
+    let file = root.with_extension("toml");
+    std::fs::create_dir_all(root).expect("registry root");
+    std::fs::write(
+        &file,
+        format!(
+            "addr = \"{addr}\"\nroot = {:?}\n{config}\n",
+            root.to_str().expect("UTF-8 temp path")
+        ),
+    )
+    .expect("write registry.toml");
+    file
+}
+
 /// The `sealvol` binary built next to the running test (`cargo build` puts
 /// it in the same target directory as the test executables).
 pub fn sealvol_bin() -> PathBuf {
@@ -58,16 +74,7 @@ impl Server {
     /// besides `addr` and `root`) and a clock the test moves: the server
     /// adds the integer in `clock` (seconds) to the time it reads.
     pub fn start_with_clock(root: &std::path::Path, config: &str, clock: &Path) -> Server {
-        let file = root.with_extension("toml");
-        std::fs::create_dir_all(root).expect("registry root");
-        std::fs::write(
-            &file,
-            format!(
-                "addr = \"127.0.0.1:0\"\nroot = {:?}\n{config}\n",
-                root.to_str().expect("UTF-8 temp path")
-            ),
-        )
-        .expect("write registry.toml");
+        let file = write_config(root, "127.0.0.1:0", config);
         Server::start_env(
             &["serve", "--config", file.to_str().expect("UTF-8 temp path")],
             root,
@@ -85,12 +92,26 @@ impl Server {
         root: &std::path::Path,
         env: &[(&str, &std::ffi::OsStr)],
     ) -> Server {
-        use std::io::BufRead;
+        Server::try_spawn(args, root, env.iter().copied()).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Runs `sealvol ARGS` and reads the line that says where it listens;
+    /// Err (the process stopped) when it exits without one.
+    fn try_spawn<K, V>(
+        args: &[&str],
+        root: &Path,
+        env: impl IntoIterator<Item = (K, V)>,
+    ) -> Result<Server, String>
+    where
+        K: AsRef<std::ffi::OsStr>,
+        V: AsRef<std::ffi::OsStr>,
+    {
         let mut child = Command::new(sealvol_bin())
             .args(args)
-            .envs(env.iter().copied())
+            .envs(env)
             .env("SEALVOL_LOG", "warn")
-            .stdout(std::process::Stdio::piped())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
             .spawn()
             .expect("start sealvol serve");
         let stdout = child.stdout.take().expect("piped stdout");
@@ -100,17 +121,28 @@ impl Server {
             root: root.to_path_buf(),
         };
         let mut line = String::new();
-        std::io::BufReader::new(stdout)
-            .read_line(&mut line)
-            .expect("read the serving line");
-        server.url = line
+        let _ = BufReader::new(stdout).read_line(&mut line);
+        match line
             .trim()
             .rsplit(' ')
             .next()
             .filter(|u| u.starts_with("http://127.0.0.1:"))
-            .unwrap_or_else(|| panic!("sealvol serve did not say where it listens: {line:?}"))
-            .to_string();
-        server
+        {
+            Some(url) => {
+                server.url = url.to_string();
+                Ok(server)
+            }
+            None => {
+                if let Some(mut c) = server.child.take() {
+                    let _ = c.kill();
+                    let _ = c.wait();
+                }
+                Err(format!(
+                    "sealvol {} did not say where it listens: {line:?}",
+                    args.join(" ")
+                ))
+            }
+        }
     }
 
     fn signal(&self, sig: libc::c_int) {
@@ -1013,7 +1045,17 @@ pub fn fails(out: Output, what: &str) -> String {
 
 /// Same entries, kinds, modes, bytes and symlink targets.
 pub fn assert_same_tree(expected: &Path, actual: &Path) {
-    let (want, got) = (tree(expected), tree(actual));
+    let what = format!("{} differs from {}", actual.display(), expected.display());
+    assert_tree(&tree(expected), &tree(actual), &what);
+}
+
+/// Panics with `what` and one line per differing entry unless the trees
+/// (as [`tree`] reads them) are equal.
+pub fn assert_tree(
+    want: &std::collections::BTreeMap<String, Node>,
+    got: &std::collections::BTreeMap<String, Node>,
+    what: &str,
+) {
     if want != got {
         let keys: std::collections::BTreeSet<&String> = want.keys().chain(got.keys()).collect();
         let diffs: Vec<String> = keys
@@ -1021,12 +1063,7 @@ pub fn assert_same_tree(expected: &Path, actual: &Path) {
             .filter(|k| want.get(*k) != got.get(*k))
             .map(|k| format!("{k}: want {:?}, got {:?}", want.get(k), got.get(k)))
             .collect();
-        panic!(
-            "{} differs from {}:\n{}",
-            actual.display(),
-            expected.display(),
-            diffs.join("\n")
-        );
+        panic!("{what}:\n{}", diffs.join("\n"));
     }
 }
 
@@ -1093,52 +1130,9 @@ impl Server {
         config: &str,
         env: &[(&str, &str)],
     ) -> Result<Server, String> {
-        let file = root.with_extension("toml");
-        std::fs::create_dir_all(root).expect("registry root");
-        std::fs::write(
-            &file,
-            format!(
-                "addr = \"{addr}\"\nroot = {:?}\n{config}\n",
-                root.to_str().expect("UTF-8 temp path")
-            ),
-        )
-        .expect("write registry.toml");
-        let mut child = Command::new(sealvol_bin())
-            .args(["serve", "--config", file.to_str().expect("UTF-8 temp path")])
-            .envs(env.iter().copied())
-            .env("SEALVOL_LOG", "warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("start sealvol serve");
-        let stdout = child.stdout.take().expect("piped stdout");
-        let mut server = Server {
-            child: Some(child),
-            url: String::new(),
-            root: root.to_path_buf(),
-        };
-        let mut line = String::new();
-        let _ = BufReader::new(stdout).read_line(&mut line);
-        match line
-            .trim()
-            .rsplit(' ')
-            .next()
-            .filter(|u| u.starts_with("http://127.0.0.1:"))
-        {
-            Some(url) => {
-                server.url = url.to_string();
-                Ok(server)
-            }
-            None => {
-                if let Some(mut c) = server.child.take() {
-                    let _ = c.kill();
-                    let _ = c.wait();
-                }
-                Err(format!(
-                    "sealvol serve on {addr} did not say where it listens: {line:?}"
-                ))
-            }
-        }
+        let file = write_config(root, addr, config);
+        let config = file.to_str().expect("UTF-8 temp path");
+        Server::try_spawn(&["serve", "--config", config], root, env.iter().copied())
     }
 }
 

@@ -277,16 +277,8 @@ fn assert_files(dir: &Path, files: &[(&str, &[u8])]) {
             parent = p.parent();
         }
     }
-    let got = tree(dir);
-    if got != want {
-        let keys: std::collections::BTreeSet<&String> = want.keys().chain(got.keys()).collect();
-        let diffs: Vec<String> = keys
-            .into_iter()
-            .filter(|k| want.get(*k) != got.get(*k))
-            .map(|k| format!("{k}: want {:?}, got {:?}", want.get(k), got.get(k)))
-            .collect();
-        panic!("{} is not the source:\n{}", dir.display(), diffs.join("\n"));
-    }
+    let what = format!("{} is not the source", dir.display());
+    sealvol_tests::assert_tree(&want, &tree(dir), &what);
 }
 
 /// Files of a few sizes, nested: several chunks each for the large ones
