@@ -12,6 +12,7 @@ mod lifecycle;
 mod mount;
 mod progress;
 mod sync;
+mod verify;
 mod volume;
 
 #[derive(Parser)]
@@ -118,6 +119,8 @@ enum Command {
         #[arg(long)]
         no_cache: bool,
         #[command(flatten)]
+        verification: volume::Verification,
+        #[command(flatten)]
         conn: volume::Conn,
         #[arg(long, value_enum, default_value_t = Output::Text)]
         output: Output,
@@ -157,7 +160,49 @@ enum Command {
         #[arg(long, value_name = "DIR", env = "SEALVOL_CACHE_DIR")]
         cache_dir: Option<PathBuf>,
         #[command(flatten)]
+        verification: volume::Verification,
+        #[command(flatten)]
         conn: volume::Conn,
+    },
+    /// Check that a registry holds exactly a pinned version (REF [--deep]), or
+    /// that a directory holds exactly its files (DIR REF, or DIR --digest b3:<hex>)
+    Verify {
+        /// REF, or DIR when a REF or --digest follows
+        #[arg(value_name = "REF|DIR")]
+        first: String,
+        /// The version a directory is checked against
+        #[arg(value_name = "REF")]
+        second: Option<String>,
+        /// Check a directory against a bare version digest (says only match or mismatch)
+        #[arg(long, value_name = "b3:<hex>")]
+        digest: Option<String>,
+        /// Also fetch every chunk again and check every byte through the chain
+        #[arg(long)]
+        deep: bool,
+        /// Parallel requests (default 8)
+        #[arg(long, value_name = "N", default_value_t = 0)]
+        jobs: usize,
+        #[arg(long, value_name = "DIR", env = "SEALVOL_CACHE_DIR")]
+        cache_dir: Option<PathBuf>,
+        #[command(flatten)]
+        conn: volume::Conn,
+        #[arg(long, value_enum, default_value_t = Output::Text)]
+        output: Output,
+    },
+    /// Re-publish a version whose tree index is format 1 with a format 2 tree
+    /// (from the registry's own chunks), under the same digest and tags
+    Upgrade {
+        #[arg(value_name = "REF")]
+        target: String,
+        /// Chunks fetched ahead (default 8)
+        #[arg(long, value_name = "N", default_value_t = 0)]
+        jobs: usize,
+        #[arg(long, value_name = "DIR", env = "SEALVOL_CACHE_DIR")]
+        cache_dir: Option<PathBuf>,
+        #[command(flatten)]
+        conn: volume::Conn,
+        #[arg(long, value_enum, default_value_t = Output::Text)]
+        output: Output,
     },
     /// List a volume's versions, newest first (from the registry's volume API, or from its tags on any registry)
     Versions {
@@ -431,6 +476,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             jobs,
             cache_dir,
             no_cache,
+            verification,
             conn,
             output,
         } => {
@@ -439,7 +485,16 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             } else {
                 volume::cache_dir(cache_dir)
             };
-            volume::pull(&source, &dir, includes, jobs, cache, &conn, output)
+            volume::pull(
+                &source,
+                &dir,
+                includes,
+                jobs,
+                cache,
+                verification,
+                &conn,
+                output,
+            )
         }
         Command::Ls {
             target,
@@ -457,8 +512,35 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             target,
             jobs,
             cache_dir,
+            verification,
             conn,
-        } => volume::cat(&target, jobs, cache_dir, &conn),
+        } => volume::cat(&target, jobs, cache_dir, verification, &conn),
+        Command::Verify {
+            first,
+            second,
+            digest,
+            deep,
+            jobs,
+            cache_dir,
+            conn,
+            output,
+        } => verify::verify(
+            &first,
+            second.as_deref(),
+            digest.as_deref(),
+            deep,
+            jobs,
+            volume::cache_dir(cache_dir),
+            &conn,
+            output,
+        ),
+        Command::Upgrade {
+            target,
+            jobs,
+            cache_dir,
+            conn,
+            output,
+        } => verify::upgrade(&target, jobs, volume::cache_dir(cache_dir), &conn, output),
         Command::Versions {
             target,
             jobs,

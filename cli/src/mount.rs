@@ -82,6 +82,8 @@ pub struct MountArgs {
     #[arg(long)]
     pub allow_other: bool,
     #[command(flatten)]
+    pub verification: volume::Verification,
+    #[command(flatten)]
     pub conn: Conn,
 }
 
@@ -191,6 +193,7 @@ pub fn mount(args: MountArgs) -> anyhow::Result<()> {
     opts.prefetch = args.prefetch.into();
     opts.fetch_timeout = Duration::from_secs(args.fetch_timeout);
     opts.allow_other = args.allow_other;
+    opts.legacy = args.verification.legacy();
 
     // Chunks are megabytes: allocate each with its own mapping, so memory
     // freed when one leaves the cache goes back to the system (glibc would
@@ -215,6 +218,12 @@ pub fn mount(args: MountArgs) -> anyhow::Result<()> {
             Some(r) => r.with_context(|| format!("cannot mount {}", t.source))?,
             None => bail!("interrupted before {} was mounted", t.source),
         };
+        if !m.verifiable() {
+            eprintln!(
+                "sealvol: {}",
+                sealvol_client::resolve::legacy_warning(m.reference())
+            );
+        }
         // Scripts and tests wait for this line.
         println!(
             "sealvol: mounted {} at {}",

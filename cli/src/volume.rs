@@ -10,6 +10,7 @@ use anyhow::{bail, Context as _};
 use sealvol_client::inspect::{self, EntryInfo};
 use sealvol_client::pull::PullOptions;
 use sealvol_client::push::PushOptions;
+use sealvol_client::resolve::{check_legacy, display_ref, legacy_warning, Legacy};
 use sealvol_client::{cache::ChunkCache, Remote};
 use sealvol_spec::reference::{is_name_component, VolumeRef};
 
@@ -21,6 +22,25 @@ pub struct Conn {
     /// Use plain HTTP even for a registry that is not on loopback
     #[arg(long, global = true)]
     pub insecure: bool,
+}
+
+/// What to do with a version whose tree index is format 1 (SPEC.md §2.6).
+#[derive(clap::Args, Clone, Copy, Debug, Default)]
+pub struct Verification {
+    /// Refuse a version whose bytes cannot be verified against its digest
+    /// (a format 1 tree index) instead of reading it with a warning
+    #[arg(long)]
+    pub require_verified: bool,
+}
+
+impl Verification {
+    pub fn legacy(self) -> Legacy {
+        if self.require_verified {
+            Legacy::Refuse
+        } else {
+            Legacy::Warn
+        }
+    }
 }
 
 pub fn parse_ref(s: &str) -> anyhow::Result<VolumeRef> {
@@ -159,6 +179,7 @@ pub fn pull(
     includes: Vec<String>,
     jobs: usize,
     cache: Option<PathBuf>,
+    verification: Verification,
     conn: &Conn,
     output: Output,
 ) -> anyhow::Result<()> {
@@ -168,12 +189,16 @@ pub fn pull(
         includes,
         jobs,
         cache_dir: cache,
+        legacy: verification.legacy(),
     };
     let progress = progress::for_terminal(output == Output::Json);
     // Stopping a pull drops its future, which removes its partial files.
     let report = runtime()?.block_on(until_signal(sealvol_client::pull::pull(
         &remote, &vref, dir, &opts, progress,
     )))?;
+    if !report.verifiable {
+        eprintln!("sealvol: {}", legacy_warning(&report.reference));
+    }
     match output {
         Output::Json => print_json(&report)?,
         Output::Text => {
@@ -308,7 +333,13 @@ pub fn stat(target: &str, full_ref: bool, conn: &Conn, output: Output) -> anyhow
     Ok(())
 }
 
-pub fn cat(target: &str, jobs: usize, cache: Option<PathBuf>, conn: &Conn) -> anyhow::Result<()> {
+pub fn cat(
+    target: &str,
+    jobs: usize,
+    cache: Option<PathBuf>,
+    verification: Verification,
+    conn: &Conn,
+) -> anyhow::Result<()> {
     let vref = parse_ref(target)?;
     let Some(path) = vref.path.clone() else {
         bail!(
@@ -320,6 +351,10 @@ pub fn cat(target: &str, jobs: usize, cache: Option<PathBuf>, conn: &Conn) -> an
     let cache = cache_dir(cache).and_then(|d| ChunkCache::open(&d).ok());
     let rt = runtime()?;
     let opened = rt.block_on(inspect::open(&remote, &vref))?;
+    let shown = display_ref(&remote, &opened.version.pinned.without_path());
+    if !check_legacy(&opened.tree, verification.legacy(), &shown)? {
+        eprintln!("sealvol: {}", legacy_warning(&shown));
+    }
     let mut out = std::io::stdout().lock();
     let jobs = if jobs == 0 { 4 } else { jobs };
     rt.block_on(inspect::cat(

@@ -421,11 +421,19 @@ fn decode(args: &[String]) -> Result<(), String> {
                 offset,
                 length,
                 sha256: Sha256Digest(b[..32].try_into().expect("32 bytes")),
-                blake3: B3Digest(b[32..64].try_into().expect("32 bytes")),
             });
             offset += u64::from(length);
         }
-        let file_b3 = B3Digest(next(32)[..32].try_into().expect("32 bytes"));
+        // Made-up chaining values, one per MiB as a real file has; the
+        // file's hash is what they merge to, so decoding checks them all.
+        let pieces: Vec<[u8; 32]> = (0..sealvol_spec::chain::piece_count(offset))
+            .map(|_| next(32)[..32].try_into().expect("32 bytes"))
+            .collect();
+        let file_b3 = if pieces.is_empty() {
+            B3Digest(next(32)[..32].try_into().expect("32 bytes"))
+        } else {
+            sealvol_spec::chain::combine(&pieces, offset).expect("one value per piece")
+        };
         entries.push(Entry {
             path: format!("shards-{:03}/model-{f:05}.safetensors", f / PER_DIR),
             mode: 0o644,
@@ -433,11 +441,12 @@ fn decode(args: &[String]) -> Result<(), String> {
                 size: offset,
                 blake3: file_b3,
                 chunks,
+                pieces,
             },
         });
     }
     let tree = TreeIndex::new(params, entries).map_err(|e| e.to_string())?;
-    let encoded = tree.encode();
+    let encoded = tree.encode().map_err(|e| e.to_string())?;
     let mut ok = true;
     let secs = best_of(5, || {
         ok &= std::hint::black_box(TreeIndex::decode(std::hint::black_box(&encoded))).is_ok();

@@ -2,9 +2,11 @@
 //! `<cache dir>/chunks/sha256/<2 hex>/<64 hex>`, shared by every pull (and
 //! later every mount) of every version, so a chunk crosses the network once
 //! per machine. A chunk is written to a temporary file and renamed into
-//! place, so readers never see a partial one, and its BLAKE3 is checked
-//! again on every read, so a damaged cache file is refetched rather than
-//! served.
+//! place, so readers never see a partial one. A read checks its length and
+//! sha256 ([`ChunkCache::get`]), or only its length for readers that check
+//! every byte they serve through the chain of SPEC.md §2.5
+//! ([`ChunkCache::get_unverified`]); either way a damaged file is refetched
+//! rather than served.
 //!
 //! A cache may be bounded ([`ChunkCache::open_bounded`]): every read
 //! refreshes a chunk file's modification time, so the oldest times are the
@@ -24,7 +26,7 @@ use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
 use sealvol_spec::tree::ChunkRef;
-use sealvol_spec::{B3Digest, Sha256Digest};
+use sealvol_spec::Sha256Digest;
 
 #[derive(Clone, Debug)]
 pub struct ChunkCache {
@@ -184,23 +186,44 @@ impl ChunkCache {
         self.root.join("sha256").join(&hex[..2]).join(hex)
     }
 
-    /// The chunk's bytes when the cache holds an intact copy. A copy whose
-    /// length or BLAKE3 is wrong is removed and reported as absent.
-    /// A hit counts as a use for the LRU order.
+    /// The chunk's bytes when the cache holds an intact copy: right length
+    /// and sha256. A damaged copy is removed and reported as absent. A hit
+    /// counts as a use for the LRU order.
     pub fn get(&self, chunk: &ChunkRef) -> Option<Vec<u8>> {
+        let bytes = self.get_unverified(chunk)?;
+        if Sha256Digest::of(&bytes) == chunk.sha256 {
+            return Some(bytes);
+        }
+        self.remove_damaged(&chunk.sha256);
+        None
+    }
+
+    /// The chunk's bytes when the cache holds a copy of the right length,
+    /// without hashing them: for readers that check what they serve through
+    /// the chain (SPEC.md §2.5) and call [`ChunkCache::get`] or
+    /// [`ChunkCache::remove_damaged`] when that check fails.
+    pub fn get_unverified(&self, chunk: &ChunkRef) -> Option<Vec<u8>> {
         let path = self.path(&chunk.sha256);
         let mut file = std::fs::File::open(&path).ok()?;
         let mut bytes = Vec::with_capacity(chunk.length as usize);
-        file.read_to_end(&mut bytes).ok()?;
-        if bytes.len() == chunk.length as usize && B3Digest::of(&bytes) == chunk.blake3 {
-            // Best effort: a cache shared read-only still serves.
-            let _ = file.set_modified(SystemTime::now());
-            Some(bytes)
-        } else {
-            tracing::warn!(path = %path.display(), "damaged cache entry removed");
-            let _ = std::fs::remove_file(&path);
-            None
+        std::io::Read::by_ref(&mut file)
+            .take(u64::from(chunk.length) + 1)
+            .read_to_end(&mut bytes)
+            .ok()?;
+        if bytes.len() != chunk.length as usize {
+            self.remove_damaged(&chunk.sha256);
+            return None;
         }
+        // Best effort: a cache shared read-only still serves.
+        let _ = file.set_modified(SystemTime::now());
+        Some(bytes)
+    }
+
+    /// Removes a copy found damaged, so that the next read fetches it again.
+    pub fn remove_damaged(&self, digest: &Sha256Digest) {
+        let path = self.path(digest);
+        tracing::warn!(path = %path.display(), "damaged cache entry removed");
+        let _ = std::fs::remove_file(&path);
     }
 
     /// Whether the cache holds the chunk (without checking its bytes).
@@ -318,7 +341,6 @@ mod tests {
             offset: 0,
             length: data.len() as u32,
             sha256: Sha256Digest::of(data),
-            blake3: B3Digest::of(data),
         }
     }
 
@@ -331,8 +353,15 @@ mod tests {
         cache.put(&c.sha256, b"hello chunk");
         assert_eq!(cache.get(&c).unwrap(), b"hello chunk");
         std::fs::write(cache.path(&c.sha256), b"hello chunK").unwrap();
+        // Same length: only the sha256 check sees it; the unverified read
+        // leaves it to the caller's chain check.
+        assert_eq!(cache.get_unverified(&c).unwrap(), b"hello chunK");
         assert!(cache.get(&c).is_none(), "damaged entry served");
         assert!(!cache.contains(&c.sha256), "damaged entry kept");
+        // Wrong length: refused either way, and removed.
+        cache.put(&c.sha256, b"hello");
+        assert!(cache.get_unverified(&c).is_none());
+        assert!(!cache.contains(&c.sha256));
     }
 
     /// Sets a chunk file's last use to `secs` after the epoch.

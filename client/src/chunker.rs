@@ -1,10 +1,10 @@
 //! The chunk-and-hash pipeline: files in, chunk lists out.
 //!
 //! Reader threads stream files through blocks and find FastCDC cut points;
-//! hasher threads compute each chunk's SHA-256 (its blob digest) and
-//! BLAKE3, and the whole-file BLAKE3 from 1 MiB pieces
-//! ([`crate::filehash`]). Every byte is read once, each hash runs once per
-//! byte, and the hashing spreads over all cores even for a single large
+//! hasher threads compute each chunk's SHA-256 (its blob digest) and the
+//! chaining values of the file's 1 MiB pieces, merged into the whole-file
+//! BLAKE3 ([`sealvol_spec::chain`], SPEC.md §2.5). Every byte is read once,
+//! each hash runs once per byte, and the hashing spreads over all cores even for a single large
 //! file. Memory is bounded by a small pool of blocks whatever the input size.
 //!
 //! A block is either a buffer that `read` fills (the tail that is not yet
@@ -19,10 +19,10 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
+use sealvol_spec::chain::{self, PieceCv, PIECE};
 use sealvol_spec::{B3Digest, ChunkRef, Cutter, Sha256Digest};
 use sha2::Digest as _;
 
-use crate::filehash::{self, PIECE};
 use crate::walk::FileStamp;
 use crate::SealError;
 
@@ -60,6 +60,8 @@ pub struct ChunkedFile {
     pub size: u64,
     pub blake3: B3Digest,
     pub chunks: Vec<ChunkRef>,
+    /// Chaining values of its pieces (none for a file of one piece).
+    pub pieces: Vec<PieceCv>,
 }
 
 /// File bytes borrowed by hash jobs; its pool token (and read buffer) goes
@@ -116,7 +118,6 @@ enum Msg {
         file: usize,
         index: usize,
         sha256: Sha256Digest,
-        blake3: B3Digest,
     },
     Piece {
         file: usize,
@@ -157,7 +158,7 @@ pub fn chunk_files(
     let next = AtomicUsize::new(0);
     let abort = AtomicBool::new(false);
 
-    let mut hashes: Vec<Vec<Option<(Sha256Digest, B3Digest)>>> = vec![Vec::new(); files.len()];
+    let mut hashes: Vec<Vec<Option<Sha256Digest>>> = vec![Vec::new(); files.len()];
     let mut pieces: Vec<Vec<Option<[u8; 32]>>> = vec![Vec::new(); files.len()];
     let mut done: Vec<Option<FileRead>> = (0..files.len()).map(|_| None).collect();
     let mut first_error = None;
@@ -204,9 +205,8 @@ pub fn chunk_files(
                     file,
                     index,
                     sha256,
-                    blake3,
                 } => {
-                    put(&mut hashes[file], index, (sha256, blake3));
+                    put(&mut hashes[file], index, sha256);
                 }
                 Msg::Piece { file, index, cv } => put(&mut pieces[file], index, cv),
                 Msg::File { file, result } => match result {
@@ -227,25 +227,25 @@ pub fn chunk_files(
     let mut out = Vec::with_capacity(files.len());
     for (i, ((d, h), p)) in done.into_iter().zip(hashes).zip(pieces).enumerate() {
         let read = d.ok_or_else(|| SealError::io(&files[i].path, ErrorKind::Interrupted.into()))?;
-        let blake3 = match read.small_hash {
-            Some(h) => h,
+        let (blake3, pieces) = match read.small_hash {
+            Some(h) => (h, Vec::new()),
             None => {
                 let cvs: Vec<[u8; 32]> = p
                     .into_iter()
                     .map(|cv| cv.expect("every piece was hashed"))
                     .collect();
-                filehash::combine(&cvs, read.size).into()
+                let root = chain::combine(&cvs, read.size).expect("one value per piece");
+                (root, cvs)
             }
         };
         let mut offset = 0u64;
         let mut chunks = Vec::with_capacity(read.lengths.len());
         for (len, hash) in read.lengths.iter().zip(h) {
-            let (sha256, b3) = hash.expect("every chunk of a finished file was hashed");
+            let sha256 = hash.expect("every chunk of a finished file was hashed");
             chunks.push(ChunkRef {
                 offset,
                 length: *len,
                 sha256,
-                blake3: b3,
             });
             offset += u64::from(*len);
         }
@@ -258,6 +258,7 @@ pub fn chunk_files(
             size: read.size,
             blake3,
             chunks,
+            pieces,
         });
     }
     Ok(out)
@@ -278,12 +279,11 @@ fn hash_chunks(jobs: Receiver<Job>, out: Sender<Msg>) {
                 file: job.file,
                 index: job.index,
                 sha256: Sha256Digest(sha2::Sha256::digest(data).into()),
-                blake3: B3Digest::of(data),
             },
             JobKind::Piece => Msg::Piece {
                 file: job.file,
                 index: job.index,
-                cv: filehash::piece_cv(job.index as u64, data),
+                cv: chain::piece_cv(job.index as u64, data),
             },
         };
         let _ = out.send(msg);
@@ -527,10 +527,12 @@ mod tests {
                 B3Digest::of(&data),
                 "file {i} of {size} bytes"
             );
+            let mut h = chain::PieceHasher::new();
+            h.update(&data);
+            assert_eq!(out[i].pieces, h.finish().1, "file {i} of {size} bytes");
             for c in &out[i].chunks {
                 let bytes = &data[c.offset as usize..c.offset as usize + c.length as usize];
                 assert_eq!(c.sha256, Sha256Digest::of(bytes));
-                assert_eq!(c.blake3, B3Digest::of(bytes));
             }
         }
     }

@@ -20,6 +20,7 @@ use crate::lifecycle::{self, Lifecycle};
 use crate::pull::{fetch_chunk, FetchStats};
 use crate::remote::{Remote, TransportError};
 use crate::resolve::{display_ref, load_tree, resolve, Resolved};
+use crate::verified::InOrder;
 use crate::Error;
 
 /// Namespaces of a registry: the first components of its repositories.
@@ -162,7 +163,10 @@ pub fn stat(remote: &Remote, opened: &Opened, path: Option<&str>) -> Result<Stat
 }
 
 /// Writes a file of the version to `out` in order, fetching up to `jobs`
-/// chunks ahead; every chunk is checked before a byte of it is written.
+/// chunks ahead. Each chunk is checked by sha256 as it arrives and each
+/// 1 MiB piece through the chain before a byte of it is written
+/// ([`crate::verified`]), so a forged chunk list ends the command before
+/// any wrong byte reaches `out`.
 pub async fn cat(
     remote: &Remote,
     opened: &Opened,
@@ -181,17 +185,22 @@ pub async fn cat(
             EntryInfo::from(e).kind
         )));
     };
+    let mut check = InOrder::new(path, &e.data, opened.tree.is_verifiable()).expect("a file entry");
     let stats = FetchStats::default();
     let repo = opened.version.repo.as_str();
     let mut fetched = stream::iter(chunks.iter())
         .map(|c| fetch_chunk(remote, repo, c, cache, &stats))
         .buffered(jobs.max(1));
     let mut written = 0u64;
+    let mut write = |b: &[u8]| {
+        written += b.len() as u64;
+        out.write_all(b)
+            .map_err(|e| Error::io(std::path::Path::new("<stdout>"), e))
+    };
     while let Some(bytes) = fetched.try_next().await? {
-        out.write_all(&bytes)
-            .map_err(|e| Error::io(std::path::Path::new("<stdout>"), e))?;
-        written += bytes.len() as u64;
+        check.push(&bytes, &mut write)?;
     }
+    check.finish()?;
     out.flush()
         .map_err(|e| Error::io(std::path::Path::new("<stdout>"), e))?;
     Ok(written)

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 pub mod cache;
 pub mod chunker;
 pub mod credentials;
-pub mod filehash;
+
 pub mod filestate;
 pub mod inspect;
 pub mod lifecycle;
@@ -28,6 +28,9 @@ pub mod remote;
 pub mod resolve;
 pub mod seal;
 pub mod sync;
+pub mod upgrade;
+pub mod verified;
+pub mod verify;
 pub mod walk;
 
 pub use chunker::ReadMode;
@@ -49,6 +52,10 @@ pub enum Error {
     Corrupt(String),
     #[error("{0}")]
     Usage(String),
+    /// A version whose bytes cannot be verified against its digest, refused
+    /// by policy.
+    #[error("{0}")]
+    Unverified(String),
     /// The registry refused because of what someone else is doing, or the
     /// state the object is in (SPEC.md §7.2: 409).
     #[error("{0}")]

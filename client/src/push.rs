@@ -14,7 +14,7 @@ use bytes::Bytes;
 use futures_util::{stream, StreamExt, TryStreamExt};
 use sealvol_spec::oci::{self, VersionIndex, VersionMeta};
 use sealvol_spec::reference::{Selector, Tag, VolumeRef};
-use sealvol_spec::{B3Digest, Sha256Digest};
+use sealvol_spec::{B3Digest, Sha256Digest, TreeFormat};
 use serde::Serialize;
 
 use crate::cache::SeenBlobs;
@@ -157,15 +157,32 @@ async fn publish(
         .as_deref()
         .and_then(|d| SeenBlobs::open(d, remote.registry()).ok());
 
-    // The same content already published: nothing to upload, and the
-    // version keeps the index (and creation time) it was first sealed with.
+    // The same content already published with a format 2 tree: nothing to
+    // upload, and the version keeps the index (and creation time) it was
+    // first sealed with (SPEC.md §5.7). Published with a format 1 tree, it
+    // is published again, under the tags that named the old index.
+    let mut republish: Option<Sha256Digest> = None;
     let existing = match remote.manifest(&repo, digest_tag.as_str()).await {
         Ok((bytes, digest)) => match VersionIndex::parse(&bytes) {
-            Ok(ix) if ix.digest == sealed.digest => Some((bytes, digest)),
+            Ok(ix) if ix.digest == sealed.digest => {
+                match crate::resolve::tree_format(remote, &repo, &ix).await? {
+                    Some(TreeFormat::V2) => Some((bytes, digest)),
+                    _ => {
+                        republish = Some(digest);
+                        None
+                    }
+                }
+            }
             _ => None,
         },
         Err(TransportError::NotFound(_)) => None,
         Err(e) => return Err(e.into()),
+    };
+    // The tags that name the old index, read before the new one is stored
+    // (a registry with the volume API moves them itself on re-publication).
+    let old_tags = match republish {
+        Some(old) => tags_naming(remote, &repo, &old).await?,
+        None => Vec::new(),
     };
 
     let mut report = PushReport {
@@ -230,32 +247,9 @@ async fn publish(
                     .try_collect::<()>()
                     .await?;
 
-                // The small blobs, then manifests: each after what it references.
-                stream::iter(&built.blobs)
-                    .map(|c| async {
-                        let d = c.digest();
-                        if !remote.has_blob(&repo, &d).await? {
-                            remote
-                                .put_blob(&repo, &d, Bytes::from(c.bytes.clone()))
-                                .await?;
-                            report_bytes(&counters, c.bytes.len());
-                        }
-                        Ok::<_, Error>(())
-                    })
-                    .buffer_unordered(jobs)
-                    .try_collect::<()>()
-                    .await?;
-                let manifests = stream::iter(&built.manifests)
-                    .map(|m| async {
-                        let digest = m.digest().to_string();
-                        let media_type = m.descriptor.media_type().to_string();
-                        remote
-                            .put_manifest(&repo, &digest, Bytes::from(m.bytes.clone()), &media_type)
-                            .await
-                    })
-                    .buffer_unordered(jobs)
-                    .try_collect::<()>()
-                    .await;
+                let sent = put_small_blobs(remote, &repo, &built, jobs).await?;
+                report_bytes(&counters, sent as usize);
+                let manifests = put_manifests(remote, &repo, &built, jobs).await;
                 match manifests {
                     Ok(()) => break,
                     Err(e) if trust_seen && counters.trusted.load(Ordering::Relaxed) > 0 => {
@@ -288,10 +282,18 @@ async fn publish(
         }
     };
 
-    // Tags last: the digest tag, head, then the user's.
+    // Tags last: the digest tag, head, then the user's. A re-publication
+    // keeps head where it was unless it named the old index.
     still_claimed()?;
-    let mut all_tags = vec![digest_tag, head_tag()];
-    all_tags.extend(tags);
+    let mut all_tags = vec![digest_tag];
+    if republish.is_none() {
+        all_tags.push(head_tag());
+    }
+    for t in old_tags.into_iter().chain(tags) {
+        if !all_tags.contains(&t) {
+            all_tags.push(t);
+        }
+    }
     for t in &all_tags {
         remote
             .put_manifest(&repo, t.as_str(), index_bytes.clone(), INDEX_TYPE)
@@ -305,6 +307,74 @@ async fn publish(
         .map(|t| t.as_str().to_string())
         .collect();
     Ok(report)
+}
+
+/// The small blobs of a built version (tree index, configs, view layer)
+/// that `repo` lacks; returns the bytes sent.
+pub(crate) async fn put_small_blobs(
+    remote: &Remote,
+    repo: &str,
+    built: &oci::BuiltVersion,
+    jobs: usize,
+) -> Result<u64, Error> {
+    let sent = AtomicU64::new(0);
+    stream::iter(&built.blobs)
+        .map(|c| async {
+            let d = c.digest();
+            if !remote.has_blob(repo, &d).await? {
+                remote
+                    .put_blob(repo, &d, Bytes::from(c.bytes.clone()))
+                    .await?;
+                sent.fetch_add(c.bytes.len() as u64, Ordering::Relaxed);
+            }
+            Ok::<_, Error>(())
+        })
+        .buffer_unordered(jobs.max(1))
+        .try_collect::<()>()
+        .await?;
+    Ok(sent.into_inner())
+}
+
+/// The manifests under a built version's index, by digest (each after what
+/// it references: the blobs are stored first).
+pub(crate) async fn put_manifests(
+    remote: &Remote,
+    repo: &str,
+    built: &oci::BuiltVersion,
+    jobs: usize,
+) -> Result<(), TransportError> {
+    stream::iter(&built.manifests)
+        .map(|m| async {
+            let digest = m.digest().to_string();
+            let media_type = m.descriptor.media_type().to_string();
+            remote
+                .put_manifest(repo, &digest, Bytes::from(m.bytes.clone()), &media_type)
+                .await
+        })
+        .buffer_unordered(jobs.max(1))
+        .try_collect::<()>()
+        .await
+}
+
+/// The tags of `repo` (digest tags aside) that name the manifest `index`.
+pub(crate) async fn tags_naming(
+    remote: &Remote,
+    repo: &str,
+    index: &Sha256Digest,
+) -> Result<Vec<Tag>, Error> {
+    let mut out = Vec::new();
+    for t in remote.tags(repo).await? {
+        let Ok(tag) = t.parse::<Tag>() else { continue };
+        if tag.is_digest_tag() {
+            continue;
+        }
+        match remote.manifest(repo, tag.as_str()).await {
+            Ok((_, d)) if d == *index => out.push(tag),
+            Ok(_) | Err(TransportError::NotFound(_)) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(out)
 }
 
 /// The media type of a version index.
@@ -384,9 +454,10 @@ async fn send_chunk(
     Ok(())
 }
 
-/// Reads a chunk back from its file and checks it is still what was sealed.
-/// BLAKE3 is enough here (and a quarter of SHA-256's cost): the registry
-/// checks the sha256 of what it receives.
+/// Reads a chunk back from its file and checks it is still what was sealed
+/// (its sha256, the only per-chunk hash since tree format 2), so a file
+/// changed since sealing is named as such rather than refused by the
+/// registry as a bad digest.
 fn read_chunk(loc: &ChunkLocation) -> Result<Bytes, Error> {
     use std::io::{Read as _, Seek as _};
     let io = |e| Error::io(&loc.path, e);
@@ -398,7 +469,7 @@ fn read_chunk(loc: &ChunkLocation) -> Result<Bytes, Error> {
     file.take(u64::from(loc.length))
         .read_to_end(&mut buf)
         .map_err(io)?;
-    if buf.len() != loc.length as usize || B3Digest::of(&buf) != loc.blake3 {
+    if buf.len() != loc.length as usize || Sha256Digest::of(&buf) != loc.sha256 {
         return Err(Error::Seal(crate::SealError::Changed(loc.path.clone())));
     }
     Ok(Bytes::from(buf))

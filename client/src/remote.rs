@@ -411,6 +411,13 @@ impl Remote {
                     .pull_manifest_raw(&reference, &self.auth, MANIFEST_TYPES)
             })
             .await?;
+        if bytes.len() > sealvol_spec::oci::MAX_MANIFEST_BYTES {
+            return Err(TransportError::Corrupt {
+                what,
+                expected: "a manifest of at most 4 MiB (SPEC.md §5.2)".into(),
+                actual: format!("{} bytes", bytes.len()),
+            });
+        }
         let actual = Sha256Digest::of(&bytes);
         if tag_or_digest.starts_with("sha256:") && actual.to_string() != tag_or_digest {
             return Err(TransportError::Corrupt {
@@ -562,6 +569,16 @@ impl Remote {
         use futures_util::StreamExt as _;
         let digest = digest.to_string();
         let what = format!("blob {digest}");
+        // Sizes come from manifests a registry wrote: refuse what no blob of
+        // a version can be (the largest is a tree index, SPEC.md §2.4)
+        // before allocating for it.
+        if size > sealvol_spec::tree::MAX_TREE_BYTES {
+            return Err(TransportError::Corrupt {
+                what,
+                expected: "at most 1 GiB".into(),
+                actual: format!("{size} bytes"),
+            });
+        }
         if self.is_open().await {
             let url = self.blob_url(repo, &digest)?;
             let (out, actual) = self

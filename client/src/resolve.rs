@@ -7,7 +7,7 @@
 use bytes::Bytes;
 use sealvol_spec::oci::{self, VersionIndex};
 use sealvol_spec::reference::{Selector, Tag, VolumeRef};
-use sealvol_spec::tree::TreeIndex;
+use sealvol_spec::tree::{TreeIndex, MAX_TREE_BYTES};
 use sealvol_spec::{B3Digest, DigestSelector, Sha256Digest};
 
 use crate::remote::{Remote, TransportError};
@@ -110,6 +110,13 @@ pub async fn load_tree(remote: &Remote, version: &Resolved) -> Result<TreeIndex,
     };
     let blob = oci::sha256_of(layer)
         .ok_or_else(|| Error::NotAVersion("the tree blob digest is not sha256".into()))?;
+    // A size from the registry: bounded before anything is allocated for it.
+    if layer.size() > MAX_TREE_BYTES {
+        return Err(Error::Corrupt(format!(
+            "tree index {blob} is {} bytes, over the 1 GiB limit (SPEC.md §2.4)",
+            layer.size()
+        )));
+    }
     let bytes = remote.get_blob(&version.repo, &blob, layer.size()).await?;
     let tree =
         TreeIndex::decode(&bytes).map_err(|e| Error::Corrupt(format!("tree index {blob}: {e}")))?;
@@ -121,6 +128,59 @@ pub async fn load_tree(remote: &Remote, version: &Resolved) -> Result<TreeIndex,
         )));
     }
     Ok(tree)
+}
+
+/// The format of a version's tree index, from its tree manifest's layer
+/// media type (one manifest GET; the tree itself is not fetched). A media
+/// type neither format has is `None`.
+pub async fn tree_format(
+    remote: &Remote,
+    repo: &str,
+    index: &VersionIndex,
+) -> Result<Option<sealvol_spec::TreeFormat>, Error> {
+    let d = oci::sha256_of(&index.tree_manifest)
+        .ok_or_else(|| Error::NotAVersion("the tree manifest digest is not sha256".into()))?;
+    let (bytes, _) = remote.manifest(repo, &d.to_string()).await?;
+    let layers = oci::artifact_layers(&bytes, oci::MT_TREE_MANIFEST)
+        .map_err(|e| Error::NotAVersion(format!("tree manifest {d}: {e}")))?;
+    Ok(match layers.first().map(|l| l.media_type().to_string()) {
+        Some(t) if t == oci::MT_TREE_BLOB => Some(sealvol_spec::TreeFormat::V2),
+        Some(t) if t == oci::MT_TREE_BLOB_V1 => Some(sealvol_spec::TreeFormat::V1),
+        _ => None,
+    })
+}
+
+/// What a reader does with a format 1 tree index, whose chunk lists are not
+/// tied to the version digest (SPEC.md §2.6).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Legacy {
+    /// Read it, with a warning ([`legacy_warning`]).
+    #[default]
+    Warn,
+    /// Refuse it (`--require-verified`).
+    Refuse,
+}
+
+/// The one-line warning for reading a format 1 version.
+pub fn legacy_warning(shown: &str) -> String {
+    format!(
+        "warning: {shown} has a format 1 tree index: its bytes are not verified against the version digest until it is re-published (`sealvol upgrade {shown}`, or push it again)"
+    )
+}
+
+/// Checks `tree` against the legacy policy: `Ok(true)` when every byte it
+/// serves can be verified against the digest, `Ok(false)` when it is a
+/// format 1 tree to read with a warning.
+pub fn check_legacy(tree: &TreeIndex, policy: Legacy, shown: &str) -> Result<bool, Error> {
+    if tree.is_verifiable() {
+        return Ok(true);
+    }
+    match policy {
+        Legacy::Warn => Ok(false),
+        Legacy::Refuse => Err(Error::Unverified(format!(
+            "{shown} has a format 1 tree index, whose bytes cannot be verified against the version digest (--require-verified); re-publish it with `sealvol upgrade {shown}` or push it again"
+        ))),
+    }
 }
 
 /// How to print a ref on this remote: `bdn:` form on the default registry,

@@ -57,7 +57,6 @@ pub struct Sealed {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ChunkLocation {
     pub sha256: Sha256Digest,
-    pub blake3: B3Digest,
     pub path: PathBuf,
     pub offset: u64,
     pub length: u32,
@@ -75,7 +74,6 @@ impl Sealed {
                     if seen.insert(c.sha256) {
                         out.push(ChunkLocation {
                             sha256: c.sha256,
-                            blake3: c.blake3,
                             path: self.root.join(&e.path),
                             offset: c.offset,
                             length: c.length,
@@ -171,6 +169,7 @@ pub fn seal_with_progress(
                     size: f.size,
                     blake3: f.blake3,
                     chunks: f.chunks,
+                    pieces: f.pieces,
                 }
             }
         };

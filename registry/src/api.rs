@@ -599,11 +599,18 @@ pub(crate) async fn store_manifest(
         }
         d.to_string()
     });
-    // A version index seals a version of the volume (SPEC.md §7.1).
-    let sealed = if parsed.children.is_empty() {
-        None
-    } else {
-        crate::volumes::Sealed::from_index(&bytes)
+    // A version index seals a version of the volume (SPEC.md §7.1), or
+    // re-publishes one the volume holds, whose tree's format decides which
+    // index stays current.
+    let sealed = match parsed.children.is_empty() {
+        true => None,
+        false => match sealvol_spec::oci::VersionIndex::parse(&bytes) {
+            Ok(ix) => Some(crate::volumes::Sealed::new(
+                &ix,
+                tree_format(app, &ix).await,
+            )),
+            Err(_) => None,
+        },
     };
     let refs = References {
         blobs: parsed.blobs.iter().map(ToString::to_string).collect(),
@@ -648,6 +655,28 @@ pub(crate) async fn store_manifest(
         ));
     }
     Ok((digest, parsed.subject))
+}
+
+/// The format of the tree index a version index's tree manifest holds, by
+/// the media type of its one layer (SPEC.md §5.6); `None` when the tree
+/// manifest is not stored (the index is then refused) or is not a tree
+/// manifest of a format this registry knows.
+pub(crate) async fn tree_format(
+    app: &App,
+    ix: &sealvol_spec::oci::VersionIndex,
+) -> Option<sealvol_spec::TreeFormat> {
+    use sealvol_spec::oci::{artifact_layers, sha256_of, MT_TREE_BLOB, MT_TREE_BLOB_V1};
+    let d = sha256_of(&ix.tree_manifest)?;
+    let bytes = app.blobs.get(&d).await.ok()??;
+    let layers = artifact_layers(&bytes, sealvol_spec::oci::MT_TREE_MANIFEST).ok()?;
+    let [layer] = layers.as_slice() else {
+        return None;
+    };
+    match layer.media_type().to_string().as_str() {
+        MT_TREE_BLOB => Some(sealvol_spec::TreeFormat::V2),
+        MT_TREE_BLOB_V1 => Some(sealvol_spec::TreeFormat::V1),
+        _ => None,
+    }
 }
 
 async fn delete_manifest(app: &App, name: String, reference: String) -> Result<Response> {

@@ -244,11 +244,14 @@ impl MetaStore {
                     .insert(key(&[repo, s, digest]).as_str(), desc.as_bytes())?;
             }
             ensure_repo(&tx, repo, now)?;
-            if let Some(v) = version {
-                crate::volumes::seal(&tx, repo, digest, v, now)?;
-            }
+            // A tag names the version: its current index, which may not be
+            // this one (SPEC.md §7.1: no downgrade).
+            let target = match version {
+                Some(v) => crate::volumes::seal(&tx, repo, digest, v, now)?,
+                None => digest.to_string(),
+            };
             if let Some(t) = tag {
-                crate::volumes::put_tag(&tx, repo, t, digest, None, now)?;
+                crate::volumes::put_tag(&tx, repo, t, &target, None, now)?;
             }
         }
         tx.commit()?;

@@ -6,7 +6,8 @@
 use std::collections::HashMap;
 
 use redb::{ReadableDatabase as _, ReadableTable, TableDefinition, WriteTransaction};
-use sealvol_spec::ChunkRef;
+use sealvol_spec::chain::{self, PieceCv};
+use sealvol_spec::{B3Digest, ChunkRef};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
@@ -15,7 +16,7 @@ use crate::volumes::rfc3339;
 
 /// `id` -> [`SyncJob`] JSON.
 const SYNC_JOBS: TableDefinition<&str, &[u8]> = TableDefinition::new("sync_jobs");
-/// `id NUL path` -> [`FileDone`] JSON.
+/// `id NUL path` -> [`FileDone`] JSON, marked with [`FILE_RECORD`].
 const SYNC_FILES: TableDefinition<&str, &[u8]> = TableDefinition::new("sync_files");
 /// `name` -> value.
 const SECRETS: TableDefinition<&str, &[u8]> = TableDefinition::new("secrets");
@@ -138,14 +139,96 @@ impl SyncJob {
     }
 }
 
+/// The version of the finished-file records this release writes: the
+/// `record` field of each. Release 1 wrote records without the field (and
+/// with a BLAKE3 per chunk and no chaining values); a record without it,
+/// or with any other version, is not a finished file: the job reads that
+/// file again, and the new record replaces it.
+pub const FILE_RECORD: u32 = 2;
+
 /// A file a job has stored and verified.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FileDone {
     pub size: u64,
     pub version: Option<String>,
     pub mode: u32,
-    pub blake3: String,
+    pub blake3: B3Digest,
     pub chunks: Vec<ChunkRef>,
+    /// Chaining values of the file's 1 MiB pieces (SPEC.md §2.5).
+    pub pieces: Vec<PieceCv>,
+}
+
+/// A [`FileDone`] as stored, record version [`FILE_RECORD`].
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileRecord {
+    record: u32,
+    size: u64,
+    version: Option<String>,
+    mode: u32,
+    blake3: B3Digest,
+    chunks: Vec<ChunkRef>,
+    /// The chaining values, one hex string (64 digits each).
+    pieces: String,
+}
+
+/// Only the marker, read first: nothing else of a record of another
+/// version is interpreted.
+#[derive(Deserialize)]
+struct RecordVersion {
+    #[serde(default)]
+    record: Option<u32>,
+}
+
+impl FileDone {
+    fn encode(&self) -> serde_json::Result<Vec<u8>> {
+        serde_json::to_vec(&FileRecord {
+            record: FILE_RECORD,
+            size: self.size,
+            version: self.version.clone(),
+            mode: self.mode,
+            blake3: self.blake3,
+            chunks: self.chunks.clone(),
+            pieces: self.pieces.iter().map(hex::encode).collect(),
+        })
+    }
+
+    /// A stored record, when it is one of this release's and describes a
+    /// whole file: its chunks cover its size and its chaining values merge
+    /// to its BLAKE3. Anything else (a release 1 record, a future one, a
+    /// damaged one) is `None`: not done.
+    fn decode(bytes: &[u8]) -> Option<FileDone> {
+        let v: RecordVersion = serde_json::from_slice(bytes).ok()?;
+        if v.record != Some(FILE_RECORD) {
+            return None;
+        }
+        let r: FileRecord = serde_json::from_slice(bytes).ok()?;
+        let raw = hex::decode(&r.pieces).ok()?;
+        if raw.len() % 32 != 0 {
+            return None;
+        }
+        let pieces: Vec<PieceCv> = raw
+            .chunks_exact(32)
+            .map(|c| c.try_into().expect("32 bytes"))
+            .collect();
+        let covered = r.chunks.iter().try_fold(0u64, |at, c| {
+            (c.offset == at).then(|| at + u64::from(c.length))
+        });
+        if covered != Some(r.size) || pieces.len() as u64 != chain::piece_count(r.size) {
+            return None;
+        }
+        if !pieces.is_empty() && chain::combine(&pieces, r.size) != Some(r.blake3) {
+            return None;
+        }
+        Some(FileDone {
+            size: r.size,
+            version: r.version,
+            mode: r.mode,
+            blake3: r.blake3,
+            chunks: r.chunks,
+            pieces,
+        })
+    }
 }
 
 fn get_job(
@@ -297,25 +380,37 @@ impl MetaStore {
         if job.state != SyncState::Running {
             return Ok(());
         }
-        tx.open_table(SYNC_FILES)?.insert(
-            key(&[id, path]).as_str(),
-            serde_json::to_vec(file)?.as_slice(),
-        )?;
+        tx.open_table(SYNC_FILES)?
+            .insert(key(&[id, path]).as_str(), file.encode()?.as_slice())?;
         job.progress = progress.clone();
         put_job(&tx, &job)?;
         tx.commit()?;
         Ok(())
     }
 
-    /// The files a job finished before, by path.
+    /// The files a job finished before, by path. Records of another
+    /// version ([`FILE_RECORD`]) are left out: those files are read again.
     pub fn sync_files(&self, id: &str) -> Result<HashMap<String, FileDone>> {
         let tx = self.db.begin_read()?;
         let (lo, hi) = prefix(&[id]);
         let mut out = HashMap::new();
+        let mut stale = 0u64;
         for row in tx.open_table(SYNC_FILES)?.range(lo.as_str()..hi.as_str())? {
             let (k, v) = row?;
             let path = k.value()[lo.len()..].to_string();
-            out.insert(path, serde_json::from_slice(v.value())?);
+            match FileDone::decode(v.value()) {
+                Some(f) => {
+                    out.insert(path, f);
+                }
+                None => stale += 1,
+            }
+        }
+        if stale > 0 {
+            tracing::info!(
+                job = id,
+                stale,
+                "finished-file records of another release or damaged; those files are read again"
+            );
         }
         Ok(out)
     }
@@ -360,4 +455,92 @@ pub fn valid_secret_name(name: &str) -> bool {
         && name
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sealvol_spec::tree::EntryData;
+
+    fn done(data: &[u8]) -> FileDone {
+        let EntryData::File {
+            size,
+            blake3,
+            chunks,
+            pieces,
+        } = EntryData::file_of(data, &[data.len() / 2, data.len() - data.len() / 2])
+        else {
+            unreachable!()
+        };
+        FileDone {
+            size,
+            version: Some("etag-1".into()),
+            mode: 0o644,
+            blake3,
+            chunks,
+            pieces,
+        }
+    }
+
+    #[test]
+    fn records_of_another_version_are_not_done() {
+        let dir = tempfile::tempdir().unwrap();
+        let m = MetaStore::open(&dir.path().join("meta.redb")).unwrap();
+        let big: Vec<u8> = (0..(chain::PIECE as usize * 2 + 9))
+            .map(|i| (i * 7 % 251) as u8)
+            .collect();
+        let new = done(&big);
+        assert_eq!(new.pieces.len(), 3);
+        assert_eq!(FileDone::decode(&new.encode().unwrap()), Some(new.clone()));
+        let small = done(b"a small file");
+        assert_eq!(
+            FileDone::decode(&small.encode().unwrap()),
+            Some(small.clone())
+        );
+
+        // What release 1 wrote: no marker, a BLAKE3 per chunk, no pieces.
+        let c = &small.chunks[0];
+        let release1 = json!({
+            "size": small.size,
+            "version": "etag-1",
+            "mode": 420,
+            "blake3": small.blake3.to_string(),
+            "chunks": [{
+                "offset": c.offset,
+                "length": c.length,
+                "sha256": c.sha256.to_string(),
+                "blake3": small.blake3.to_string(),
+            }],
+        });
+        let mut future: Value = serde_json::from_slice(&new.encode().unwrap()).unwrap();
+        future["record"] = json!(FILE_RECORD + 1);
+        let mut damaged: Value = serde_json::from_slice(&new.encode().unwrap()).unwrap();
+        let mut hex = damaged["pieces"].as_str().unwrap().to_string();
+        hex.replace_range(0..1, if hex.starts_with('0') { "1" } else { "0" });
+        damaged["pieces"] = json!(hex);
+        let mut short: Value = serde_json::from_slice(&new.encode().unwrap()).unwrap();
+        short["pieces"] = json!("");
+        for bad in [&release1, &future, &damaged, &short] {
+            assert_eq!(FileDone::decode(bad.to_string().as_bytes()), None, "{bad}");
+        }
+
+        let tx = m.db.begin_write().unwrap();
+        {
+            let mut t = tx.open_table(SYNC_FILES).unwrap();
+            for (path, v) in [
+                ("old", release1.to_string().into_bytes()),
+                ("future", future.to_string().into_bytes()),
+                ("big", new.encode().unwrap()),
+                ("small", small.encode().unwrap()),
+            ] {
+                t.insert(key(&["job", path]).as_str(), v.as_slice())
+                    .unwrap();
+            }
+        }
+        tx.commit().unwrap();
+        let files = m.sync_files("job").unwrap();
+        assert_eq!(files.len(), 2);
+        assert_eq!(files["big"], new);
+        assert_eq!(files["small"], small);
+    }
 }

@@ -16,7 +16,7 @@ use bytes::Bytes;
 use futures_util::{stream, StreamExt, TryStreamExt};
 use sealvol_spec::filter::Filter;
 use sealvol_spec::oci::{self, VersionIndex, VersionMeta};
-use sealvol_spec::{B3Digest, ChunkingParams, Entry, EntryData, Sha256Digest, Tag, TreeIndex};
+use sealvol_spec::{ChunkingParams, Entry, EntryData, Sha256Digest, Tag, TreeIndex};
 use sealvol_sync::{ChunkSink, ErrorKind, Object, SourceOptions, SyncError};
 use tokio::sync::Notify;
 
@@ -687,8 +687,9 @@ async fn copy_object(
             size: s.size,
             version: o.version.clone(),
             mode: o.mode,
-            blake3: s.blake3.to_string(),
+            blake3: s.blake3,
             chunks: s.chunks,
+            pieces: s.pieces,
         }),
         Err(e) => {
             // A retry reads the object again from its start.
@@ -740,14 +741,14 @@ fn build_tree(
         let f = results
             .get(&o.path)
             .ok_or_else(|| internal(format!("{} was not copied", o.path)))?;
-        let blake3: B3Digest = f.blake3.parse().map_err(internal)?;
         entries.push(Entry {
             path: o.path.clone(),
             mode: f.mode,
             data: EntryData::File {
                 size: f.size,
-                blake3,
+                blake3: f.blake3,
                 chunks: f.chunks.clone(),
+                pieces: f.pieces.clone(),
             },
         });
     }
@@ -802,7 +803,9 @@ async fn commit(
 
 /// Stores the version's manifests bottom-up, the index (which seals it:
 /// `head` and `b3-<hex>` move), then the destination tag. A version the
-/// volume already holds keeps its index; only the tag moves.
+/// volume already holds keeps its index and only the tag moves, unless that
+/// index carries a format 1 tree: the version is then re-published with
+/// this job's format 2 tree (SPEC.md §7.1), which changes no sequence.
 async fn publish(
     app: &Arc<App>,
     dest: &Dest,
@@ -828,10 +831,17 @@ async fn publish(
         Some(index) => {
             let d: Sha256Digest = index.parse().map_err(internal)?;
             match app.blobs.get(&d).await.map_err(internal)? {
-                Some(bytes) if VersionIndex::parse(&bytes).is_ok_and(|ix| ix.digest == digest) => {
-                    Some((bytes, d))
-                }
-                _ => None,
+                Some(bytes) => match VersionIndex::parse(&bytes) {
+                    Ok(ix)
+                        if ix.digest == digest
+                            && crate::api::tree_format(app, &ix).await
+                                != Some(sealvol_spec::TreeFormat::V1) =>
+                    {
+                        Some((bytes, d))
+                    }
+                    _ => None,
+                },
+                None => None,
             }
         }
         None => None,

@@ -3,7 +3,8 @@
 //! number, tag and volume expiries, and `head`. The rows live in the same
 //! redb database as manifests and tags and change in the same
 //! transactions, so the volume view and the OCI view are one truth: a
-//! version index stored by any client is a sealed version, and an OCI
+//! version index stored by any client is a sealed version (or, for a
+//! version already alive, a re-publication of it: `seal`), and an OCI
 //! `DELETE` of it is a tombstone.
 //!
 //! A tombstoned version's index rows move from the manifest table to
@@ -13,6 +14,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use redb::{ReadableDatabase as _, ReadableTable, TableDefinition, WriteTransaction};
+use sealvol_spec::TreeFormat;
 use serde::{Deserialize, Serialize};
 
 use crate::meta::{key, prefix, MetaError, MetaStore, MANIFESTS, REPOS, TAGS};
@@ -55,11 +57,19 @@ pub enum Lifecycle {
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub struct VersionRecord {
-    /// The index `head`, `b3-<hex>` and restores point at: the last stored.
+    /// The version's current index, which `head`, `b3-<hex>`, its tags and
+    /// restores point at: the last stored, except that an index with a
+    /// format 1 tree never replaces one with a format 2 tree (`seal`).
     pub index_digest: String,
     /// Every index stored for this version (copy tools may re-serialize
-    /// one); a delete hides them all.
+    /// one, a client re-publishes one with a format 2 tree); a delete
+    /// hides them all, and garbage collection keeps them all.
     pub indexes: Vec<String>,
+    /// Those of `indexes` whose tree manifest holds a format 2 tree index
+    /// (SPEC.md §2.5), as seen when each was stored. Records written
+    /// before format 2 existed have none, rightly.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub verifiable: Vec<String>,
     pub sequence: u64,
     pub size: Option<u64>,
     pub files: Option<u64>,
@@ -75,17 +85,20 @@ pub struct Sealed {
     pub version: String,
     pub size: Option<u64>,
     pub files: Option<u64>,
+    /// The format of the tree index its tree manifest holds, by the tree
+    /// blob's media type; `None` when the registry cannot tell.
+    pub tree: Option<TreeFormat>,
 }
 
 impl Sealed {
-    /// The version an index describes, if the bytes are a version index.
-    pub fn from_index(bytes: &[u8]) -> Option<Sealed> {
-        let ix = sealvol_spec::oci::VersionIndex::parse(bytes).ok()?;
-        Some(Sealed {
+    /// What a parsed version index says, its tree being of format `tree`.
+    pub fn new(ix: &sealvol_spec::oci::VersionIndex, tree: Option<TreeFormat>) -> Sealed {
+        Sealed {
             version: ix.digest.to_string(),
             size: ix.size,
             files: ix.files,
-        })
+            tree,
+        }
     }
 }
 
@@ -245,31 +258,43 @@ pub(crate) fn drop_tags_of(
     Ok(stale)
 }
 
-/// Records the version an index describes as sealed now: alive, the next
-/// sequence number, `head` and `b3-<hex>` on this index. Storing the index
-/// of a version that is already alive under it again changes nothing.
+/// Records a stored version index `index` (SPEC.md §7.1) and answers the
+/// index the version's tags now name: its current index.
+///
+/// - A version the volume does not hold, or holds tombstoned, is sealed
+///   now: alive, the volume's next sequence number, `head` and
+///   `b3-<hex>` on its current index; a tombstoned version's indexes come
+///   back with it.
+/// - A version that is alive is re-published: the index joins its
+///   indexes and becomes its current index, and every tag on one of its
+///   indexes (`b3-<hex>`, user tags, `head` when `head` is this version)
+///   moves to it. Nothing else changes: no sequence number moves, `head`
+///   does not come to it, `created_at` stays. Storing the current index
+///   again changes nothing.
+/// - Never a downgrade: an index whose tree is format 1 does not replace a
+///   current index whose tree is format 2. It is kept among the indexes
+///   and the tags stay on (or move to) the format 2 one, in both cases
+///   above.
 pub(crate) fn seal(
     tx: &WriteTransaction,
     repo: &str,
     index: &str,
     sealed: &Sealed,
     now: u64,
-) -> Result<(), MetaError> {
+) -> Result<String, MetaError> {
     let existing = version_row(&tx.open_table(VERSIONS)?, repo, &sealed.version)?;
-    if let Some(r) = &existing {
-        if r.lifecycle == Lifecycle::Alive && r.index_digest == index {
-            return Ok(());
-        }
-        if r.lifecycle == Lifecycle::Tombstoned {
-            unhide(tx, repo, &r.indexes)?;
+    let alive = existing
+        .as_ref()
+        .is_some_and(|r| r.lifecycle == Lifecycle::Alive);
+    if let Some(r) = existing.as_ref().filter(|_| alive) {
+        if r.index_digest == index {
+            return Ok(r.index_digest.clone());
         }
     }
-    let mut vol = volume_row(&tx.open_table(VOLUMES)?, repo)?.unwrap_or_default();
-    vol.sequence += 1;
-    vol.updated_at = now;
     let mut rec = existing.unwrap_or(VersionRecord {
         index_digest: index.to_string(),
         indexes: Vec::new(),
+        verifiable: Vec::new(),
         sequence: 0,
         size: sealed.size,
         files: sealed.files,
@@ -277,21 +302,77 @@ pub(crate) fn seal(
         lifecycle: Lifecycle::Alive,
         tombstoned_at: None,
     });
-    rec.index_digest = index.to_string();
+    if rec.lifecycle == Lifecycle::Tombstoned {
+        unhide(tx, repo, &rec.indexes)?;
+    }
+    let downgrade = sealed.tree == Some(TreeFormat::V1)
+        && rec.index_digest != index
+        && rec.verifiable.contains(&rec.index_digest);
     if !rec.indexes.iter().any(|i| i == index) {
         rec.indexes.push(index.to_string());
     }
+    if sealed.tree == Some(TreeFormat::V2) && !rec.verifiable.iter().any(|i| i == index) {
+        rec.verifiable.push(index.to_string());
+    }
+    if !downgrade {
+        rec.index_digest = index.to_string();
+    }
+    tx.open_table(VERSION_OF_INDEX)?
+        .insert(key(&[repo, index]).as_str(), sealed.version.as_str())?;
+    let current = rec.index_digest.clone();
+    if alive {
+        put_version(tx, repo, &sealed.version, &rec).map_err(meta)?;
+        retag(tx, repo, &rec.indexes, &current)?;
+        tx.open_table(TAGS)?.insert(
+            key(&[repo, &digest_tag(&sealed.version)]).as_str(),
+            current.as_str(),
+        )?;
+        return Ok(current);
+    }
+    let mut vol = volume_row(&tx.open_table(VOLUMES)?, repo)?.unwrap_or_default();
+    vol.sequence += 1;
+    vol.updated_at = now;
     rec.sequence = vol.sequence;
     rec.lifecycle = Lifecycle::Alive;
     rec.tombstoned_at = None;
     put_version(tx, repo, &sealed.version, &rec).map_err(meta)?;
-    tx.open_table(VERSION_OF_INDEX)?
-        .insert(key(&[repo, index]).as_str(), sealed.version.as_str())?;
     tx.open_table(VOLUMES)?
         .insert(repo, serde_json::to_vec(&vol)?.as_slice())?;
     let mut tags = tx.open_table(TAGS)?;
-    tags.insert(key(&[repo, sealvol_spec::reference::HEAD]).as_str(), index)?;
-    tags.insert(key(&[repo, &digest_tag(&sealed.version)]).as_str(), index)?;
+    tags.insert(
+        key(&[repo, sealvol_spec::reference::HEAD]).as_str(),
+        current.as_str(),
+    )?;
+    tags.insert(
+        key(&[repo, &digest_tag(&sealed.version)]).as_str(),
+        current.as_str(),
+    )?;
+    Ok(current)
+}
+
+/// Points every tag of `repo` on one of `indexes` at `current`, counting
+/// no change: they name the same version.
+fn retag(
+    tx: &WriteTransaction,
+    repo: &str,
+    indexes: &[String],
+    current: &str,
+) -> Result<(), MetaError> {
+    let (lo, hi) = prefix(&[repo]);
+    let mut tags = tx.open_table(TAGS)?;
+    let moved: Vec<String> = {
+        let mut out = Vec::new();
+        for row in tags.range(lo.as_str()..hi.as_str())? {
+            let (k, v) = row?;
+            if v.value() != current && indexes.iter().any(|i| i == v.value()) {
+                out.push(k.value().to_string());
+            }
+        }
+        out
+    };
+    for k in &moved {
+        tags.insert(k.as_str(), current)?;
+    }
     Ok(())
 }
 

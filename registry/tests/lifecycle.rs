@@ -14,9 +14,9 @@ use metrics_exporter_prometheus::PrometheusBuilder;
 use proptest::prelude::*;
 use sealvol_registry::api::{App, Policy};
 use sealvol_registry::server::{open_app, router, Config};
-use sealvol_spec::oci::{build_version, VersionMeta};
-use sealvol_spec::tree::{ChunkRef, Entry, EntryData};
-use sealvol_spec::{B3Digest, ChunkingParams, Sha256Digest, TreeIndex};
+use sealvol_spec::oci::{build_version, build_version_with_blob, VersionMeta, MT_TREE_BLOB_V1};
+use sealvol_spec::tree::{Entry, EntryData, MAGIC_V1};
+use sealvol_spec::{ChunkingParams, Sha256Digest, TreeFormat, TreeIndex};
 use serde_json::{json, Value};
 use tower::ServiceExt;
 
@@ -44,30 +44,77 @@ struct Built {
 /// A version whose files are `contents` (each one chunk, since they are
 /// smaller than the minimum chunk size).
 fn build(contents: &[Vec<u8>]) -> Built {
+    build_as(contents, "2026-12-02T00:00:00Z", TreeFormat::V2)
+}
+
+/// The format 1 encoding of `tree` (SPEC.md §2.6), as a release 1 client
+/// wrote it: each chunk record with a BLAKE3 of the chunk, no chaining
+/// values. For files of one chunk, the chunk's BLAKE3 is the file's.
+fn encode_v1(tree: &TreeIndex) -> Vec<u8> {
+    let p = tree.params();
+    let mut out = MAGIC_V1.to_vec();
+    for v in [p.min, p.avg, p.max] {
+        out.extend_from_slice(&v.to_le_bytes());
+    }
+    out.extend_from_slice(&(tree.entries().len() as u64).to_le_bytes());
+    let put_str = |out: &mut Vec<u8>, s: &str| {
+        out.extend_from_slice(&(s.len() as u32).to_le_bytes());
+        out.extend_from_slice(s.as_bytes());
+    };
+    for e in tree.entries() {
+        let EntryData::File {
+            size,
+            blake3,
+            chunks,
+            ..
+        } = &e.data
+        else {
+            panic!("files only");
+        };
+        assert!(chunks.len() <= 1, "one chunk per file");
+        out.push(2);
+        out.extend_from_slice(&e.mode.to_le_bytes());
+        put_str(&mut out, &e.path);
+        out.extend_from_slice(&size.to_le_bytes());
+        out.extend_from_slice(&blake3.0);
+        out.extend_from_slice(&(chunks.len() as u32).to_le_bytes());
+        for c in chunks {
+            out.extend_from_slice(&c.offset.to_le_bytes());
+            out.extend_from_slice(&c.length.to_le_bytes());
+            out.extend_from_slice(&c.sha256.0);
+            out.extend_from_slice(&blake3.0);
+        }
+    }
+    out
+}
+
+/// The version of `contents`, its index stamped `created` (another stamp
+/// gives the same version other index bytes), its tree in `format`.
+fn build_as(contents: &[Vec<u8>], created: &str, format: TreeFormat) -> Built {
     let entries = contents
         .iter()
         .enumerate()
         .map(|(i, data)| Entry {
             path: format!("f{i}"),
             mode: 0o644,
-            data: EntryData::File {
-                size: data.len() as u64,
-                blake3: B3Digest::of(data),
-                chunks: vec![ChunkRef {
-                    offset: 0,
-                    length: data.len() as u32,
-                    sha256: Sha256Digest::of(data),
-                    blake3: B3Digest::of(data),
-                }],
-            },
+            data: EntryData::file_of(data, &[]),
         })
         .collect();
     let tree = TreeIndex::new(ChunkingParams::default(), entries).unwrap();
     let meta = VersionMeta {
-        created: "2026-12-02T00:00:00Z".into(),
+        created: created.into(),
         source: None,
     };
-    let v = build_version(&tree, &meta).unwrap();
+    let v = match format {
+        TreeFormat::V2 => build_version(&tree, &meta).unwrap(),
+        TreeFormat::V1 => {
+            let blob = encode_v1(&tree);
+            let old = TreeIndex::decode(&blob).unwrap();
+            assert_eq!(old.format(), TreeFormat::V1);
+            assert_eq!(old.version_digest(), tree.version_digest());
+            build_version_with_blob(&old, blob, MT_TREE_BLOB_V1, &meta).unwrap()
+        }
+    };
     let mut blobs: Vec<(String, Vec<u8>)> = contents
         .iter()
         .map(|c| (Sha256Digest::of(c).to_string(), c.clone()))
@@ -837,4 +884,211 @@ proptest! {
             }
         });
     }
+}
+
+impl Reg {
+    /// The index digest `reference` (a tag) names in the OCI view.
+    async fn tag_target(&self, tag: &str) -> Option<String> {
+        let (s, body) = self
+            .call(
+                Method::GET,
+                &format!("/v2/{REPO}/manifests/{tag}"),
+                None,
+                vec![],
+            )
+            .await;
+        (s == StatusCode::OK).then(|| Sha256Digest::of(&body).to_string())
+    }
+
+    async fn volume_sequence(&self) -> u64 {
+        let (s, v) = self
+            .api(Method::GET, &format!("/volumes/{REPO}"), None)
+            .await;
+        assert_eq!(s, StatusCode::OK, "{v}");
+        v["sequence"].as_u64().unwrap()
+    }
+
+    /// Stores `b`'s index under a tag, as `oras`/`crane` push by tag.
+    async fn seal_as(&self, b: &Built, tag: &str) -> StatusCode {
+        self.call(
+            Method::PUT,
+            &format!("/v2/{REPO}/manifests/{tag}"),
+            Some(INDEX_TYPE),
+            b.index_bytes.clone(),
+        )
+        .await
+        .0
+    }
+}
+
+fn b3tag(b: &Built) -> String {
+    format!("b3-{}", &b.b3[3..])
+}
+
+/// SPEC.md §7.1: another index of an alive version (a client re-publishing
+/// it with a format 2 tree, a copy with other index bytes) is the version's
+/// current index from then on, under all its tags, but not a new seal.
+#[test]
+fn a_new_index_of_an_alive_version_is_a_republication() {
+    rt().block_on(async {
+        let reg = Reg::new(policy());
+        let files = [b"kept".to_vec(), b"weights".to_vec()];
+        let a_v1 = build_as(&files, "2026-12-02T00:00:00Z", TreeFormat::V1);
+        let b = build(&[b"newer".to_vec()]);
+        reg.push(&a_v1).await;
+        reg.app.clock.advance(60);
+        reg.push(&b).await;
+        let (s, t) = reg
+            .api(
+                Method::PUT,
+                &format!("/volumes/{REPO}/-/tags/prod"),
+                Some(json!({"digest": a_v1.b3})),
+            )
+            .await;
+        assert_eq!(s, StatusCode::OK, "{t}");
+        let before = find(&reg.versions(false).await, &a_v1.b3).clone();
+        let seq = reg.volume_sequence().await;
+        assert_eq!(reg.tag_target("prod").await, Some(a_v1.index.clone()));
+
+        // The same version, re-published with a format 2 tree, later.
+        reg.app.clock.advance(3600);
+        let a_v2 = build_as(&files, "2026-12-03T00:00:00Z", TreeFormat::V2);
+        assert_eq!(a_v2.b3, a_v1.b3);
+        assert_ne!(a_v2.index, a_v1.index);
+        reg.push(&a_v2).await;
+        let after = find(&reg.versions(false).await, &a_v1.b3).clone();
+        assert_eq!(after["index_digest"], a_v2.index);
+        assert_eq!(after["sequence"], before["sequence"]);
+        assert_eq!(after["created_at"], before["created_at"]);
+        assert_eq!(after["is_head"], false);
+        assert_eq!(after["tags"], json!(["prod"]));
+        assert_eq!(reg.volume_sequence().await, seq);
+        assert_eq!(reg.tag_target("prod").await, Some(a_v2.index.clone()));
+        assert_eq!(
+            reg.tag_target(&b3tag(&a_v1)).await,
+            Some(a_v2.index.clone())
+        );
+        assert_eq!(reg.tag_target("head").await, Some(b.index.clone()));
+        // The old index stays, by digest and through collection.
+        assert_eq!(reg.manifest_status(&a_v1.index).await, StatusCode::OK);
+        reg.app.clock.advance(2 * 3600);
+        reg.gc(false).await;
+        reg.intact(&a_v1).await.unwrap();
+        reg.intact(&a_v2).await.unwrap();
+
+        // Re-publishing the head version moves head with it, and nothing
+        // else changes; storing the current index again changes nothing.
+        let b2 = build_as(&[b"newer".to_vec()], "2027-01-01T00:00:00Z", TreeFormat::V2);
+        reg.push(&b2).await;
+        reg.push(&b2).await;
+        assert_eq!(reg.tag_target("head").await, Some(b2.index.clone()));
+        assert_eq!(reg.tag_target(&b3tag(&b)).await, Some(b2.index.clone()));
+        let vs = reg.versions(false).await;
+        assert_eq!(vs[0]["digest"], b.b3);
+        assert_eq!(vs[0]["is_head"], true);
+        assert_eq!(reg.volume_sequence().await, seq);
+
+        // A delete through any of a version's indexes hides them all.
+        let (s, _) = reg
+            .call(
+                Method::DELETE,
+                &format!("/v2/{REPO}/manifests/{}", a_v1.index),
+                None,
+                vec![],
+            )
+            .await;
+        assert_eq!(s, StatusCode::ACCEPTED);
+        assert_eq!(
+            reg.manifest_status(&a_v2.index).await,
+            StatusCode::NOT_FOUND
+        );
+        assert_eq!(reg.tag_target("prod").await, None);
+    });
+}
+
+/// An index with a format 1 tree never replaces one with a format 2 tree:
+/// it is stored, but every tag stays on (or goes to) the format 2 index.
+#[test]
+fn a_format_1_index_does_not_downgrade_a_format_2_one() {
+    rt().block_on(async {
+        let reg = Reg::new(policy());
+        let files = [b"model".to_vec()];
+        let v2 = build_as(&files, "2026-12-02T00:00:00Z", TreeFormat::V2);
+        let v1 = build_as(&files, "2026-12-01T00:00:00Z", TreeFormat::V1);
+        reg.push(&v2).await;
+        let before = find(&reg.versions(false).await, &v2.b3).clone();
+        let seq = reg.volume_sequence().await;
+
+        assert_eq!(reg.upload(&v1).await, StatusCode::CREATED);
+        assert_eq!(reg.seal(&v1).await, StatusCode::CREATED);
+        // Pushed by tag: the tag names the version, at its format 2 index.
+        assert_eq!(reg.seal_as(&v1, "legacy").await, StatusCode::CREATED);
+        let after = find(&reg.versions(false).await, &v2.b3).clone();
+        assert_eq!(after["index_digest"], v2.index);
+        assert_eq!(after["sequence"], before["sequence"]);
+        assert_eq!(after["is_head"], true);
+        assert_eq!(reg.tag_target("head").await, Some(v2.index.clone()));
+        assert_eq!(reg.tag_target(&b3tag(&v2)).await, Some(v2.index.clone()));
+        assert_eq!(reg.tag_target("legacy").await, Some(v2.index.clone()));
+        // Only the user tag counted as a change.
+        assert_eq!(reg.volume_sequence().await, seq + 1);
+        assert_eq!(reg.manifest_status(&v1.index).await, StatusCode::OK);
+
+        // Deleted and pushed again as format 1: a new seal, still on the
+        // format 2 index, which comes back with it.
+        let (s, _) = reg
+            .api(
+                Method::DELETE,
+                &format!("/volumes/{REPO}/-/versions/{}", v2.b3),
+                None,
+            )
+            .await;
+        assert_eq!(s, StatusCode::OK);
+        assert_eq!(reg.seal(&v1).await, StatusCode::CREATED);
+        let back = find(&reg.versions(false).await, &v2.b3).clone();
+        assert_eq!(back["index_digest"], v2.index);
+        assert!(back["sequence"].as_u64() > before["sequence"].as_u64());
+        assert_eq!(reg.tag_target("head").await, Some(v2.index.clone()));
+        assert_eq!(reg.manifest_status(&v2.index).await, StatusCode::OK);
+    });
+}
+
+/// SPEC.md §7.1: "Pushing the same version again also brings it back, as
+/// a new seal", whatever its index bytes.
+#[test]
+fn a_deleted_version_pushed_again_is_a_new_seal() {
+    rt().block_on(async {
+        let reg = Reg::new(policy());
+        let a = build(&[b"first".to_vec()]);
+        let b = build(&[b"second".to_vec()]);
+        reg.push(&a).await;
+        reg.push(&b).await;
+        let first = find(&reg.versions(false).await, &a.b3).clone();
+        let (s, _) = reg
+            .api(
+                Method::DELETE,
+                &format!("/volumes/{REPO}/-/versions/{}", a.b3),
+                None,
+            )
+            .await;
+        assert_eq!(s, StatusCode::OK);
+        let seq = reg.volume_sequence().await;
+
+        reg.app.clock.advance(60);
+        let a2 = build_as(&[b"first".to_vec()], "2027-02-02T00:00:00Z", TreeFormat::V2);
+        assert_eq!(a2.b3, a.b3);
+        reg.push(&a2).await;
+        let vs = reg.versions(false).await;
+        assert_eq!(vs[0]["digest"], a.b3);
+        assert_eq!(vs[0]["lifecycle"], "ALIVE");
+        assert_eq!(vs[0]["is_head"], true);
+        assert_eq!(vs[0]["index_digest"], a2.index);
+        assert!(vs[0]["sequence"].as_u64() > find(&vs, &b.b3)["sequence"].as_u64());
+        assert_eq!(vs[0]["created_at"], first["created_at"]);
+        assert!(reg.volume_sequence().await > seq);
+        assert_eq!(reg.tag_target("head").await, Some(a2.index.clone()));
+        assert_eq!(reg.tag_target(&b3tag(&a)).await, Some(a2.index.clone()));
+        // Its first index is back in the OCI view too.
+        assert_eq!(reg.manifest_status(&a.index).await, StatusCode::OK);
+    });
 }

@@ -6,32 +6,16 @@
 use std::path::Path;
 
 use sealvol_spec::oci::{build_version, VersionMeta};
-use sealvol_spec::tree::{ChunkRef, Entry, EntryData};
-use sealvol_spec::{B3Digest, ChunkingParams, Sha256Digest, TreeIndex, VolumeRef};
+use sealvol_spec::tree::{Entry, EntryData};
+use sealvol_spec::{ChunkingParams, Sha256Digest, TreeIndex, VolumeRef};
 use serde_json::json;
 
 fn file(path: &str, mode: u32, data: &[u8], params: &ChunkingParams) -> Entry {
-    let cutter = params.cutter().unwrap();
-    let mut chunks = Vec::new();
-    let mut off = 0usize;
-    for len in cutter.chunk_lengths(data) {
-        let bytes = &data[off..off + len];
-        chunks.push(ChunkRef {
-            offset: off as u64,
-            length: len as u32,
-            sha256: Sha256Digest::of(bytes),
-            blake3: B3Digest::of(bytes),
-        });
-        off += len;
-    }
+    let lengths = params.cutter().unwrap().chunk_lengths(data);
     Entry {
         path: path.into(),
         mode,
-        data: EntryData::File {
-            size: data.len() as u64,
-            blake3: B3Digest::of(data),
-            chunks,
-        },
+        data: EntryData::file_of(data, &lengths),
     }
 }
 
@@ -137,10 +121,42 @@ fn main() {
     });
     write(&out.join("refs.json"), &refs_json);
 
-    // Trees and version digests.
+    // Trees and version digests. `chained` has a file of several pieces,
+    // cut by small parameters so that chunks and pieces straddle.
     let t = basic_tree();
-    let encoded = t.encode();
+    let encoded = t.encode().unwrap();
+    let small = ChunkingParams {
+        min: 4096,
+        avg: 16384,
+        max: 65536,
+    };
+    let chained = TreeIndex::new(
+        small,
+        vec![
+            file(
+                "weights.bin",
+                0o644,
+                &xof("sealvol chain vector", (3 << 20) + 12345),
+                &small,
+            ),
+            file(
+                "piece.bin",
+                0o644,
+                &xof("sealvol chain vector one piece", 1 << 20),
+                &small,
+            ),
+        ],
+    )
+    .unwrap();
+    let chained_enc = chained.encode().unwrap();
     let trees = json!({
+        "chained": {
+            "params": chained.params(),
+            "entries": chained.entries(),
+            "version_digest": chained.version_digest().to_string(),
+            "encoded_sha256": Sha256Digest::of(&chained_enc).to_string(),
+            "encoded_len": chained_enc.len(),
+        },
         "basic": {
             "params": t.params(),
             "entries": t.entries(),
@@ -158,11 +174,6 @@ fn main() {
     std::fs::write(out.join("basic.tree"), &encoded).unwrap();
 
     // Chunking.
-    let small = ChunkingParams {
-        min: 4096,
-        avg: 16384,
-        max: 65536,
-    };
     let mut chunking = Vec::new();
     for (params, context, len) in [
         (small, "sealvol chunking vector small", 1 << 20),
@@ -174,7 +185,13 @@ fn main() {
     ] {
         let data = xof(context, len);
         let e = file("f", 0o644, &data, &params);
-        let EntryData::File { blake3, chunks, .. } = e.data else {
+        let EntryData::File {
+            blake3,
+            chunks,
+            pieces,
+            ..
+        } = e.data
+        else {
             unreachable!()
         };
         chunking.push(json!({
@@ -182,6 +199,7 @@ fn main() {
             "input": {"blake3_derive_key_context": context, "length": len},
             "file_blake3": blake3.to_string(),
             "chunks": chunks,
+            "pieces": pieces.iter().map(hex::encode).collect::<Vec<_>>(),
         }));
     }
     write(&out.join("chunking.json"), &json!(chunking));

@@ -15,9 +15,10 @@
 //! .unwrap();
 //! let digest = tree.version_digest();
 //! assert!(digest.to_string().starts_with("b3:"));
-//! assert_eq!(TreeIndex::decode(&tree.encode()).unwrap(), tree);
+//! assert_eq!(TreeIndex::decode(&tree.encode().unwrap()).unwrap(), tree);
 //! ```
 
+pub mod chain;
 pub mod chunking;
 pub mod digest;
 pub mod filter;
@@ -30,4 +31,4 @@ pub mod version;
 pub use chunking::{ChunkingParams, Cutter};
 pub use digest::{B3Digest, DigestSelector, Sha256Digest};
 pub use reference::{Selector, Tag, VolumeRef};
-pub use tree::{ChunkRef, Entry, EntryData, TreeIndex, TreeStats};
+pub use tree::{ChunkRef, Entry, EntryData, TreeFormat, TreeIndex, TreeStats};

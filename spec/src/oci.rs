@@ -16,6 +16,9 @@ use oci_spec::image::{
     ImageManifest, ImageManifestBuilder, MediaType, Os, Platform, PlatformBuilder, RootFsBuilder,
 };
 use serde::Serialize;
+
+/// The OCI descriptor type the layout is made of, for readers of it.
+pub use oci_spec::image::Descriptor as OciDescriptor;
 use thiserror::Error;
 
 use crate::digest::{B3Digest, Sha256Digest};
@@ -26,7 +29,9 @@ pub const MT_VERSION: &str = "application/vnd.sealvol.version.v1";
 /// `artifactType` of the manifest that holds the tree index blob.
 pub const MT_TREE_MANIFEST: &str = "application/vnd.sealvol.tree.v1";
 /// Media type of the tree index blob (SPEC.md §2.4 encoding).
-pub const MT_TREE_BLOB: &str = "application/vnd.sealvol.tree.index.v1";
+pub const MT_TREE_BLOB: &str = "application/vnd.sealvol.tree.index.v2";
+/// The tree index blob of format 1 (§2.6), which readers still accept.
+pub const MT_TREE_BLOB_V1: &str = "application/vnd.sealvol.tree.index.v1";
 /// `artifactType` of a chunk shard manifest.
 pub const MT_CHUNKS_MANIFEST: &str = "application/vnd.sealvol.chunks.v1";
 /// Media type of a chunk blob: the raw bytes of one chunk.
@@ -68,6 +73,8 @@ pub enum OciError {
     TooLarge { what: &'static str, size: usize },
     #[error("not a sealvol version: {0}")]
     NotAVersion(String),
+    #[error("cannot lay out the version: {0}")]
+    Invalid(String),
     #[error("cannot build the view layer: {0}")]
     Tar(#[from] std::io::Error),
 }
@@ -226,6 +233,22 @@ pub fn gzip_stored(data: &[u8]) -> Result<Vec<u8>, OciError> {
 
 /// Lays out `tree` as OCI content (SPEC.md §5).
 pub fn build_version(tree: &TreeIndex, meta: &VersionMeta) -> Result<BuiltVersion, OciError> {
+    let blob = tree
+        .encode()
+        .map_err(|e| OciError::Invalid(e.to_string()))?;
+    build_version_with_blob(tree, blob, tree.format().media_type(), meta)
+}
+
+/// Lays out `tree` as OCI content around an encoding of it already made:
+/// `blob` of media type `media_type`. For tools that rewrite a version's
+/// tree index (a format migration, or a test's forged mirror); writers use
+/// [`build_version`].
+pub fn build_version_with_blob(
+    tree: &TreeIndex,
+    blob: Vec<u8>,
+    media_type: &str,
+    meta: &VersionMeta,
+) -> Result<BuiltVersion, OciError> {
     let digest = tree.version_digest();
     let stats = tree.stats();
     let mut blobs = Vec::new();
@@ -233,7 +256,7 @@ pub fn build_version(tree: &TreeIndex, meta: &VersionMeta) -> Result<BuiltVersio
     let mut entries = Vec::new();
 
     let empty = Content::new(MediaType::EmptyJSON, EMPTY_JSON.to_vec())?;
-    let tree_blob = Content::new(MediaType::Other(MT_TREE_BLOB.into()), tree.encode())?;
+    let tree_blob = Content::new(MediaType::Other(media_type.into()), blob)?;
     let version_ann = || HashMap::from([(ANN_VERSION.to_string(), digest.to_string())]);
 
     // View manifests: one consistent image per platform.
@@ -419,6 +442,15 @@ impl VersionIndex {
     }
 }
 
+/// The blobs an image manifest names: its config, then its layers (a view
+/// manifest's, for a reader checking a copy is whole).
+pub fn image_blobs(bytes: &[u8]) -> Result<Vec<Descriptor>, OciError> {
+    let m: ImageManifest = serde_json::from_slice(bytes)?;
+    let mut out = vec![m.config().clone()];
+    out.extend(m.layers().iter().cloned());
+    Ok(out)
+}
+
 /// The layers of an artifact manifest of the given `artifactType`: the tree
 /// blob of a tree manifest, the chunk blobs of a shard.
 pub fn artifact_layers(bytes: &[u8], artifact_type: &str) -> Result<Vec<Descriptor>, OciError> {
@@ -446,18 +478,22 @@ mod tests {
                     offset: u64::from(i) * u64::from(max),
                     length: max,
                     sha256: Sha256Digest::of(&id),
-                    blake3: B3Digest::of(&id),
                 }
             })
             .collect();
         let size = u64::from(n) * u64::from(max);
+        // Made-up chaining values; the file's BLAKE3 is what they merge to.
+        let pieces: Vec<[u8; 32]> = (0..crate::chain::piece_count(size))
+            .map(|i| B3Digest::of(&i.to_le_bytes()).0)
+            .collect();
         let e = Entry {
             path: "big.bin".into(),
             mode: 0o644,
             data: EntryData::File {
                 size,
-                blake3: B3Digest::of(b"x"),
+                blake3: crate::chain::combine(&pieces, size).unwrap(),
                 chunks,
+                pieces,
             },
         };
         TreeIndex::new(ChunkingParams::default(), vec![e]).unwrap()
@@ -562,7 +598,7 @@ mod tests {
             tar,
             view_layer(
                 &v.digest,
-                &Content::new(MediaType::Other(MT_TREE_BLOB.into()), t.encode())
+                &Content::new(MediaType::Other(MT_TREE_BLOB.into()), t.encode().unwrap())
                     .unwrap()
                     .digest()
             )

@@ -10,15 +10,43 @@ use std::collections::HashSet;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
+use crate::chain::{self, PieceCv};
 use crate::chunking::{ChunkingError, ChunkingParams};
 use crate::digest::{B3Digest, Sha256Digest};
 use crate::path::{self, PathError};
 
-/// First bytes of an encoded tree index, format version 1.
-pub const MAGIC: &[u8; 8] = b"SVTREE\x00\x01";
+/// First bytes of an encoded tree index, format version 2 (§2.4).
+pub const MAGIC: &[u8; 8] = b"SVTREE\x00\x02";
+/// First bytes of a format version 1 index (§2.6), which readers still read.
+pub const MAGIC_V1: &[u8; 8] = b"SVTREE\x00\x01";
 /// Largest permission bits value (`0o7777`: rwx for all plus setuid, setgid, sticky).
 pub const MAX_MODE: u32 = 0o7777;
-const CHUNK_RECORD: usize = 8 + 4 + 32 + 32;
+const CHUNK_RECORD: usize = 8 + 4 + 32;
+const CHUNK_RECORD_V1: usize = 8 + 4 + 32 + 32;
+/// Largest encoded tree index a reader accepts (§2.4): 1 GiB, a volume of
+/// over 10 TB. Checked before anything is allocated for it.
+pub const MAX_TREE_BYTES: u64 = 1 << 30;
+
+/// The encoding a tree index was read from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TreeFormat {
+    /// Format 1: chunk lists without chaining values. Its chunks cannot be
+    /// tied to the version digest until the whole file is read (§2.6).
+    V1,
+    /// Format 2: every file larger than a piece carries its chaining values
+    /// (§2.5), so every byte range verifies against the version digest.
+    V2,
+}
+
+impl TreeFormat {
+    /// The media type of the tree index blob in this format (§5.6).
+    pub fn media_type(self) -> &'static str {
+        match self {
+            TreeFormat::V1 => crate::oci::MT_TREE_BLOB_V1,
+            TreeFormat::V2 => crate::oci::MT_TREE_BLOB,
+        }
+    }
+}
 
 /// One content-defined piece of a file, stored as one blob.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -26,10 +54,10 @@ pub struct ChunkRef {
     /// Offset of the chunk's first byte in the file.
     pub offset: u64,
     pub length: u32,
-    /// The blob digest: where the chunk lives in an OCI registry.
+    /// The blob digest: where the chunk lives in an OCI registry, checked
+    /// on download. What a reader serves is checked through the chain
+    /// (§2.5), not per chunk.
     pub sha256: Sha256Digest,
-    /// BLAKE3 of the chunk's bytes, checked with `sha256` before use.
-    pub blake3: B3Digest,
 }
 
 /// What kind of entry, with the kind's own fields.
@@ -39,8 +67,14 @@ pub enum EntryData {
     Dir,
     File {
         size: u64,
+        /// BLAKE3 of the whole file: what the version digest covers.
         blake3: B3Digest,
         chunks: Vec<ChunkRef>,
+        /// Chaining values of the file's 1 MiB pieces (§2.5): one per piece
+        /// for a file larger than a piece, none otherwise (and none in a
+        /// format 1 index).
+        #[serde(default, skip_serializing_if = "Vec::is_empty", with = "hex_cvs")]
+        pieces: Vec<PieceCv>,
     },
     Symlink {
         target: String,
@@ -48,6 +82,41 @@ pub enum EntryData {
 }
 
 impl EntryData {
+    /// The file entry of `data` cut into chunks of `lengths` (one chunk of
+    /// the whole file when empty), with its BLAKE3 and chaining values: what
+    /// a writer computes, for code that has the bytes at hand.
+    pub fn file_of(data: &[u8], lengths: &[usize]) -> EntryData {
+        let whole = [data.len()];
+        let lengths = if lengths.is_empty() {
+            &whole[..]
+        } else {
+            lengths
+        };
+        let mut chunks = Vec::new();
+        let mut offset = 0usize;
+        for &n in lengths {
+            if n == 0 {
+                continue;
+            }
+            let end = (offset + n).min(data.len());
+            chunks.push(ChunkRef {
+                offset: offset as u64,
+                length: (end - offset) as u32,
+                sha256: Sha256Digest::of(&data[offset..end]),
+            });
+            offset = end;
+        }
+        let mut h = chain::PieceHasher::new();
+        h.update(data);
+        let (blake3, pieces) = h.finish();
+        EntryData::File {
+            size: data.len() as u64,
+            blake3,
+            chunks,
+            pieces,
+        }
+    }
+
     fn code(&self) -> u8 {
         match self {
             EntryData::Dir => 1,
@@ -63,6 +132,26 @@ impl EntryData {
             EntryData::File { size, .. } => *size,
             EntryData::Symlink { target } => target.len() as u64,
         }
+    }
+}
+
+/// Chaining values in JSON (the test vectors) as hex strings.
+mod hex_cvs {
+    use serde::{de::Error as _, Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(cvs: &[[u8; 32]], s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(cvs.iter().map(hex::encode))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<[u8; 32]>, D::Error> {
+        Vec::<String>::deserialize(d)?
+            .iter()
+            .map(|h| {
+                let mut cv = [0u8; 32];
+                hex::decode_to_slice(h, &mut cv).map_err(D::Error::custom)?;
+                Ok(cv)
+            })
+            .collect()
     }
 }
 
@@ -104,8 +193,16 @@ pub enum TreeError {
     Mode { path: String, mode: u32 },
     #[error(transparent)]
     Chunking(#[from] ChunkingError),
+    #[error("file {path:?}: {detail}")]
+    Chain { path: String, detail: String },
     #[error("tree index is malformed at byte {offset}: {what}")]
     Format { offset: usize, what: &'static str },
+    #[error("unsupported tree format (magic {0}); upgrade sealvol")]
+    Unsupported(String),
+    #[error(
+        "a format 1 tree index cannot be written again; re-seal or `sealvol upgrade` the version"
+    )]
+    Legacy,
 }
 
 /// A valid tree index (SPEC.md §2).
@@ -113,6 +210,7 @@ pub enum TreeError {
 pub struct TreeIndex {
     params: ChunkingParams,
     entries: Vec<Entry>,
+    format: TreeFormat,
 }
 
 /// Totals over a version.
@@ -132,8 +230,10 @@ pub struct TreeStats {
 }
 
 impl TreeIndex {
-    /// Builds an index from entries in any order: sorts them canonically and
-    /// checks every rule of SPEC.md §2.3.
+    /// Builds a format 2 index from entries in any order: sorts them
+    /// canonically and checks every rule of SPEC.md §2.3, the chain
+    /// included (every file larger than a piece carries its chaining
+    /// values, and they merge to its BLAKE3).
     pub fn new(params: ChunkingParams, mut entries: Vec<Entry>) -> Result<TreeIndex, TreeError> {
         entries.sort_by(|a, b| path::canonical_cmp(&a.path, &b.path));
         for w in entries.windows(2) {
@@ -141,11 +241,15 @@ impl TreeIndex {
                 return Err(TreeError::Duplicate(w[0].path.clone()));
             }
         }
-        Self::checked(params, entries)
+        Self::checked(params, entries, TreeFormat::V2)
     }
 
     /// Checks an index whose entries are claimed to be in canonical order.
-    fn checked(params: ChunkingParams, entries: Vec<Entry>) -> Result<TreeIndex, TreeError> {
+    fn checked(
+        params: ChunkingParams,
+        entries: Vec<Entry>,
+        format: TreeFormat,
+    ) -> Result<TreeIndex, TreeError> {
         params.validate()?;
         let mut dirs: HashSet<&str> = HashSet::new();
         let mut prev: Option<&str> = None;
@@ -197,16 +301,37 @@ impl TreeIndex {
                         });
                     }
                 }
-                EntryData::File { size, chunks, .. } => {
-                    check_chunks(&e.path, *size, chunks, &params)?
+                EntryData::File {
+                    size,
+                    blake3,
+                    chunks,
+                    pieces,
+                } => {
+                    check_chunks(&e.path, *size, chunks, &params)?;
+                    check_chain(&e.path, *size, blake3, pieces, format)?;
                 }
             }
         }
-        Ok(TreeIndex { params, entries })
+        Ok(TreeIndex {
+            params,
+            entries,
+            format,
+        })
     }
 
     pub fn params(&self) -> ChunkingParams {
         self.params
+    }
+
+    /// The encoding this index was read from (format 2 when built).
+    pub fn format(&self) -> TreeFormat {
+        self.format
+    }
+
+    /// Whether every byte of every file can be checked against the version
+    /// digest as it is read (format 2, §2.5).
+    pub fn is_verifiable(&self) -> bool {
+        self.format == TreeFormat::V2
     }
 
     /// Entries in canonical order.
@@ -283,17 +408,18 @@ impl TreeIndex {
         h.finalize().into()
     }
 
-    /// The binary encoding of SPEC.md §2.4.
-    pub fn encode(&self) -> Vec<u8> {
-        let chunks: usize = self
-            .entries
-            .iter()
-            .map(|e| match &e.data {
-                EntryData::File { chunks, .. } => chunks.len(),
-                _ => 0,
-            })
-            .sum();
-        let mut out = Vec::with_capacity(28 + self.entries.len() * 64 + chunks * CHUNK_RECORD);
+    /// The binary encoding of SPEC.md §2.4 (format 2). A format 1 index
+    /// lacks the chaining values and cannot be written again.
+    pub fn encode(&self) -> Result<Vec<u8>, TreeError> {
+        if self.format != TreeFormat::V2 {
+            return Err(TreeError::Legacy);
+        }
+        let (chunks, pieces) = self.entries.iter().fold((0, 0), |(c, p), e| match &e.data {
+            EntryData::File { chunks, pieces, .. } => (c + chunks.len(), p + pieces.len()),
+            _ => (c, p),
+        });
+        let mut out =
+            Vec::with_capacity(28 + self.entries.len() * 64 + chunks * CHUNK_RECORD + pieces * 32);
         out.extend_from_slice(MAGIC);
         for v in [self.params.min, self.params.avg, self.params.max] {
             out.extend_from_slice(&v.to_le_bytes());
@@ -302,18 +428,31 @@ impl TreeIndex {
         for e in &self.entries {
             encode_entry(&mut out, e);
         }
-        out
+        Ok(out)
     }
 
-    /// Decodes and validates an encoded index.
+    /// Decodes and validates an encoded index of format 2 or 1.
     pub fn decode(bytes: &[u8]) -> Result<TreeIndex, TreeError> {
+        if bytes.len() as u64 > MAX_TREE_BYTES {
+            return Err(TreeError::Format {
+                offset: 0,
+                what: "tree index larger than 1 GiB",
+            });
+        }
         let mut r = Reader { buf: bytes, pos: 0 };
-        if r.take(8, "missing magic")? != MAGIC {
+        let magic = r.take(8, "missing magic")?;
+        let format = if magic == MAGIC {
+            TreeFormat::V2
+        } else if magic == MAGIC_V1 {
+            TreeFormat::V1
+        } else if magic.starts_with(b"SVTREE\x00") {
+            return Err(TreeError::Unsupported(hex::encode(magic)));
+        } else {
             return Err(TreeError::Format {
                 offset: 0,
                 what: "not a sealvol tree index (bad magic)",
             });
-        }
+        };
         let params = ChunkingParams {
             min: r.u32()?,
             avg: r.u32()?,
@@ -326,13 +465,45 @@ impl TreeIndex {
         }
         let mut entries = Vec::with_capacity(count as usize);
         for _ in 0..count {
-            entries.push(decode_entry(&mut r)?);
+            entries.push(decode_entry(&mut r, format)?);
         }
         if r.pos != bytes.len() {
             return Err(r.err("trailing bytes after the last entry"));
         }
-        Self::checked(params, entries)
+        Self::checked(params, entries, format)
     }
+}
+
+/// The chain rule of §2.3: a format 2 file larger than a piece carries one
+/// chaining value per piece and they merge to its BLAKE3; any other file
+/// carries none.
+fn check_chain(
+    path: &str,
+    size: u64,
+    blake3: &B3Digest,
+    pieces: &[PieceCv],
+    format: TreeFormat,
+) -> Result<(), TreeError> {
+    let bad = |detail: String| TreeError::Chain {
+        path: path.to_string(),
+        detail,
+    };
+    let want = match format {
+        TreeFormat::V1 => 0,
+        TreeFormat::V2 => chain::piece_count(size),
+    };
+    if pieces.len() as u64 != want {
+        return Err(bad(format!(
+            "{} chaining values for {size} bytes, expected {want}",
+            pieces.len()
+        )));
+    }
+    if want > 0 && chain::combine(pieces, size).as_ref() != Some(blake3) {
+        return Err(bad(format!(
+            "its chaining values do not merge to its BLAKE3 {blake3}"
+        )));
+    }
+    Ok(())
 }
 
 fn check_chunks(
@@ -385,6 +556,7 @@ fn encode_entry(out: &mut Vec<u8>, e: &Entry) {
             size,
             blake3,
             chunks,
+            pieces,
         } => {
             out.extend_from_slice(&size.to_le_bytes());
             out.extend_from_slice(&blake3.0);
@@ -393,7 +565,10 @@ fn encode_entry(out: &mut Vec<u8>, e: &Entry) {
                 out.extend_from_slice(&c.offset.to_le_bytes());
                 out.extend_from_slice(&c.length.to_le_bytes());
                 out.extend_from_slice(&c.sha256.0);
-                out.extend_from_slice(&c.blake3.0);
+            }
+            // The piece count follows from the size (§2.4).
+            for cv in pieces {
+                out.extend_from_slice(cv);
             }
         }
     }
@@ -446,7 +621,7 @@ impl<'a> Reader<'a> {
     }
 }
 
-fn decode_entry(r: &mut Reader<'_>) -> Result<Entry, TreeError> {
+fn decode_entry(r: &mut Reader<'_>, format: TreeFormat) -> Result<Entry, TreeError> {
     let kind = r.array::<1>()?[0];
     let mode = r.u32()?;
     let path = r.string()?;
@@ -459,7 +634,11 @@ fn decode_entry(r: &mut Reader<'_>) -> Result<Entry, TreeError> {
             let size = r.u64()?;
             let blake3 = B3Digest(r.array()?);
             let n = r.u32()? as usize;
-            if n > (r.buf.len() - r.pos) / CHUNK_RECORD {
+            let record = match format {
+                TreeFormat::V1 => CHUNK_RECORD_V1,
+                TreeFormat::V2 => CHUNK_RECORD,
+            };
+            if n > (r.buf.len() - r.pos) / record {
                 return Err(r.err("chunk count larger than the input"));
             }
             let mut chunks = Vec::with_capacity(n);
@@ -468,13 +647,28 @@ fn decode_entry(r: &mut Reader<'_>) -> Result<Entry, TreeError> {
                     offset: r.u64()?,
                     length: r.u32()?,
                     sha256: Sha256Digest(r.array()?),
-                    blake3: B3Digest(r.array()?),
                 });
+                if format == TreeFormat::V1 {
+                    // The chunk's BLAKE3: no link to the version digest,
+                    // and sha256 names the same bytes (§2.6).
+                    r.take(32, "truncated")?;
+                }
             }
+            let pieces = match format {
+                TreeFormat::V1 => Vec::new(),
+                TreeFormat::V2 => {
+                    let p = chain::piece_count(size);
+                    if p > ((r.buf.len() - r.pos) / 32) as u64 {
+                        return Err(r.err("chaining values larger than the input"));
+                    }
+                    (0..p).map(|_| r.array()).collect::<Result<_, _>>()?
+                }
+            };
             EntryData::File {
                 size,
                 blake3,
                 chunks,
+                pieces,
             }
         }
         _ => return Err(r.err("unknown entry kind")),
@@ -495,24 +689,10 @@ mod tests {
     }
 
     fn file(p: &str, data: &[u8]) -> Entry {
-        let chunks = if data.is_empty() {
-            vec![]
-        } else {
-            vec![ChunkRef {
-                offset: 0,
-                length: data.len() as u32,
-                sha256: Sha256Digest::of(data),
-                blake3: B3Digest::of(data),
-            }]
-        };
         Entry {
             path: p.into(),
             mode: 0o644,
-            data: EntryData::File {
-                size: data.len() as u64,
-                blake3: B3Digest::of(data),
-                chunks,
-            },
+            data: EntryData::file_of(data, &[]),
         }
     }
 
@@ -528,7 +708,7 @@ mod tests {
             ],
         )
         .unwrap();
-        let back = TreeIndex::decode(&t.encode()).unwrap();
+        let back = TreeIndex::decode(&t.encode().unwrap()).unwrap();
         assert_eq!(back, t);
         assert_eq!(t.get("a/x").unwrap().data.size(), 5);
         let top: Vec<_> = t.children(None).map(|e| e.path.as_str()).collect();
@@ -545,7 +725,7 @@ mod tests {
             vec![dir("a"), file("a/x", b"hello")],
         )
         .unwrap();
-        let enc = t.encode();
+        let enc = t.encode().unwrap();
         for cut in 0..enc.len() {
             assert!(
                 TreeIndex::decode(&enc[..cut]).is_err(),

@@ -71,13 +71,19 @@ fn trees_and_version_digests() {
             "{name}"
         );
         if let Some(want) = case["encoded_sha256"].as_str() {
-            let enc = t.encode();
+            let enc = t.encode().unwrap();
             assert_eq!(Sha256Digest::of(&enc).to_string(), want, "{name}");
             assert_eq!(enc.len() as u64, case["encoded_len"].as_u64().unwrap());
         }
     }
     let shipped = std::fs::read(vectors().join("basic.tree")).unwrap();
     assert_eq!(TreeIndex::decode(&shipped).unwrap(), tree_from(&v["basic"]));
+    // Format 1 still reads (§2.6): the same version, not verifiable.
+    let v1 = TreeIndex::decode(&std::fs::read(vectors().join("basic.v1.tree")).unwrap()).unwrap();
+    assert_eq!(v1.format(), sealvol_spec::TreeFormat::V1);
+    assert!(!v1.is_verifiable());
+    assert_eq!(v1.version_digest(), tree_from(&v["basic"]).version_digest());
+    assert!(v1.encode().is_err());
 }
 
 #[test]
@@ -98,12 +104,16 @@ fn chunking() {
             assert_eq!(*len as u32, c.length, "{ctx}");
             let bytes = &data[c.offset as usize..][..c.length as usize];
             assert_eq!(Sha256Digest::of(bytes), c.sha256);
-            assert_eq!(sealvol_spec::B3Digest::of(bytes), c.blake3);
         }
         assert_eq!(
             sealvol_spec::B3Digest::of(&data).to_string(),
             case["file_blake3"].as_str().unwrap()
         );
+        let mut h = sealvol_spec::chain::PieceHasher::new();
+        h.update(&data);
+        let pieces: Vec<String> = h.finish().1.iter().map(hex::encode).collect();
+        let want: Vec<String> = serde_json::from_value(case["pieces"].clone()).unwrap();
+        assert_eq!(pieces, want, "{ctx}");
     }
 }
 

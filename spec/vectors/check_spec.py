@@ -1,8 +1,16 @@
 #!/usr/bin/env python3
 """A second, independent reading of SPEC.md: recomputes the version digest
-(§3) and the binary tree encoding (§2.4) of every tree vector from the
-entries alone, in Python, without the Rust crate. If SPEC.md and the crate
-drift apart, this fails while the crate's own tests may still pass."""
+(§3), the binary tree encoding (§2.4, format 2, and format 1 of §2.6) and
+the verification chain (§2.5) of every vector from the entries and inputs
+alone, in Python, without the Rust crate. If SPEC.md and the crate drift
+apart, this fails while the crate's own tests may still pass.
+
+The chain is checked with a BLAKE3 written here from the BLAKE3 paper (the
+`blake3` package has no chaining-value API); it is first checked against
+the package on small inputs.
+
+Usage: check_spec.py [VECTORS_DIR]   (default: the directory of this script)
+"""
 import hashlib
 import json
 import pathlib
@@ -13,6 +21,149 @@ import blake3
 
 HERE = pathlib.Path(__file__).parent
 KINDS = {"dir": 1, "file": 2, "symlink": 3}
+MAGIC_V2 = b"SVTREE\x00\x02"
+MAGIC_V1 = b"SVTREE\x00\x01"
+PIECE = 1 << 20  # §2.5: 1024 BLAKE3 chunks
+CHAIN_CONTEXT = "sealvol chain vector"
+
+# --- BLAKE3, from the paper: only what the chain needs (hash mode, 32-byte
+# outputs, chunk and parent chaining values, root flag). ---
+
+IV = (0x6A09E667, 0xBB67AE85, 0x3C6EF372, 0xA54FF53A, 0x510E527F, 0x9B05688C, 0x1F83D9AB, 0x5BE0CD19)
+MSG_PERMUTATION = (2, 6, 3, 10, 7, 0, 4, 13, 1, 11, 12, 5, 9, 14, 15, 8)
+CHUNK_START, CHUNK_END, PARENT, ROOT = 1, 2, 4, 8
+CHUNK_LEN, BLOCK_LEN = 1024, 64
+M32 = 0xFFFFFFFF
+
+# The message word order of each of the 7 rounds, precomputed.
+SCHEDULE = [tuple(range(16))]
+for _ in range(6):
+    SCHEDULE.append(tuple(SCHEDULE[-1][i] for i in MSG_PERMUTATION))
+
+
+def g(s, a, b, c, d, x, y):
+    s[a] = (s[a] + s[b] + x) & M32
+    t = s[d] ^ s[a]
+    s[d] = ((t >> 16) | (t << 16)) & M32
+    s[c] = (s[c] + s[d]) & M32
+    t = s[b] ^ s[c]
+    s[b] = ((t >> 12) | (t << 20)) & M32
+    s[a] = (s[a] + s[b] + y) & M32
+    t = s[d] ^ s[a]
+    s[d] = ((t >> 8) | (t << 24)) & M32
+    s[c] = (s[c] + s[d]) & M32
+    t = s[b] ^ s[c]
+    s[b] = ((t >> 7) | (t << 25)) & M32
+
+
+def compress(cv, block, counter, block_len, flags):
+    """The compression function; returns the first 8 output words (a
+    chaining value, or the 32-byte hash when `flags` has ROOT)."""
+    m = struct.unpack("<16I", block.ljust(BLOCK_LEN, b"\0"))
+    s = list(cv) + list(IV[:4]) + [counter & M32, (counter >> 32) & M32, block_len, flags]
+    for w in SCHEDULE:
+        g(s, 0, 4, 8, 12, m[w[0]], m[w[1]])
+        g(s, 1, 5, 9, 13, m[w[2]], m[w[3]])
+        g(s, 2, 6, 10, 14, m[w[4]], m[w[5]])
+        g(s, 3, 7, 11, 15, m[w[6]], m[w[7]])
+        g(s, 0, 5, 10, 15, m[w[8]], m[w[9]])
+        g(s, 1, 6, 11, 12, m[w[10]], m[w[11]])
+        g(s, 2, 7, 8, 13, m[w[12]], m[w[13]])
+        g(s, 3, 4, 9, 14, m[w[14]], m[w[15]])
+    return tuple(s[i] ^ s[i + 8] for i in range(8))
+
+
+def words_to_bytes(cv):
+    return struct.pack("<8I", *cv)
+
+
+def bytes_to_words(b):
+    return struct.unpack("<8I", b)
+
+
+def chunk_cv(data, counter, root=False):
+    """Chaining value of one chunk (at most 1024 bytes) with chunk counter
+    `counter`; the hash itself when `root`."""
+    assert len(data) <= CHUNK_LEN
+    blocks = [data[i:i + BLOCK_LEN] for i in range(0, len(data), BLOCK_LEN)] or [b""]
+    cv = IV
+    for i, block in enumerate(blocks):
+        flags = (CHUNK_START if i == 0 else 0) | (CHUNK_END if i == len(blocks) - 1 else 0)
+        if root and i == len(blocks) - 1:
+            flags |= ROOT
+        cv = compress(cv, block, counter, len(block), flags)
+    return cv
+
+
+def parent_cv(left, right, root=False):
+    return compress(IV, words_to_bytes(left) + words_to_bytes(right), 0, BLOCK_LEN, PARENT | (ROOT if root else 0))
+
+
+def left_len(n):
+    """Bytes in the left subtree of an n-byte subtree (n > 1024): the
+    largest power of two of whole chunks strictly less than n."""
+    full_chunks = (n - 1) // CHUNK_LEN
+    return CHUNK_LEN << (full_chunks.bit_length() - 1)
+
+
+def subtree_cv(data, counter, root=False):
+    """Chaining value of the subtree of `data` whose first chunk has chunk
+    counter `counter` (the hash itself when `root`)."""
+    if len(data) <= CHUNK_LEN:
+        return chunk_cv(data, counter, root)
+    n = left_len(len(data))
+    return parent_cv(subtree_cv(data[:n], counter), subtree_cv(data[n:], counter + n // CHUNK_LEN), root)
+
+
+def merge_pieces(cvs, size):
+    """§2.5: the file's BLAKE3 from the chaining values of its pieces, by
+    BLAKE3's own tree (left subtrees of at least a piece hold whole pieces)."""
+
+    def sub(cvs, n, root):
+        if len(cvs) == 1:
+            assert not root
+            return cvs[0]
+        ln = left_len(n)
+        k = ln // PIECE
+        return parent_cv(sub(cvs[:k], ln, False), sub(cvs[k:], n - ln, False), root)
+
+    assert size > PIECE and len(cvs) == -(-size // PIECE)
+    return sub(cvs, size, True)
+
+
+def piece_count(size):
+    return -(-size // PIECE) if size > PIECE else 0
+
+
+def piece_cv_of(data, index):
+    """The chaining value of piece `index` of a file larger than a piece,
+    from the whole file's bytes."""
+    return subtree_cv(data[index * PIECE:(index + 1) * PIECE], index * (PIECE // CHUNK_LEN))
+
+
+def must(ok, what):
+    """An assertion that `python -O` keeps."""
+    if not ok:
+        raise AssertionError(what)
+
+
+def self_test():
+    """Fails loudly if the BLAKE3 above disagrees with the package."""
+    src = bytes(blake3.blake3(b"check_spec self test").digest(length=5000))
+    for n in (0, 1, 63, 64, 65, 1000, 1024):
+        want = blake3.blake3(src[:n]).digest()
+        must(words_to_bytes(chunk_cv(src[:n], 0, root=True)) == want, f"one-chunk BLAKE3 of {n} bytes")
+    # Two chunks, merged by hand: the second chunk has counter 1.
+    for n in (1025, 2048):
+        left, right = chunk_cv(src[:1024], 0), chunk_cv(src[1024:n], 1)
+        must(words_to_bytes(parent_cv(left, right, root=True)) == blake3.blake3(src[:n]).digest(), f"two-chunk BLAKE3 of {n} bytes")
+    for n in (3000, 4096, 4097, 5000):
+        must(words_to_bytes(subtree_cv(src[:n], 0, root=True)) == blake3.blake3(src[:n]).digest(), f"tree BLAKE3 of {n} bytes")
+    must(left_len(1025) == 1024 and left_len(2048) == 1024 and left_len(2049) == 2048, "left_len")
+    must(left_len(3 * PIECE + 12345) == 2 * PIECE and left_len(4 * PIECE) == 2 * PIECE, "left_len")
+
+
+# --- The tree index (§2.4) and version digest (§3). ---
 
 
 def canonical_key(path):
@@ -27,6 +178,10 @@ def size_of(e):
     return 0
 
 
+def b3(s):
+    return bytes.fromhex(s.removeprefix("b3:"))
+
+
 def version_digest(entries):
     h = blake3.blake3(b"sealvol.version.v1\n")
     for e in entries:
@@ -34,48 +189,121 @@ def version_digest(entries):
         h.update(bytes([KINDS[e["kind"]]]) + struct.pack("<I", len(p)) + p)
         h.update(struct.pack("<IQ", e["mode"], size_of(e)))
         if e["kind"] == "file":
-            h.update(bytes.fromhex(e["blake3"].removeprefix("b3:")))
+            h.update(b3(e["blake3"]))
         elif e["kind"] == "symlink":
             h.update(e["target"].encode())
     return "b3:" + h.hexdigest()
 
 
-def encode(params, entries):
-    out = b"SVTREE\x00\x01" + struct.pack("<IIIQ", params["min"], params["avg"], params["max"], len(entries))
+def encode(params, entries, version, chunk_blake3=None):
+    """Format 2 (§2.4) or format 1 (§2.6). Format 1 records carry each
+    chunk's BLAKE3, which `chunk_blake3(entry, chunk)` gives."""
+    magic = MAGIC_V2 if version == 2 else MAGIC_V1
+    out = magic + struct.pack("<IIIQ", params["min"], params["avg"], params["max"], len(entries))
     for e in entries:
         p = e["path"].encode()
         out += bytes([KINDS[e["kind"]]]) + struct.pack("<II", e["mode"], len(p)) + p
         if e["kind"] == "file":
-            out += struct.pack("<Q", e["size"]) + bytes.fromhex(e["blake3"].removeprefix("b3:"))
+            out += struct.pack("<Q", e["size"]) + b3(e["blake3"])
             out += struct.pack("<I", len(e["chunks"]))
             for c in e["chunks"]:
                 out += struct.pack("<QI", c["offset"], c["length"])
-                out += bytes.fromhex(c["sha256"].removeprefix("sha256:")) + bytes.fromhex(c["blake3"].removeprefix("b3:"))
+                out += bytes.fromhex(c["sha256"].removeprefix("sha256:"))
+                if version == 1:
+                    out += chunk_blake3(e, c)
+            if version == 2:
+                for cv in e.get("pieces", []):
+                    out += bytes.fromhex(cv)
         elif e["kind"] == "symlink":
             t = e["target"].encode()
             out += struct.pack("<I", len(t)) + t
     return out
 
 
-def main():
-    trees = json.loads((HERE / "trees.json").read_text())
-    total = failures = 0
+def xof(context, length):
+    return blake3.blake3(derive_key_context=context).digest(length=length)
+
+
+def chain_checks(label, size, blake3_hex, pieces):
+    """The chain rule of §2.3: the piece count, and that the pieces merge to
+    the file's BLAKE3 (parent nodes only)."""
+    checks = [(f"{label}: piece count", len(pieces), piece_count(size))]
+    if pieces and len(pieces) == piece_count(size):
+        cvs = [bytes_to_words(bytes.fromhex(p)) for p in pieces]
+        checks.append((f"{label}: pieces merge to its blake3", "b3:" + words_to_bytes(merge_pieces(cvs, size)).hex(), blake3_hex))
+    return checks
+
+
+def file_data_checks(label, data, e, full_pieces):
+    """Recomputes a file's BLAKE3, chunk sha256s and, for the pieces
+    `full_pieces` plus the last one, chaining values from its bytes."""
+    checks = [
+        (f"{label}: size", len(data), e["size"]),
+        (f"{label}: blake3 of the data", "b3:" + blake3.blake3(data).hexdigest(), e["blake3"]),
+        (
+            f"{label}: chunk sha256s of the data",
+            [hashlib.sha256(data[c["offset"]:c["offset"] + c["length"]]).hexdigest() for c in e["chunks"]],
+            [c["sha256"].removeprefix("sha256:") for c in e["chunks"]],
+        ),
+    ]
+    pieces = e.get("pieces", [])
+    n = piece_count(len(data))
+    for i in sorted(set(full_pieces) | ({n - 1} if n else set())):
+        got = words_to_bytes(piece_cv_of(data, i)).hex()
+        checks.append((f"{label}: piece {i} from the data", got, pieces[i] if i < len(pieces) else None))
+    return checks
+
+
+def main(argv):
+    vectors = pathlib.Path(argv[1]) if len(argv) > 1 else HERE
+    self_test()
+    trees = json.loads((vectors / "trees.json").read_text())
+    must({"basic", "chained"} <= trees.keys(), "trees.json has the basic and chained cases")
+    checks = []
     for name, case in trees.items():
         entries = sorted(case["entries"], key=lambda e: canonical_key(e["path"]))
-        checks = [("version digest", version_digest(entries), case["version_digest"])]
+        checks.append((name, "version digest", version_digest(entries), case["version_digest"]))
+        enc = encode(case["params"], entries, 2)
         if "encoded_sha256" in case:
-            enc = encode(case["params"], entries)
-            checks.append(("encoding sha256", "sha256:" + hashlib.sha256(enc).hexdigest(), case["encoded_sha256"]))
+            checks.append((name, "encoding sha256", "sha256:" + hashlib.sha256(enc).hexdigest(), case["encoded_sha256"]))
+            checks.append((name, "encoding length", len(enc), case["encoded_len"]))
+        for e in entries:
+            if e["kind"] == "file":
+                for what, got, want in chain_checks(e["path"], e["size"], e["blake3"], e.get("pieces", [])):
+                    checks.append((name, what, got, want))
         if name == "basic":
-            checks.append(("basic.tree bytes", encode(case["params"], entries) == (HERE / "basic.tree").read_bytes(), True))
-        for what, got, want in checks:
-            total += 1
-            if got != want:
-                failures += 1
-                print(f"FAIL: {name}: {what}: SPEC.md gives {got}, the vector says {want}")
+            checks.append((name, "basic.tree bytes", enc == (vectors / "basic.tree").read_bytes(), True))
+            # basic's files are of at most one chunk, so a chunk's BLAKE3
+            # is its file's.
+            must(all(len(e["chunks"]) <= 1 for e in entries if e["kind"] == "file"), "basic has one-chunk files")
+            v1 = encode(case["params"], entries, 1, chunk_blake3=lambda e, c: b3(e["blake3"]))
+            checks.append((name, "basic.v1.tree bytes", v1 == (vectors / "basic.v1.tree").read_bytes(), True))
+        if name == "chained":
+            files = {e["path"]: e for e in entries}
+            data = xof(CHAIN_CONTEXT, (3 << 20) + 12345)
+            for what, got, want in file_data_checks("weights.bin", data, files["weights.bin"], [0, 1, 2]):
+                checks.append((name, what, got, want))
+            one = xof(CHAIN_CONTEXT + " one piece", 1 << 20)
+            for what, got, want in file_data_checks("piece.bin", one, files["piece.bin"], []):
+                checks.append((name, what, got, want))
+    for i, case in enumerate(json.loads((vectors / "chunking.json").read_text())):
+        name = f"chunking[{i}]"
+        inp = case["input"]
+        data = xof(inp["blake3_derive_key_context"], inp["length"])
+        e = {"size": len(data), "blake3": case["file_blake3"], "chunks": case["chunks"], "pieces": case["pieces"]}
+        for what, got, want in chain_checks("f", e["size"], e["blake3"], e["pieces"]):
+            checks.append((name, what, got, want))
+        for what, got, want in file_data_checks("f", data, e, []):
+            checks.append((name, what, got, want))
+    failures = 0
+    for name, what, got, want in checks:
+        if got != want:
+            failures += 1
+            print(f"FAIL: {name}: {what}: SPEC.md gives {got}, the vector says {want}")
+    total = len(checks)
     print(f"spec check: {total - failures} of {total} vector values recomputed from SPEC.md")
     return 1 if failures else 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv))

@@ -6,10 +6,14 @@
 //! (`@sha256:…`), or nothing for the volume's `head`. [`Source::list`]
 //! resolves it once, reads the version index (SPEC.md §5), fetches the
 //! tree index and checks it against the version digest, and lists every
-//! file of that version, pinned to its version digest. [`Source::open`]
-//! streams a file's chunk blobs in order, each checked against the SHA-256
-//! and BLAKE3 the tree gives it before a byte of it is passed on; the
-//! sealer then re-chunks the bytes for this registry.
+//! file of that version, pinned to its version digest, with the file's
+//! BLAKE3 as its checksum. [`Source::open`] streams a file's chunk blobs in
+//! order, each checked against the length and SHA-256 (its blob name) the
+//! tree gives it before a byte of it is passed on. The bytes served are
+//! tied to the version digest through the chain (SPEC.md §2.5): the sealer,
+//! which re-chunks them for this registry, hashes the whole file anyway and
+//! fails it with `CHECKSUM_MISMATCH` unless that hash is the tree's. A
+//! format 1 tree (no chaining values) is imported the same way.
 //!
 //! Only files are copied: the [`Source`] trait carries files, so the
 //! source's directories reappear as the folders its files' paths imply
@@ -37,7 +41,7 @@ use sha2::Digest as _;
 use tokio::sync::OnceCell;
 
 use crate::http::{self, error_chain, first_line};
-use crate::{ByteStream, ErrorKind, Object, Source, SourceOptions, SyncError};
+use crate::{ByteStream, Checksum, ErrorKind, Object, Source, SourceOptions, SyncError};
 
 /// What a version is made of: an image index whose parts are manifests.
 const MANIFEST_TYPES: &[&str] = &[
@@ -51,6 +55,9 @@ const PREFETCH: usize = 2;
 /// Tries per chunk before the file fails: one lost connection should not
 /// restart a file of thousands of chunks; the job retries beyond that.
 const CHUNK_TRIES: u32 = 3;
+/// The end of the message of a file whose bytes do not hash to the BLAKE3
+/// its tree gives.
+const MISMATCH_HINT: &str = "(the tree's BLAKE3); the registry altered it";
 /// Tag page size when a digest prefix is resolved.
 const TAG_PAGE: usize = 1000;
 /// The largest tree index read: a tree of millions of files is tens of
@@ -212,7 +219,8 @@ fn describe(e: OciDistributionError) -> String {
     first_line(&text)
 }
 
-/// Checks a chunk's bytes against the tree: length, blob digest, BLAKE3.
+/// Checks a chunk's bytes against the tree: length and blob digest. The
+/// file as a whole is checked against its BLAKE3 by the sealer.
 fn check_chunk(uri: &str, path: &str, c: &ChunkRef, bytes: &[u8]) -> Result<(), SyncError> {
     let mismatch = |what: String| {
         SyncError::new(
@@ -233,13 +241,6 @@ fn check_chunk(uri: &str, path: &str, c: &ChunkRef, bytes: &[u8]) -> Result<(), 
     let sha = Sha256Digest(sha2::Sha256::digest(bytes).into());
     if sha != c.sha256 {
         return Err(mismatch(format!("content has {sha}")));
-    }
-    let b3 = B3Digest::of(bytes);
-    if b3 != c.blake3 {
-        return Err(mismatch(format!(
-            "content has BLAKE3 {b3}, the tree says {}",
-            c.blake3
-        )));
     }
     Ok(())
 }
@@ -620,12 +621,15 @@ impl Source for OciSource {
             .entries()
             .iter()
             .filter_map(|e| match &e.data {
-                EntryData::File { size, .. } => Some(Object {
+                EntryData::File { size, blake3, .. } => Some(Object {
                     path: e.path.clone(),
                     key: e.path.clone(),
                     size: *size,
-                    checksum: None,
-                    mismatch_hint: None,
+                    // What the version digest covers: bytes that hash to
+                    // anything else are not this version's, whatever chunk
+                    // blobs they came from.
+                    checksum: Some(Checksum::Blake3(blake3.0)),
+                    mismatch_hint: Some(MISMATCH_HINT),
                     version: Some(version.clone()),
                     mode: e.mode,
                 }),
@@ -772,7 +776,6 @@ mod tests {
             offset: 0,
             length: data.len() as u32,
             sha256: Sha256Digest::of(data),
-            blake3: B3Digest::of(data),
         };
         check_chunk("u", "p", &c, data).unwrap();
         assert_eq!(
@@ -781,17 +784,9 @@ mod tests {
                 .kind,
             ErrorKind::Checksum
         );
-        assert_eq!(
-            check_chunk("u", "p", &c, b"short").unwrap_err().kind,
-            ErrorKind::Checksum
-        );
-        let wrong_b3 = ChunkRef {
-            blake3: B3Digest::of(b"x"),
-            ..c
-        };
-        let e = check_chunk("u", "p", &wrong_b3, data).unwrap_err();
+        let e = check_chunk("u", "p", &c, b"short").unwrap_err();
         assert_eq!(e.kind, ErrorKind::Checksum);
-        assert!(e.message.contains("BLAKE3"), "{}", e.message);
+        assert!(e.message.contains("u: p: chunk"), "{}", e.message);
     }
 
     #[test]

@@ -4,18 +4,21 @@
 //! Three stages run at once so the network, the CPU and the disk overlap:
 //! the reader forwards the source's buffers; one blocking thread cuts
 //! chunks (SPEC.md §4: a cut needs a window of `max` bytes or the tail) and
-//! hashes them (SHA-256 for the blob digest, BLAKE3 for the chunk and the
-//! whole file, and the source's own checksum); the writer stores the
-//! chunks the sink lacks, a few at a time. Memory stays bounded by the
-//! channel depths whatever the object's size.
+//! hashes them in the same pass (SHA-256 per chunk for the blob digest, the
+//! BLAKE3 chaining value of each 1 MiB piece and the file's BLAKE3 root
+//! (§2.5), and the source's own checksum); the writer stores the chunks the
+//! sink lacks, a few at a time. Memory stays bounded by the channel depths
+//! whatever the object's size.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use blake3::hazmat::HasherExt as _;
 use bytes::Bytes;
 use futures_util::{StreamExt, TryStreamExt};
 use md5::Md5;
+use sealvol_spec::chain::{self, PieceCv, PIECE};
 use sealvol_spec::{B3Digest, ChunkRef, Cutter, Sha256Digest};
 use sha2::{Digest as _, Sha256};
 use tokio::sync::mpsc;
@@ -44,6 +47,9 @@ pub struct SealedObject {
     pub size: u64,
     pub blake3: B3Digest,
     pub chunks: Vec<ChunkRef>,
+    /// Chaining values of the object's 1 MiB pieces (SPEC.md §2.5): one
+    /// per piece when it is larger than a piece, none otherwise.
+    pub pieces: Vec<PieceCv>,
     /// Chunk bytes this object wrote (the sink lacked them).
     pub bytes_stored: u64,
 }
@@ -167,6 +173,7 @@ pub async fn seal_object(
         size: cut.size,
         blake3: cut.blake3,
         chunks: cut.chunks,
+        pieces: cut.pieces,
         bytes_stored,
     })
 }
@@ -181,7 +188,60 @@ struct Cut {
     size: u64,
     blake3: B3Digest,
     chunks: Vec<ChunkRef>,
+    pieces: Vec<PieceCv>,
     checksum: Option<Checksum>,
+}
+
+/// The file's BLAKE3 as the chain needs it (SPEC.md §2.5), hashed as the
+/// bytes arrive: each 1 MiB piece is its own subtree, hashed in place (no
+/// copy into a piece buffer) and closed when the next byte arrives, so a
+/// file of exactly one piece has no chaining values. The result is what
+/// [`chain::PieceHasher`] gives.
+struct Pieces {
+    /// The piece being hashed: piece `cvs.len()`.
+    current: blake3::Hasher,
+    /// Bytes of the current piece so far.
+    filled: u64,
+    cvs: Vec<PieceCv>,
+    len: u64,
+}
+
+impl Pieces {
+    fn new() -> Pieces {
+        Pieces {
+            current: blake3::Hasher::new(),
+            filled: 0,
+            cvs: Vec::new(),
+            len: 0,
+        }
+    }
+
+    fn update(&mut self, mut data: &[u8]) {
+        while !data.is_empty() {
+            if self.filled == PIECE {
+                self.cvs.push(self.current.finalize_non_root());
+                self.current = blake3::Hasher::new();
+                self.current.set_input_offset(self.cvs.len() as u64 * PIECE);
+                self.filled = 0;
+            }
+            let n = ((PIECE - self.filled) as usize).min(data.len());
+            self.current.update(&data[..n]);
+            self.filled += n as u64;
+            self.len += n as u64;
+            data = &data[n..];
+        }
+    }
+
+    /// The file's BLAKE3 and its chaining values.
+    fn finish(mut self) -> (B3Digest, Vec<PieceCv>) {
+        if self.cvs.is_empty() {
+            // Piece 0 at offset 0 is the whole file: its root is the hash.
+            return (B3Digest(*self.current.finalize().as_bytes()), Vec::new());
+        }
+        self.cvs.push(self.current.finalize_non_root());
+        let root = chain::combine(&self.cvs, self.len).expect("one value per piece");
+        (root, self.cvs)
+    }
 }
 
 enum WholeHash {
@@ -200,11 +260,12 @@ fn cut_and_hash(
 ) -> Result<Cut, SyncError> {
     let max = cutter.params().max as usize;
     let mut whole = match expected {
-        None => WholeHash::None,
+        // The file's BLAKE3 is computed below in any case.
+        None | Some(Checksum::Blake3(_)) => WholeHash::None,
         Some(Checksum::Sha256(_)) => WholeHash::Sha256(Sha256::new()),
         Some(Checksum::Md5(_)) => WholeHash::Md5(Md5::new()),
     };
-    let mut file = blake3::Hasher::new();
+    let mut file = Pieces::new();
     // One window, reused: chunks are copied out of it, so its pages stay
     // mapped (a growing shared buffer faulted in fresh pages on every cut).
     let mut buf: Vec<u8> = Vec::with_capacity(3 * max);
@@ -212,12 +273,10 @@ fn cut_and_hash(
     let mut offset = 0u64;
     let mut emit = |chunk: Bytes, chunks: &mut Vec<ChunkRef>| -> Result<(), SyncError> {
         let sha256 = Sha256Digest(Sha256::digest(&chunk).into());
-        let b3 = B3Digest::of(&chunk);
         chunks.push(ChunkRef {
             offset,
             length: chunk.len() as u32,
             sha256,
-            blake3: b3,
         });
         offset += chunk.len() as u64;
         output
@@ -256,15 +315,20 @@ fn cut_and_hash(
             buf.drain(..at);
         }
     }
+    let (blake3, pieces) = file.finish();
     let checksum = match whole {
+        WholeHash::None if matches!(expected, Some(Checksum::Blake3(_))) => {
+            Some(Checksum::Blake3(blake3.0))
+        }
         WholeHash::None => None,
         WholeHash::Sha256(h) => Some(Checksum::Sha256(h.finalize().into())),
         WholeHash::Md5(h) => Some(Checksum::Md5(h.finalize().into())),
     };
     Ok(Cut {
         size,
-        blake3: B3Digest(*file.finalize().as_bytes()),
+        blake3,
         chunks,
+        pieces,
         checksum,
     })
 }
@@ -357,7 +421,7 @@ mod tests {
             let store = sink.0.lock().unwrap();
             for c in &got.chunks {
                 let b = &store[&c.sha256];
-                assert_eq!(B3Digest::of(b), c.blake3);
+                assert_eq!(Sha256Digest::of(b), c.sha256);
                 rebuilt.extend_from_slice(b);
             }
             assert_eq!(rebuilt, data);
@@ -365,6 +429,35 @@ mod tests {
                 got.bytes_stored,
                 store.values().map(|b| b.len() as u64).sum::<u64>()
             );
+        }
+    }
+
+    /// The file's BLAKE3 and chaining values are what the chain gives for
+    /// the whole file, at the piece edges too and whatever the buffers.
+    #[tokio::test]
+    async fn pieces_are_the_chains_whatever_the_buffer_sizes() {
+        let p = PIECE as usize;
+        for len in [0, 1, p - 1, p, p + 1, 2 * p, 3 * p + 5] {
+            let data = noise(len, len as u64 + 1);
+            let mut want = chain::PieceHasher::new();
+            want.update(&data);
+            let (root, cvs) = want.finish();
+            assert_eq!(root, B3Digest::of(&data), "len {len}");
+            for piece in [4096, 333_333, p, 5 * p] {
+                let got = seal_object(
+                    &object(&data, None),
+                    stream(data.clone(), piece),
+                    cutter(),
+                    Arc::new(Memory::default()),
+                    &|_| {},
+                    &GO,
+                )
+                .await
+                .unwrap();
+                assert_eq!(got.blake3, root, "len {len} piece {piece}");
+                assert_eq!(got.pieces, cvs, "len {len} piece {piece}");
+                assert_eq!(got.pieces.len() as u64, chain::piece_count(len as u64));
+            }
         }
     }
 
@@ -410,6 +503,10 @@ mod tests {
         run(object(&data, Some(Checksum::Sha256(sha))))
             .await
             .unwrap();
+        let b3 = B3Digest::of(&data).0;
+        run(object(&data, Some(Checksum::Blake3(b3))))
+            .await
+            .unwrap();
         let mut bad = sha;
         bad[0] ^= 1;
         let e = run(object(&data, Some(Checksum::Sha256(bad))))
@@ -417,6 +514,12 @@ mod tests {
             .unwrap_err();
         assert_eq!(e.kind, ErrorKind::Checksum);
         assert!(e.message.contains("k/f"), "{}", e.message);
+        let e = run(object(&data, Some(Checksum::Blake3(bad))))
+            .await
+            .unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Checksum);
+        assert!(e.message.contains("k/f"), "{}", e.message);
+        assert!(e.message.contains("the source says b3:"), "{}", e.message);
         let mut short = object(&data, None);
         short.size += 1;
         assert_eq!(run(short).await.unwrap_err().kind, ErrorKind::Checksum);
