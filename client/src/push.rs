@@ -162,6 +162,7 @@ async fn publish(
     // first sealed with (SPEC.md §5.7). Published with a format 1 tree, it
     // is published again, under the tags that named the old index.
     let mut republish: Option<Sha256Digest> = None;
+    let mut first_created = None;
     let existing = match remote.manifest(&repo, digest_tag.as_str()).await {
         Ok((bytes, digest)) => match VersionIndex::parse(&bytes) {
             Ok(ix) if ix.digest == sealed.digest => {
@@ -169,6 +170,7 @@ async fn publish(
                     Some(TreeFormat::V2) => Some((bytes, digest)),
                     _ => {
                         republish = Some(digest);
+                        first_created = ix.created.clone();
                         None
                     }
                 }
@@ -207,8 +209,10 @@ async fn publish(
             let built = oci::build_version(
                 &sealed.tree,
                 &VersionMeta {
-                    created: humantime::format_rfc3339_millis(std::time::SystemTime::now())
-                        .to_string(),
+                    // A re-publication keeps the version's creation time.
+                    created: first_created.clone().unwrap_or_else(|| {
+                        humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string()
+                    }),
                     source: None,
                 },
             )

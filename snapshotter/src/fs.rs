@@ -1,8 +1,8 @@
 //! The FUSE filesystem: thin adapters from `fuser` callbacks to the inode
-//! table and the chunk reader. Metadata is answered at once from memory;
+//! table and the file reader. Metadata is answered at once from memory;
 //! a read is handed to a task on the async runtime, which replies when its
-//! chunks are there, so a read waiting on the network never holds up the
-//! session loop or other reads.
+//! bytes are there and verified, so a read waiting on the network never
+//! holds up the session loop or other reads.
 //!
 //! The mount is read-only (the kernel answers writes with `EROFS`), names
 //! and attributes carry long TTLs, and files open with `FOPEN_KEEP_CACHE`:
@@ -24,11 +24,13 @@ use fuser::{
 
 use crate::inodes::{Inodes, TTL};
 use crate::prefetch::Prefetcher;
-use crate::reader::{touched, ChunkReader, ReadAhead, ReadError};
+use crate::reader::{touched, ReadAhead, ReadError};
+use crate::verify::{FileReader, PIECES_AHEAD};
+use sealvol_spec::chain::pieces_of;
 
 pub(crate) struct VolumeFs {
     pub inodes: Arc<Inodes>,
-    pub reader: Arc<ChunkReader>,
+    pub reader: Arc<FileReader>,
     pub prefetch: Option<Arc<Prefetcher>>,
     pub rt: tokio::runtime::Handle,
     /// Read-ahead state of each open file.
@@ -40,7 +42,7 @@ pub(crate) struct VolumeFs {
 impl VolumeFs {
     pub fn new(
         inodes: Arc<Inodes>,
-        reader: Arc<ChunkReader>,
+        reader: Arc<FileReader>,
         prefetch: Option<Arc<Prefetcher>>,
         rt: tokio::runtime::Handle,
     ) -> VolumeFs {
@@ -200,19 +202,26 @@ impl Filesystem for VolumeFs {
         };
         tracing::trace!(path = file.path, offset, size, "read");
         // Read-ahead is decided here, in the order the kernel sent the
-        // reads, and started before this read's own chunks are awaited.
+        // reads, and started before this read's own bytes are awaited:
+        // chunks far ahead, and a few pieces verified just ahead.
         let end = offset.saturating_add(u64::from(size)).min(file.size);
         if offset < end {
             let ahead = self.handles().get(&fh.0).cloned();
             if let Some(ahead) = ahead {
-                let range = ahead.lock().unwrap_or_else(|e| e.into_inner()).next(
-                    file.chunks,
-                    touched(file.chunks, offset, end),
-                    offset,
-                    end,
-                );
+                let (range, sequential) = {
+                    let mut ra = ahead.lock().unwrap_or_else(|e| e.into_inner());
+                    let range =
+                        ra.next(file.chunks, touched(file.chunks, offset, end), offset, end);
+                    (range, ra.sequential())
+                };
                 if !range.is_empty() {
-                    self.reader.fetch_ahead(file.chunks[range].to_vec());
+                    self.reader
+                        .chunks()
+                        .fetch_ahead(file.chunks[range].to_vec());
+                }
+                if sequential {
+                    let next = pieces_of(offset, end).end;
+                    self.reader.verify_ahead(ino.0, next..next + PIECES_AHEAD);
                 }
             }
         }
@@ -225,11 +234,16 @@ impl Filesystem for VolumeFs {
             let Some(file) = inodes.file(ino.0) else {
                 return reply.error(Errno::EIO);
             };
-            match reader.read(file.chunks, file.size, offset, size).await {
+            match reader.read(ino.0, offset, size).await {
                 Ok(bytes) => reply.data(&bytes),
                 Err(e) => {
                     errors.fetch_add(1, Ordering::Relaxed);
                     match &e {
+                        // The error names the file and the piece.
+                        ReadError::Forged { .. } => tracing::error!(
+                            path = file.path, offset, size,
+                            "read failed with EIO: {e}"
+                        ),
                         ReadError::Corrupt { .. } => tracing::error!(
                             path = file.path, offset, size, error = %e,
                             "read failed with EIO: the registry holds damaged data or a proxy altered it"

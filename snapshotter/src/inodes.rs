@@ -10,8 +10,10 @@
 use std::time::{Duration, SystemTime};
 
 use fuser::{FileAttr, FileType, INodeNo};
+use sealvol_spec::chain::PieceCv;
 use sealvol_spec::path as spath;
 use sealvol_spec::tree::{ChunkRef, Entry, EntryData, TreeIndex};
+use sealvol_spec::B3Digest;
 
 /// The inode number of the mount's root.
 pub const ROOT: u64 = 1;
@@ -68,6 +70,11 @@ pub struct FileView<'a> {
     pub path: &'a str,
     pub size: u64,
     pub chunks: &'a [ChunkRef],
+    /// The file's BLAKE3, which the version digest covers.
+    pub blake3: &'a B3Digest,
+    /// Its pieces' chaining values (SPEC.md §2.5): none for a file of at
+    /// most one piece, or in a format 1 tree.
+    pub pieces: &'a [PieceCv],
 }
 
 /// The inode table.
@@ -178,6 +185,12 @@ impl Inodes {
         self.bytes
     }
 
+    /// Whether every file's bytes can be verified against the version
+    /// digest as they are read (a format 2 tree, SPEC.md §2.5).
+    pub fn verifiable(&self) -> bool {
+        self.tree.is_verifiable()
+    }
+
     /// The last path component of `ino` (empty for the root).
     pub fn name(&self, ino: u64) -> &str {
         match self.entry(ino) {
@@ -221,14 +234,21 @@ impl Inodes {
             .map_err(|_| fuser::Errno::ENOENT)
     }
 
-    /// A file's size and chunks; `None` if `ino` is not a file.
+    /// A file's size, chunks and hashes; `None` if `ino` is not a file.
     pub fn file(&self, ino: u64) -> Option<FileView<'_>> {
         let e = self.entry(ino)?;
         match &e.data {
-            EntryData::File { size, chunks, .. } => Some(FileView {
+            EntryData::File {
+                size,
+                blake3,
+                chunks,
+                pieces,
+            } => Some(FileView {
                 path: &e.path,
                 size: *size,
                 chunks,
+                blake3,
+                pieces,
             }),
             _ => None,
         }
@@ -295,7 +315,7 @@ pub const TTL: Duration = Duration::from_secs(365 * 24 * 3600);
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sealvol_spec::{B3Digest, ChunkingParams, Sha256Digest};
+    use sealvol_spec::ChunkingParams;
 
     fn dir(path: &str, mode: u32) -> Entry {
         Entry {
@@ -306,24 +326,10 @@ mod tests {
     }
 
     fn file(path: &str, data: &[u8]) -> Entry {
-        let chunks = if data.is_empty() {
-            vec![]
-        } else {
-            vec![ChunkRef {
-                offset: 0,
-                length: data.len() as u32,
-                sha256: Sha256Digest::of(data),
-                blake3: B3Digest::of(data),
-            }]
-        };
         Entry {
             path: path.into(),
             mode: 0o640,
-            data: EntryData::File {
-                size: data.len() as u64,
-                blake3: B3Digest::of(data),
-                chunks,
-            },
+            data: EntryData::file_of(data, &[]),
         }
     }
 

@@ -1,19 +1,33 @@
 //! sealvol's read side: a sealed version mounted as a read-only FUSE file
 //! system whose bytes stream in as they are read.
 //!
-//! Mounting fetches only the tree index; names, attributes, directory
-//! listings and link targets are then answered from memory. A read fetches
-//! just the chunks its range touches (from memory, the on-disk chunk cache
-//! `pull` shares, or the registry), checks each one's sha256 and BLAKE3
-//! before serving a byte of it, and fails with `EIO` rather than serve a
-//! corrupt chunk or hang on a registry that is away. Reads run concurrently
-//! on the async runtime; two reads of one chunk share one fetch; sequential
-//! reads fetch ahead; [`Prefetch`] can fill the cache in the background.
+//! Mounting fetches only the tree index (checked against the version
+//! digest); names, attributes, directory listings and link targets are then
+//! answered from memory. A read fetches just the chunks its range touches
+//! (from memory, the on-disk chunk cache `pull` shares, or the registry,
+//! which is checked by sha256 as it downloads), and serves only bytes
+//! verified through the chain of SPEC.md §2.5: the 1 MiB pieces the range
+//! touches are assembled from those chunks and checked against the
+//! chaining values the version digest covers, so a tree index whose chunk
+//! lists were rewritten gives `EIO` on the pieces it falsifies instead of
+//! another file's bytes. A read fails with `EIO` rather than serve wrong
+//! bytes or hang on a registry that is away. Reads run concurrently on the
+//! async runtime; two reads of one chunk or piece share one fetch or one
+//! hash; sequential reads fetch and verify ahead; [`Prefetch`] can fill the
+//! cache in the background.
+//!
+//! A format 1 tree index has no chaining values: it is refused with
+//! [`MountOptions::legacy`] set to `Refuse`, and otherwise mounted with its
+//! chunks checked by sha256 only, which ties them to the chunk list but not
+//! to the version digest ([`Mount::verifiable`] is false; say so to the
+//! user).
 //!
 //! The modules follow a read's path: [`inodes`] (the tree index as an inode
-//! table), `reader` (verified chunks, single flight, read-ahead), `prefetch`
-//! (background fetches), `fs` (the `fuser::Filesystem` adapter) and
-//! [`mount()`] (the public entry point and its [`Mount`] handle).
+//! table), `verify` (verified pieces, the bytes reads are served from),
+//! `reader` (chunks: single flight, memory, read-ahead), `prefetch`
+//! (background fetches into the disk cache), `fs` (the `fuser::Filesystem`
+//! adapter) and [`mount()`] (the public entry point and its [`Mount`]
+//! handle).
 //!
 //! It is not a writable file system (every write is `EROFS`), not a
 //! registry client of its own (it reads through `sealvol-client`), and not
@@ -37,6 +51,9 @@ pub mod inodes;
 mod mount;
 mod prefetch;
 mod reader;
+#[cfg(test)]
+mod testing;
+mod verify;
 
 pub use mount::{
     mount, mounts, unmount, Mount, MountEntry, MountOptions, MountStats, Prefetch, Unmounted,

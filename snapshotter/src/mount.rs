@@ -1,7 +1,8 @@
 //! Mounting a version: resolve the ref, fetch and check the tree index (the
-//! only download before the mount is ready), build the inode table, and
-//! start a FUSE session on its own thread. The returned [`Mount`] unmounts
-//! when asked or dropped.
+//! only download before the mount is ready), apply the policy for format 1
+//! trees ([`MountOptions::legacy`]), build the inode table, and start a
+//! FUSE session on its own thread. The returned [`Mount`] unmounts when
+//! asked or dropped.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
@@ -10,15 +11,17 @@ use std::time::{Duration, Instant, SystemTime};
 
 use sealvol_client::cache::ChunkCache;
 use sealvol_client::pull::FetchStats;
-use sealvol_client::resolve::{display_ref, load_tree, resolve};
+use sealvol_client::resolve::{check_legacy, display_ref, load_tree, resolve, Legacy};
 use sealvol_client::Remote;
 use sealvol_spec::reference::VolumeRef;
+use sealvol_spec::tree::TreeIndex;
 use sealvol_spec::B3Digest;
 
 use crate::fs::VolumeFs;
 use crate::inodes::{Inodes, Owner};
 use crate::prefetch::Prefetcher;
-use crate::reader::{ChunkReader, RegistrySource};
+use crate::reader::RegistrySource;
+use crate::verify::FileReader;
 use crate::MountError;
 
 /// What to fetch before it is read.
@@ -43,7 +46,9 @@ pub struct MountOptions {
     /// chunks are removed past it); `None` for no bound.
     pub cache_size: Option<u64>,
     pub prefetch: Prefetch,
-    /// Bytes of verified chunks kept in memory for reads.
+    /// Bytes kept in memory for reads: chunks, and the verified pieces
+    /// reads are served from (a quarter of it for a format 2 tree; see
+    /// `verify::split_memory`).
     pub memory_bytes: u64,
     /// How long a read waits for one chunk before failing with `EIO`.
     pub fetch_timeout: Duration,
@@ -52,6 +57,12 @@ pub struct MountOptions {
     /// Let other users read the mount (FUSE's `allow_other`; a non-root
     /// user needs `user_allow_other` in `/etc/fuse.conf`).
     pub allow_other: bool,
+    /// What to do with a format 1 tree index, whose bytes cannot be
+    /// verified against the version digest: mount it, serving chunks
+    /// checked by sha256 only ([`Legacy::Warn`]; [`Mount::verifiable`] is
+    /// then false and the caller prints `legacy_warning`), or refuse
+    /// ([`Legacy::Refuse`], `--require-verified`).
+    pub legacy: Legacy,
 }
 
 impl MountOptions {
@@ -65,6 +76,7 @@ impl MountOptions {
             fetch_timeout: Duration::from_secs(30),
             prefetch_jobs: sealvol_client::push::DEFAULT_JOBS,
             allow_other: false,
+            legacy: Legacy::Warn,
         }
     }
 }
@@ -79,6 +91,15 @@ pub struct MountStats {
     pub chunks_from_disk: u64,
     /// Chunk requests served from memory.
     pub memory_hits: u64,
+    /// Pieces checked against the version digest (format 2 trees).
+    pub pieces_verified: u64,
+    /// Piece requests served from verified memory.
+    pub piece_hits: u64,
+    /// Cached chunks found damaged after a piece failed, and fetched again.
+    pub chunks_damaged: u64,
+    /// Pieces that did not match the version digest (a forged tree index
+    /// or damaged data in the registry): their reads got `EIO`.
+    pub pieces_forged: u64,
     /// Chunk requests that joined a fetch already under way.
     pub joined_fetches: u64,
     /// Reads answered with `EIO`.
@@ -96,7 +117,7 @@ pub struct Mount {
     session: Option<std::thread::JoinHandle<()>>,
     ended: tokio::sync::watch::Receiver<bool>,
     fetch_stats: Arc<FetchStats>,
-    reader: Arc<ChunkReader>,
+    reader: Arc<FileReader>,
     prefetch: Option<Arc<Prefetcher>>,
     read_errors: Arc<std::sync::atomic::AtomicU64>,
 }
@@ -130,6 +151,11 @@ pub async fn mount(
     remote.prepare(&repo, false).await;
     let version = resolve(remote, vref).await?;
     let tree = load_tree(remote, &version).await?;
+    legacy_policy(
+        &tree,
+        opts.legacy,
+        &display_ref(remote, &vref.without_path()),
+    )?;
     let reference = display_ref(remote, &version.pinned);
     let created = version
         .index
@@ -164,11 +190,11 @@ pub async fn mount(
         stats: Arc::clone(&fetch_stats),
         timeout: opts.fetch_timeout,
     });
-    let reader = ChunkReader::new(source, opts.memory_bytes, rt.clone());
+    let reader = FileReader::new(Arc::clone(&inodes), source, opts.memory_bytes, rt.clone());
     let prefetch = match opts.prefetch {
         Prefetch::None => None,
         Prefetch::Open | Prefetch::All => Some(Prefetcher::new(
-            Arc::clone(&reader),
+            Arc::clone(reader.chunks()),
             Arc::clone(&inodes),
             opts.prefetch == Prefetch::All,
             opts.prefetch_jobs,
@@ -240,6 +266,21 @@ pub async fn mount(
     })
 }
 
+/// Whether `tree` may be mounted under `policy`: `Ok(true)` when every byte
+/// it serves is verified against the version digest, `Ok(false)` for a
+/// format 1 tree mounted with a warning, the `check_legacy` error when a
+/// format 1 tree is refused. `shown` is the ref as the user gave it.
+fn legacy_policy(tree: &TreeIndex, policy: Legacy, shown: &str) -> Result<bool, MountError> {
+    let verifiable = check_legacy(tree, policy, shown)?;
+    if !verifiable {
+        tracing::debug!(
+            version = shown,
+            "format 1 tree index: chunks are checked by sha256 only"
+        );
+    }
+    Ok(verifiable)
+}
+
 /// The mountpoint as an absolute path, if it is a directory.
 fn check_mountpoint(path: &Path) -> Result<PathBuf, MountError> {
     let err = |message: String| MountError::Mountpoint {
@@ -309,13 +350,26 @@ impl Mount {
         self.version
     }
 
+    /// Whether every byte the mount serves is verified against the version
+    /// digest (SPEC.md §2.5). False for a format 1 tree index, mounted under
+    /// [`Legacy::Warn`]: its chunks are checked by sha256 only, and the
+    /// caller should say so (`sealvol_client::resolve::legacy_warning`).
+    pub fn verifiable(&self) -> bool {
+        self.reader.verifiable()
+    }
+
     pub fn stats(&self) -> MountStats {
-        let r = &self.reader.stats;
+        let r = &self.reader.chunks().stats;
+        let p = &self.reader.stats;
         MountStats {
             chunks_downloaded: self.fetch_stats.downloaded.load(Ordering::Relaxed),
             bytes_downloaded: self.fetch_stats.bytes.load(Ordering::Relaxed),
             chunks_from_disk: self.fetch_stats.cached.load(Ordering::Relaxed),
             memory_hits: r.memory_hits.load(Ordering::Relaxed),
+            pieces_verified: p.verified.load(Ordering::Relaxed),
+            piece_hits: p.hits.load(Ordering::Relaxed),
+            chunks_damaged: r.damaged.load(Ordering::Relaxed),
+            pieces_forged: p.forged.load(Ordering::Relaxed),
             joined_fetches: r.joined.load(Ordering::Relaxed),
             read_errors: self.read_errors.load(Ordering::Relaxed),
             prefetched: self
@@ -520,6 +574,28 @@ pub fn unmount(path: &Path, lazy: bool) -> Result<(), MountError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use sealvol_spec::tree::EntryData;
+    use sealvol_spec::ChunkingParams;
+
+    #[test]
+    fn a_format_1_tree_is_refused_or_mounted_unverified() {
+        let entries = vec![crate::testing::file("f", EntryData::file_of(b"hello", &[]))];
+        let v1 = crate::testing::v1_tree(&entries);
+        let e = legacy_policy(&v1, Legacy::Refuse, "bdn:ns/vol").unwrap_err();
+        assert!(
+            matches!(e, MountError::Client(sealvol_client::Error::Unverified(_))),
+            "{e}"
+        );
+        assert!(
+            e.to_string()
+                .contains("bdn:ns/vol has a format 1 tree index"),
+            "{e}"
+        );
+        assert!(!legacy_policy(&v1, Legacy::Warn, "bdn:ns/vol").unwrap());
+        let v2 = TreeIndex::new(ChunkingParams::default(), entries).unwrap();
+        assert!(legacy_policy(&v2, Legacy::Refuse, "bdn:ns/vol").unwrap());
+        assert_eq!(MountOptions::new("/tmp").legacy, Legacy::Warn);
+    }
 
     #[test]
     fn mount_points_are_every_mount_unescaped() {

@@ -8,6 +8,11 @@
 //! Prefetch never stands in the way of reads: a read of a chunk being
 //! prefetched joins that fetch, and a failed prefetch is only logged (the
 //! read that needs the chunk fetches it again).
+//!
+//! Prefetch fills the disk cache with chunks checked by sha256 on download;
+//! it verifies nothing through the chain. A read still checks every piece
+//! it serves against the version digest ([`crate::verify`]), whatever the
+//! cache holds.
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -1,9 +1,17 @@
-//! Verified chunks for reads. A read asks for the chunks its byte range
-//! touches and nothing more: from memory (an LRU of recently read chunks),
-//! else from the shared on-disk chunk cache, else from the registry. Every
-//! chunk is checked (sha256 and BLAKE3, by `sealvol_client::pull::fetch_chunk`)
-//! before its bytes are kept or served, so a damaged chunk fails the read
-//! with `EIO` instead of returning wrong bytes.
+//! Chunks for reads. A read asks for the chunks its byte range touches and
+//! nothing more: from memory (an LRU of recently used chunks), else from
+//! the shared on-disk chunk cache, else from the registry.
+//!
+//! What this layer promises about a chunk's bytes depends on the tree
+//! ([`Check`]). For a format 2 tree they are raw material for the chain
+//! checks of [`crate::verify`]: a chunk read from the disk cache is only
+//! checked for its length (hashing it would be wasted work, since every
+//! byte served is checked against the version digest anyway), and a chunk
+//! that fails there is re-checked by sha256 ([`ChunkReader::recheck`]),
+//! removed from the cache if damaged, and fetched again. For a format 1
+//! tree, which has no chaining values, every chunk is checked by sha256
+//! (from the cache or by the transport) before its bytes are kept or
+//! served, and that is all a format 1 read can be checked against.
 //!
 //! Each fetch runs as its own task: a slow fetch never holds up reads of
 //! other chunks, two readers of one chunk share one fetch (single flight),
@@ -12,10 +20,11 @@
 //! remembers a failure: the next read tries again, so reads succeed once
 //! the registry is back.
 //!
-//! Chunks are fetched whole even when a read needs a few bytes of one: only
-//! the whole chunk can be checked against its digests.
+//! Chunks are fetched whole even when a read needs a few bytes of one: a
+//! chunk is one blob, checked against its sha256 as it downloads.
 
 use std::collections::{BTreeMap, HashMap};
+use std::hash::Hash;
 use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -29,7 +38,7 @@ use sealvol_client::{Remote, TransportError};
 use sealvol_spec::tree::ChunkRef;
 use sealvol_spec::Sha256Digest;
 
-/// Why a chunk could not be had. Reads that need it fail with `EIO`.
+/// Why bytes could not be had. Reads that need them fail with `EIO`.
 #[derive(Clone, Debug, thiserror::Error)]
 pub enum ReadError {
     #[error("chunk {chunk} is corrupt ({message})")]
@@ -44,16 +53,55 @@ pub enum ReadError {
     },
     #[error("chunk {chunk} did not arrive within {seconds} s")]
     TimedOut { chunk: Sha256Digest, seconds: u64 },
+    /// A task serving the read stopped (the runtime is shutting down).
+    #[error("the read stopped ({0})")]
+    Stopped(String),
+    /// A piece assembled from intact chunks (each matches its sha256) that
+    /// fails its chaining value: the chunk list names the wrong chunks.
+    #[error("{path}: piece {piece} (bytes {start}..{end}) does not match the version digest: the registry holds a forged tree index or damaged data")]
+    Forged {
+        path: String,
+        piece: u64,
+        start: u64,
+        end: u64,
+    },
+}
+
+/// What a fetch must have checked before it returns a chunk's bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Check {
+    /// Its sha256, always: format 1 trees, and re-checks.
+    Sha256,
+    /// Only its length when it comes from the disk cache: the reader checks
+    /// every byte it serves through the chain (SPEC.md §2.5). Bytes from
+    /// the registry are checked by sha256 by the transport all the same.
+    Chain,
+}
+
+/// A chunk's bytes, and whether they were checked against its sha256.
+#[derive(Clone, Debug)]
+pub(crate) struct Fetched {
+    pub bytes: Bytes,
+    pub checked: bool,
 }
 
 /// Where chunks come from when memory does not hold them.
 pub(crate) trait ChunkSource: Send + Sync + 'static {
-    /// The chunk's verified bytes.
-    fn fetch(self: Arc<Self>, chunk: ChunkRef) -> BoxFuture<'static, Result<Bytes, ReadError>>;
+    /// The chunk's bytes, of its length, checked as `check` asks
+    /// ([`Fetched::checked`] says whether they were checked by sha256).
+    fn fetch(
+        self: Arc<Self>,
+        chunk: ChunkRef,
+        check: Check,
+    ) -> BoxFuture<'static, Result<Fetched, ReadError>>;
 
     /// Whether the chunk is on this machine already (a fetch would not use
     /// the network), without checking its bytes.
     fn is_local(&self, chunk: &ChunkRef) -> bool;
+
+    /// Removes the local copy of a chunk found damaged, so that the next
+    /// fetch goes to the registry. Blocking.
+    fn discard(&self, chunk: &ChunkRef);
 }
 
 /// Chunks from the on-disk cache or, failing that, the registry.
@@ -67,6 +115,8 @@ pub(crate) struct RegistrySource {
 }
 
 impl RegistrySource {
+    /// The chunk's sha256-checked bytes, from the cache (`ChunkCache::get`)
+    /// or the registry.
     async fn fetch_checked(&self, c: &ChunkRef) -> Result<Vec<u8>, sealvol_client::Error> {
         let once = || fetch_chunk(&self.remote, &self.repo, c, Some(&self.cache), &self.stats);
         match once().await {
@@ -79,17 +129,41 @@ impl RegistrySource {
             r => r,
         }
     }
+
+    async fn fetch_as(&self, c: &ChunkRef, check: Check) -> Result<Fetched, sealvol_client::Error> {
+        if check == Check::Chain {
+            let (cache, chunk) = (self.cache.clone(), *c);
+            let cached = tokio::task::spawn_blocking(move || cache.get_unverified(&chunk))
+                .await
+                .expect("cache task panicked");
+            if let Some(bytes) = cached {
+                self.stats.cached.fetch_add(1, Ordering::Relaxed);
+                return Ok(Fetched {
+                    bytes: Bytes::from(bytes),
+                    checked: false,
+                });
+            }
+        }
+        Ok(Fetched {
+            bytes: Bytes::from(self.fetch_checked(c).await?),
+            checked: true,
+        })
+    }
 }
 
 impl ChunkSource for RegistrySource {
-    fn fetch(self: Arc<Self>, c: ChunkRef) -> BoxFuture<'static, Result<Bytes, ReadError>> {
+    fn fetch(
+        self: Arc<Self>,
+        c: ChunkRef,
+        check: Check,
+    ) -> BoxFuture<'static, Result<Fetched, ReadError>> {
         async move {
-            match tokio::time::timeout(self.timeout, self.fetch_checked(&c)).await {
+            match tokio::time::timeout(self.timeout, self.fetch_as(&c, check)).await {
                 Err(_) => Err(ReadError::TimedOut {
                     chunk: c.sha256,
                     seconds: self.timeout.as_secs(),
                 }),
-                Ok(Ok(bytes)) => Ok(Bytes::from(bytes)),
+                Ok(Ok(f)) => Ok(f),
                 Ok(Err(
                     e @ (sealvol_client::Error::Corrupt(_)
                     | sealvol_client::Error::Transport(TransportError::Corrupt { .. })),
@@ -109,6 +183,10 @@ impl ChunkSource for RegistrySource {
     fn is_local(&self, c: &ChunkRef) -> bool {
         self.cache.contains(&c.sha256)
     }
+
+    fn discard(&self, c: &ChunkRef) {
+        self.cache.remove_damaged(&c.sha256);
+    }
 }
 
 /// Whether a fetched chunk stays in memory: yes for reads and read-ahead,
@@ -119,7 +197,7 @@ pub(crate) enum Keep {
     DiskOnly,
 }
 
-type SharedFetch = Shared<BoxFuture<'static, Result<Bytes, ReadError>>>;
+type SharedFetch = Shared<BoxFuture<'static, Result<Fetched, ReadError>>>;
 
 /// Counters of a reader, read by [`crate::Mount::stats`].
 #[derive(Debug, Default)]
@@ -130,11 +208,15 @@ pub(crate) struct ReaderStats {
     /// Requests that joined a fetch already under way.
     pub joined: AtomicU64,
     pub failures: AtomicU64,
+    /// Chunks re-checked by sha256 after a piece failed its chain check.
+    pub rechecked: AtomicU64,
+    /// Damaged cached copies found that way, removed and fetched again.
+    pub damaged: AtomicU64,
 }
 
 struct State {
-    memory: Lru,
-    inflight: HashMap<Sha256Digest, SharedFetch>,
+    memory: Lru<Sha256Digest, Fetched>,
+    inflight: HashMap<(Sha256Digest, Check), SharedFetch>,
 }
 
 /// Serves chunks to reads; see the module documentation.
@@ -142,15 +224,19 @@ pub(crate) struct ChunkReader {
     source: Arc<dyn ChunkSource>,
     state: Mutex<State>,
     rt: tokio::runtime::Handle,
+    /// What every fetch but a re-check asks of the source.
+    check: Check,
     pub stats: ReaderStats,
 }
 
 impl ChunkReader {
     /// A reader over `source` that keeps up to `memory_bytes` of chunks in
-    /// memory and runs its fetches on `rt`.
+    /// memory, fetches them checked as `check` says, and runs its fetches
+    /// on `rt`.
     pub fn new(
         source: Arc<dyn ChunkSource>,
         memory_bytes: u64,
+        check: Check,
         rt: tokio::runtime::Handle,
     ) -> Arc<ChunkReader> {
         Arc::new(ChunkReader {
@@ -160,6 +246,7 @@ impl ChunkReader {
                 inflight: HashMap::new(),
             }),
             rt,
+            check,
             stats: ReaderStats::default(),
         })
     }
@@ -170,15 +257,34 @@ impl ChunkReader {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The chunk's verified bytes.
-    pub async fn chunk(self: &Arc<Self>, c: ChunkRef, keep: Keep) -> Result<Bytes, ReadError> {
+    /// The chunk's bytes, checked as this reader's [`Check`] says.
+    pub async fn chunk(self: &Arc<Self>, c: ChunkRef, keep: Keep) -> Result<Fetched, ReadError> {
+        self.chunk_as(c, keep, self.check).await
+    }
+
+    async fn chunk_as(
+        self: &Arc<Self>,
+        c: ChunkRef,
+        keep: Keep,
+        check: Check,
+    ) -> Result<Fetched, ReadError> {
         let fetch = {
             let mut st = self.state();
-            if let Some(b) = st.memory.get(&c.sha256) {
-                self.stats.memory_hits.fetch_add(1, Ordering::Relaxed);
-                return Ok(b);
+            if let Some(f) = st.memory.get(&c.sha256) {
+                if f.checked || check == Check::Chain {
+                    self.stats.memory_hits.fetch_add(1, Ordering::Relaxed);
+                    return Ok(f);
+                }
             }
-            match st.inflight.get(&c.sha256) {
+            // A checked fetch under way serves an unchecked request too.
+            let joined = match check {
+                Check::Chain => st
+                    .inflight
+                    .get(&(c.sha256, Check::Chain))
+                    .or_else(|| st.inflight.get(&(c.sha256, Check::Sha256))),
+                Check::Sha256 => st.inflight.get(&(c.sha256, Check::Sha256)),
+            };
+            match joined {
                 Some(f) => {
                     self.stats.joined.fetch_add(1, Ordering::Relaxed);
                     f.clone()
@@ -186,16 +292,16 @@ impl ChunkReader {
                 None => {
                     // Registered under the lock the task needs to finish, so
                     // it cannot finish before it is registered.
-                    let f = self.spawn_fetch(c);
-                    st.inflight.insert(c.sha256, f.clone());
+                    let f = self.spawn_fetch(c, check);
+                    st.inflight.insert((c.sha256, check), f.clone());
                     f
                 }
             }
         };
         let result = fetch.await;
         match &result {
-            Ok(bytes) if keep == Keep::Memory => {
-                self.state().memory.insert(c.sha256, bytes.clone());
+            Ok(f) if keep == Keep::Memory => {
+                self.state().memory.insert(c.sha256, f.clone());
             }
             Ok(_) => {}
             Err(_) => {
@@ -205,13 +311,99 @@ impl ChunkReader {
         result
     }
 
-    fn spawn_fetch(self: &Arc<Self>, c: ChunkRef) -> SharedFetch {
+    fn spawn_fetch(self: &Arc<Self>, c: ChunkRef, check: Check) -> SharedFetch {
         self.stats.fetches.fetch_add(1, Ordering::Relaxed);
-        tracing::trace!(chunk = %c.sha256, offset = c.offset, "fetch");
+        tracing::trace!(chunk = %c.sha256, offset = c.offset, ?check, "fetch");
         let me = Arc::clone(self);
         let task = self.rt.spawn(async move {
-            let result = Arc::clone(&me.source).fetch(c).await;
-            me.state().inflight.remove(&c.sha256);
+            let result = Arc::clone(&me.source).fetch(c, check).await;
+            me.state().inflight.remove(&(c.sha256, check));
+            result
+        });
+        async move {
+            task.await.unwrap_or_else(|e| {
+                Err(ReadError::Unavailable {
+                    chunk: c.sha256,
+                    message: format!("the fetch stopped: {e}"),
+                })
+            })
+        }
+        .boxed()
+        .shared()
+    }
+
+    /// After a piece assembled from `got` (the bytes of chunk `c`) failed
+    /// its chain check: the chunk's sha256-checked bytes, and whether `got`
+    /// was damaged. Bytes not yet checked are hashed now; a damaged copy is
+    /// dropped from memory and from the disk cache and fetched again.
+    pub async fn recheck(
+        self: &Arc<Self>,
+        c: ChunkRef,
+        got: Fetched,
+    ) -> Result<(Fetched, bool), ReadError> {
+        if got.checked {
+            return Ok((got, false));
+        }
+        self.stats.rechecked.fetch_add(1, Ordering::Relaxed);
+        let bytes = got.bytes.clone();
+        let intact = tokio::task::spawn_blocking(move || Sha256Digest::of(&bytes) == c.sha256)
+            .await
+            .unwrap_or(false);
+        if intact {
+            let f = Fetched {
+                bytes: got.bytes,
+                checked: true,
+            };
+            self.state().memory.insert(c.sha256, f.clone());
+            return Ok((f, false));
+        }
+        let refetch = {
+            let mut st = self.state();
+            match st.memory.peek(&c.sha256) {
+                // Another read re-checked it first.
+                Some(f) if f.checked => return Ok((f.clone(), true)),
+                Some(_) => {
+                    st.memory.remove(&c.sha256);
+                }
+                None => {}
+            }
+            match st.inflight.get(&(c.sha256, Check::Sha256)) {
+                Some(f) => f.clone(),
+                None => {
+                    let f = self.spawn_refetch(c);
+                    st.inflight.insert((c.sha256, Check::Sha256), f.clone());
+                    f
+                }
+            }
+        };
+        match refetch.await {
+            Ok(f) => Ok((f, true)),
+            Err(e) => {
+                self.stats.failures.fetch_add(1, Ordering::Relaxed);
+                Err(e)
+            }
+        }
+    }
+
+    /// Removes a damaged copy from the disk cache and fetches the chunk
+    /// again, checked by sha256, into memory. One per chunk at a time: it
+    /// is registered as the chunk's checked fetch, and its result lands in
+    /// memory under the lock that unregisters it, so a second re-check
+    /// finds one or the other and never removes the fresh copy.
+    fn spawn_refetch(self: &Arc<Self>, c: ChunkRef) -> SharedFetch {
+        self.stats.fetches.fetch_add(1, Ordering::Relaxed);
+        self.stats.damaged.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(chunk = %c.sha256, "cached chunk is damaged; fetching it again");
+        let me = Arc::clone(self);
+        let task = self.rt.spawn(async move {
+            let source = Arc::clone(&me.source);
+            let _ = tokio::task::spawn_blocking(move || source.discard(&c)).await;
+            let result = Arc::clone(&me.source).fetch(c, Check::Sha256).await;
+            let mut st = me.state();
+            st.inflight.remove(&(c.sha256, Check::Sha256));
+            if let Ok(f) = &result {
+                st.memory.insert(c.sha256, f.clone());
+            }
             result
         });
         async move {
@@ -232,7 +424,9 @@ impl ChunkReader {
     }
 
     /// Bytes `offset..offset + len` of a file of `size` bytes made of
-    /// `chunks` (fewer at the end of the file).
+    /// `chunks` (fewer at the end of the file), each chunk checked by
+    /// sha256 and nothing more: the read of a format 1 tree. A format 2
+    /// tree is read through [`crate::verify::FileReader`] instead.
     pub async fn read(
         self: &Arc<Self>,
         chunks: &[ChunkRef],
@@ -240,31 +434,36 @@ impl ChunkReader {
         offset: u64,
         len: u32,
     ) -> Result<Bytes, ReadError> {
+        debug_assert_eq!(self.check, Check::Sha256, "unchecked chunks served");
         let end = offset.saturating_add(u64::from(len)).min(size);
         if offset >= end {
             return Ok(Bytes::new());
         }
         let touched = &chunks[touched(chunks, offset, end)];
-        let parts =
-            future::try_join_all(touched.iter().map(|c| self.chunk(*c, Keep::Memory))).await?;
-        let piece = |c: &ChunkRef, bytes: &Bytes| -> Result<Range<usize>, ReadError> {
+        let parts = future::try_join_all(
+            touched
+                .iter()
+                .map(|c| self.chunk_as(*c, Keep::Memory, Check::Sha256)),
+        )
+        .await?;
+        let piece = |c: &ChunkRef, f: &Fetched| -> Result<Range<usize>, ReadError> {
             let from = (offset.max(c.offset) - c.offset) as usize;
             let to = (end.min(c.offset + u64::from(c.length)) - c.offset) as usize;
-            if bytes.len() < to {
-                // Verification makes this impossible; never serve short.
+            if f.bytes.len() < to || !f.checked {
+                // Fetches make this impossible; never serve short.
                 return Err(ReadError::Corrupt {
                     chunk: c.sha256,
-                    message: format!("{} bytes, expected {}", bytes.len(), c.length),
+                    message: format!("{} bytes, expected {}", f.bytes.len(), c.length),
                 });
             }
             Ok(from..to)
         };
-        if let ([c], [bytes]) = (touched, parts.as_slice()) {
-            return Ok(bytes.slice(piece(c, bytes)?));
+        if let ([c], [f]) = (touched, parts.as_slice()) {
+            return Ok(f.bytes.slice(piece(c, f)?));
         }
         let mut out = Vec::with_capacity((end - offset) as usize);
-        for (c, bytes) in touched.iter().zip(&parts) {
-            out.extend_from_slice(&bytes[piece(c, bytes)?]);
+        for (c, f) in touched.iter().zip(&parts) {
+            out.extend_from_slice(&f.bytes[piece(c, f)?]);
         }
         Ok(out.into())
     }
@@ -304,6 +503,8 @@ pub(crate) struct ReadAhead {
     expected: Option<u64>,
     /// The first chunk not yet fetched ahead.
     ahead: usize,
+    /// Whether the last read continued the one before.
+    sequential: bool,
 }
 
 impl ReadAhead {
@@ -327,6 +528,7 @@ impl ReadAhead {
             .expected
             .is_some_and(|e| offset + Self::SLACK >= e && offset <= e + Self::SLACK);
         self.expected = Some(end);
+        self.sequential = in_order && !touched.is_empty();
         if touched.is_empty() {
             return 0..0;
         }
@@ -344,20 +546,56 @@ impl ReadAhead {
         self.ahead = stop.max(self.ahead);
         start..stop.max(start)
     }
+
+    /// Whether the last read ([`ReadAhead::next`]) continued the one
+    /// before it: a sequential reader, worth verifying ahead for.
+    pub fn sequential(&self) -> bool {
+        self.sequential
+    }
 }
 
-/// Chunks in memory, least recently used dropped first once over `max`
+/// What an [`Lru`] entry weighs, and whether a new value replaces one
+/// already there.
+pub(crate) trait Weigh: Clone {
+    fn weight(&self) -> u64;
+
+    /// Whether `self` should replace `old` under the same key (by default
+    /// the first value stays).
+    fn supersedes(&self, _old: &Self) -> bool {
+        false
+    }
+}
+
+impl Weigh for Bytes {
+    fn weight(&self) -> u64 {
+        self.len() as u64
+    }
+}
+
+impl Weigh for Fetched {
+    fn weight(&self) -> u64 {
+        self.bytes.len() as u64
+    }
+
+    /// Bytes checked by sha256 replace unchecked ones, which may be a
+    /// damaged copy.
+    fn supersedes(&self, old: &Fetched) -> bool {
+        self.checked && !old.checked
+    }
+}
+
+/// Values in memory, least recently used dropped first once over `max`
 /// bytes.
-struct Lru {
+pub(crate) struct Lru<K, V> {
     max: u64,
     used: u64,
     tick: u64,
-    map: HashMap<Sha256Digest, (Bytes, u64)>,
-    order: BTreeMap<u64, Sha256Digest>,
+    map: HashMap<K, (V, u64)>,
+    order: BTreeMap<u64, K>,
 }
 
-impl Lru {
-    fn new(max: u64) -> Lru {
+impl<K: Hash + Eq + Copy, V: Weigh> Lru<K, V> {
+    pub fn new(max: u64) -> Lru<K, V> {
         Lru {
             max,
             used: 0,
@@ -367,49 +605,68 @@ impl Lru {
         }
     }
 
-    fn contains(&self, d: &Sha256Digest) -> bool {
-        self.map.contains_key(d)
+    pub fn contains(&self, k: &K) -> bool {
+        self.map.contains_key(k)
     }
 
-    fn get(&mut self, d: &Sha256Digest) -> Option<Bytes> {
+    /// The value without counting a use.
+    pub fn peek(&self, k: &K) -> Option<&V> {
+        self.map.get(k).map(|(v, _)| v)
+    }
+
+    pub fn get(&mut self, k: &K) -> Option<V> {
         self.tick += 1;
-        let (bytes, used) = self.map.get_mut(d)?;
+        let (v, used) = self.map.get_mut(k)?;
         self.order.remove(used);
         *used = self.tick;
-        self.order.insert(self.tick, *d);
-        Some(bytes.clone())
+        self.order.insert(self.tick, *k);
+        Some(v.clone())
     }
 
-    fn insert(&mut self, d: Sha256Digest, bytes: Bytes) {
-        if self.get(&d).is_some() {
-            return;
+    pub fn remove(&mut self, k: &K) -> Option<V> {
+        let (v, used) = self.map.remove(k)?;
+        self.order.remove(&used);
+        self.used -= v.weight();
+        Some(v)
+    }
+
+    pub fn insert(&mut self, k: K, v: V) {
+        if let Some(old) = self.get(&k) {
+            if !v.supersedes(&old) {
+                return;
+            }
+            self.remove(&k);
         }
-        self.used += bytes.len() as u64;
-        self.map.insert(d, (bytes, self.tick));
-        self.order.insert(self.tick, d);
+        self.tick += 1;
+        self.used += v.weight();
+        self.map.insert(k, (v, self.tick));
+        self.order.insert(self.tick, k);
         while self.used > self.max {
             let Some((_, oldest)) = self.order.pop_first() else {
                 break;
             };
-            if let Some((b, _)) = self.map.remove(&oldest) {
-                self.used -= b.len() as u64;
+            if let Some((v, _)) = self.map.remove(&oldest) {
+                self.used -= v.weight();
             }
         }
+    }
+
+    #[cfg(test)]
+    pub fn used(&self) -> u64 {
+        self.used
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sealvol_spec::B3Digest;
-    use std::sync::atomic::AtomicUsize;
+    use crate::testing::Fake;
 
     fn chunk_of(data: &[u8], offset: u64) -> ChunkRef {
         ChunkRef {
             offset,
             length: data.len() as u32,
             sha256: Sha256Digest::of(data),
-            blake3: B3Digest::of(data),
         }
     }
 
@@ -424,54 +681,17 @@ mod tests {
         (bytes, chunks)
     }
 
-    /// A source that serves from a map after a pause, counting fetches, and
-    /// fails for digests it lacks or is told to corrupt.
-    struct Fake {
-        chunks: HashMap<Sha256Digest, Vec<u8>>,
-        pause: Duration,
-        fetches: AtomicUsize,
-        bad: Option<Sha256Digest>,
+    fn fake(pieces: &[Vec<u8>], pause: Duration) -> Fake {
+        Fake::new(pieces.iter().map(|p| &p[..]), pause)
     }
 
-    impl Fake {
-        fn new(pieces: &[Vec<u8>], pause: Duration) -> Fake {
-            Fake {
-                chunks: pieces
-                    .iter()
-                    .map(|p| (Sha256Digest::of(p), p.clone()))
-                    .collect(),
-                pause,
-                fetches: AtomicUsize::new(0),
-                bad: None,
-            }
-        }
-    }
-
-    impl ChunkSource for Fake {
-        fn fetch(self: Arc<Self>, c: ChunkRef) -> BoxFuture<'static, Result<Bytes, ReadError>> {
-            async move {
-                self.fetches.fetch_add(1, Ordering::SeqCst);
-                tokio::time::sleep(self.pause).await;
-                if self.bad == Some(c.sha256) {
-                    return Err(ReadError::Corrupt {
-                        chunk: c.sha256,
-                        message: "flipped".into(),
-                    });
-                }
-                match self.chunks.get(&c.sha256) {
-                    Some(b) => Ok(Bytes::from(b.clone())),
-                    None => Err(ReadError::Unavailable {
-                        chunk: c.sha256,
-                        message: "not there".into(),
-                    }),
-                }
-            }
-            .boxed()
-        }
-
-        fn is_local(&self, _: &ChunkRef) -> bool {
-            false
-        }
+    fn reader(source: Arc<dyn ChunkSource>) -> Arc<ChunkReader> {
+        ChunkReader::new(
+            source,
+            1 << 20,
+            Check::Sha256,
+            tokio::runtime::Handle::current(),
+        )
     }
 
     fn pieces() -> Vec<Vec<u8>> {
@@ -499,8 +719,8 @@ mod tests {
     async fn reads_return_exactly_the_bytes_of_any_range() {
         let p = pieces();
         let (bytes, chunks) = file(&p);
-        let source = Arc::new(Fake::new(&p, Duration::ZERO));
-        let reader = ChunkReader::new(source.clone(), 1 << 20, tokio::runtime::Handle::current());
+        let source = Arc::new(fake(&p, Duration::ZERO));
+        let reader = reader(source.clone());
         let size = bytes.len() as u64;
         for (offset, len) in [
             (0, 1),
@@ -526,8 +746,8 @@ mod tests {
     async fn concurrent_readers_of_a_chunk_share_one_fetch() {
         let p = pieces();
         let (_, chunks) = file(&p);
-        let source = Arc::new(Fake::new(&p, Duration::from_millis(200)));
-        let reader = ChunkReader::new(source.clone(), 1 << 20, tokio::runtime::Handle::current());
+        let source = Arc::new(fake(&p, Duration::from_millis(200)));
+        let reader = reader(source.clone());
         let reads = (0..8).map(|i| {
             let (reader, chunks) = (reader.clone(), chunks.clone());
             tokio::spawn(async move { reader.read(&chunks, 5000, 100 + i, 10).await })
@@ -543,13 +763,16 @@ mod tests {
     async fn a_slow_fetch_does_not_hold_up_reads_of_other_chunks() {
         let p = pieces();
         let (_, chunks) = file(&p);
-        let source = Arc::new(Fake::new(&p, Duration::from_secs(3600)));
-        let reader = ChunkReader::new(source, 1 << 20, tokio::runtime::Handle::current());
+        let source = Arc::new(fake(&p, Duration::from_secs(3600)));
+        let reader = reader(source);
         // Chunk 1 is in memory; chunk 0 takes an hour.
-        reader
-            .state()
-            .memory
-            .insert(chunks[1].sha256, Bytes::from(p[1].clone()));
+        reader.state().memory.insert(
+            chunks[1].sha256,
+            Fetched {
+                bytes: Bytes::from(p[1].clone()),
+                checked: true,
+            },
+        );
         let slow = {
             let (reader, chunks) = (reader.clone(), chunks.clone());
             tokio::spawn(async move { reader.read(&chunks, 5000, 0, 10).await })
@@ -564,11 +787,11 @@ mod tests {
     async fn failures_are_reported_and_not_remembered() {
         let p = pieces();
         let (_, chunks) = file(&p);
-        let mut fake = Fake::new(&p, Duration::ZERO);
+        let mut fake = fake(&p, Duration::ZERO);
         fake.bad = Some(chunks[2].sha256);
-        fake.chunks.remove(&chunks[3].sha256);
+        fake.registry.remove(&chunks[3].sha256);
         let source = Arc::new(fake);
-        let reader = ChunkReader::new(source.clone(), 1 << 20, tokio::runtime::Handle::current());
+        let reader = reader(source.clone());
         let e = reader.read(&chunks, 5000, 1990, 20).await.unwrap_err();
         assert!(matches!(e, ReadError::Corrupt { chunk, .. } if chunk == chunks[2].sha256));
         let e = reader.read(&chunks, 5000, 3000, 20).await.unwrap_err();
@@ -600,7 +823,7 @@ mod tests {
         let (_, chunks) = file(&p);
         // In the cache: served without the registry.
         source.cache.put(&chunks[0].sha256, &p[0]);
-        let reader = ChunkReader::new(source, 1 << 20, tokio::runtime::Handle::current());
+        let reader = reader(source);
         assert_eq!(
             &reader.read(&chunks, 5000, 0, 10).await.unwrap()[..],
             &p[0][..10]
@@ -646,7 +869,7 @@ mod tests {
     #[test]
     fn the_memory_lru_drops_the_least_recently_used() {
         let d: Vec<Sha256Digest> = (0..4u8).map(|i| Sha256Digest::of(&[i])).collect();
-        let mut lru = Lru::new(300);
+        let mut lru: Lru<Sha256Digest, Bytes> = Lru::new(300);
         for x in &d[..3] {
             lru.insert(*x, Bytes::from(vec![0; 100]));
         }
@@ -655,9 +878,106 @@ mod tests {
         assert!(lru.contains(&d[0]));
         assert!(!lru.contains(&d[1]));
         assert!(lru.contains(&d[2]) && lru.contains(&d[3]));
-        assert_eq!(lru.used, 300);
+        assert_eq!(lru.used(), 300);
         // Larger than the whole budget: kept nowhere.
         lru.insert(Sha256Digest::of(b"big"), Bytes::from(vec![0; 400]));
-        assert_eq!(lru.used, 0);
+        assert_eq!(lru.used(), 0);
+    }
+
+    /// A registry source on a port nothing listens on, with its cache in
+    /// `dir`.
+    fn offline(dir: &std::path::Path) -> Arc<RegistrySource> {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        Arc::new(RegistrySource {
+            remote: Remote::connect(&format!("127.0.0.1:{port}"), false).unwrap(),
+            repo: "ns/vol".into(),
+            cache: ChunkCache::open(dir).unwrap(),
+            stats: Arc::default(),
+            timeout: Duration::from_secs(30),
+        })
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn cache_reads_are_hashed_unless_the_chain_checks_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let source = offline(dir.path());
+        let good = vec![5u8; 1000];
+        let c = chunk_of(&good, 0);
+        let mut damaged = good.clone();
+        damaged[17] ^= 1;
+        source.cache.put(&c.sha256, &damaged);
+        // For the chain: the cached copy, unhashed, and said to be so.
+        let f = Arc::clone(&source).fetch(c, Check::Chain).await.unwrap();
+        assert!(!f.checked);
+        assert_eq!(&f.bytes[..], &damaged[..]);
+        // Checked by sha256 (ChunkCache::get): dropped, then the registry.
+        let e = Arc::clone(&source)
+            .fetch(c, Check::Sha256)
+            .await
+            .unwrap_err();
+        assert!(matches!(e, ReadError::Unavailable { .. }), "{e}");
+        assert!(!source.cache.contains(&c.sha256), "damaged copy kept");
+        source.cache.put(&c.sha256, &good);
+        let f = Arc::clone(&source).fetch(c, Check::Sha256).await.unwrap();
+        assert!(f.checked);
+        assert_eq!(&f.bytes[..], &good[..]);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_recheck_replaces_a_damaged_copy_everywhere() {
+        let p = pieces();
+        let (_, chunks) = file(&p);
+        let fake = Arc::new(fake(&p, Duration::ZERO));
+        let mut damaged = p[1].clone();
+        damaged[0] ^= 0x80;
+        fake.disk().insert(chunks[1].sha256, damaged.clone());
+        fake.disk().insert(chunks[2].sha256, p[2].clone());
+        let reader = ChunkReader::new(
+            fake.clone(),
+            1 << 20,
+            Check::Chain,
+            tokio::runtime::Handle::current(),
+        );
+        let got = reader.chunk(chunks[1], Keep::Memory).await.unwrap();
+        assert!(!got.checked);
+        assert_eq!(&got.bytes[..], &damaged[..]);
+        let (fresh, was_damaged) = reader.recheck(chunks[1], got).await.unwrap();
+        assert!(was_damaged && fresh.checked);
+        assert_eq!(&fresh.bytes[..], &p[1][..]);
+        assert_eq!(fake.discarded.load(Ordering::SeqCst), 1);
+        assert_eq!(fake.downloads.load(Ordering::SeqCst), 1);
+        // Memory now holds the good copy, as checked.
+        let again = reader.chunk(chunks[1], Keep::Memory).await.unwrap();
+        assert!(again.checked);
+        assert_eq!(&again.bytes[..], &p[1][..]);
+        // An intact copy is only hashed: not discarded, not fetched.
+        let got = reader.chunk(chunks[2], Keep::Memory).await.unwrap();
+        let (same, was_damaged) = reader.recheck(chunks[2], got).await.unwrap();
+        assert!(!was_damaged && same.checked);
+        assert_eq!(fake.discarded.load(Ordering::SeqCst), 1);
+        assert_eq!(fake.downloads.load(Ordering::SeqCst), 1);
+        assert_eq!(reader.stats.rechecked.load(Ordering::SeqCst), 2);
+        assert_eq!(reader.stats.damaged.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn checked_chunks_supersede_unchecked_ones_in_memory() {
+        let d = Sha256Digest::of(b"x");
+        let f = |b: &[u8], checked| Fetched {
+            bytes: Bytes::copy_from_slice(b),
+            checked,
+        };
+        let mut lru = Lru::new(100);
+        lru.insert(d, f(b"bad", false));
+        lru.insert(d, f(b"bad", false));
+        lru.insert(d, f(b"god", true));
+        assert_eq!(&lru.peek(&d).unwrap().bytes[..], b"god");
+        lru.insert(d, f(b"bad", false));
+        assert_eq!(&lru.peek(&d).unwrap().bytes[..], b"god");
+        assert_eq!(lru.used(), 3);
     }
 }
