@@ -173,6 +173,7 @@ pub fn push(
     Ok(())
 }
 
+#[allow(clippy::too_many_arguments)]
 pub fn pull(
     source: &str,
     dir: &Path,

@@ -15,7 +15,7 @@ use proptest::prelude::*;
 use sealvol_registry::api::{App, Policy};
 use sealvol_registry::server::{open_app, router, Config};
 use sealvol_spec::oci::{build_version, build_version_with_blob, VersionMeta, MT_TREE_BLOB_V1};
-use sealvol_spec::tree::{Entry, EntryData, MAGIC_V1};
+use sealvol_spec::tree::{Entry, EntryData};
 use sealvol_spec::{ChunkingParams, Sha256Digest, TreeFormat, TreeIndex};
 use serde_json::{json, Value};
 use tower::ServiceExt;
@@ -49,43 +49,14 @@ fn build(contents: &[Vec<u8>]) -> Built {
 
 /// The format 1 encoding of `tree` (SPEC.md §2.6), as a release 1 client
 /// wrote it: each chunk record with a BLAKE3 of the chunk, no chaining
-/// values. For files of one chunk, the chunk's BLAKE3 is the file's.
+/// values. Files here are of one chunk, whose BLAKE3 is the file's.
 fn encode_v1(tree: &TreeIndex) -> Vec<u8> {
-    let p = tree.params();
-    let mut out = MAGIC_V1.to_vec();
-    for v in [p.min, p.avg, p.max] {
-        out.extend_from_slice(&v.to_le_bytes());
-    }
-    out.extend_from_slice(&(tree.entries().len() as u64).to_le_bytes());
-    let put_str = |out: &mut Vec<u8>, s: &str| {
-        out.extend_from_slice(&(s.len() as u32).to_le_bytes());
-        out.extend_from_slice(s.as_bytes());
-    };
-    for e in tree.entries() {
-        let EntryData::File {
-            size,
-            blake3,
-            chunks,
-            ..
-        } = &e.data
-        else {
-            panic!("files only");
-        };
-        assert!(chunks.len() <= 1, "one chunk per file");
-        out.push(2);
-        out.extend_from_slice(&e.mode.to_le_bytes());
-        put_str(&mut out, &e.path);
-        out.extend_from_slice(&size.to_le_bytes());
-        out.extend_from_slice(&blake3.0);
-        out.extend_from_slice(&(chunks.len() as u32).to_le_bytes());
-        for c in chunks {
-            out.extend_from_slice(&c.offset.to_le_bytes());
-            out.extend_from_slice(&c.length.to_le_bytes());
-            out.extend_from_slice(&c.sha256.0);
-            out.extend_from_slice(&blake3.0);
+    sealvol_spec::tree::encode_entries(TreeFormat::V1, tree.params(), tree.entries(), &|e, _| {
+        match &e.data {
+            EntryData::File { blake3, chunks, .. } if chunks.len() == 1 => *blake3,
+            _ => panic!("files of one chunk only"),
         }
-    }
-    out
+    })
 }
 
 /// The version of `contents`, its index stamped `created` (another stamp

@@ -17,7 +17,7 @@ use sealvol_spec::oci::{
     artifact_layers, build_version, build_version_with_blob, sha256_of, BuiltVersion, VersionIndex,
     VersionMeta, MT_TREE_BLOB_V1, MT_TREE_MANIFEST,
 };
-use sealvol_spec::tree::{Entry, EntryData, MAGIC_V1};
+use sealvol_spec::tree::{Entry, EntryData};
 use sealvol_spec::{ChunkingParams, Sha256Digest, TreeFormat, TreeIndex};
 use serde_json::{json, Value};
 use tower::ServiceExt;
@@ -264,36 +264,12 @@ fn v2(entries: Vec<Entry>) -> (TreeIndex, BuiltVersion) {
 /// chaining values.
 fn v1(entries: Vec<Entry>) -> BuiltVersion {
     let tree = TreeIndex::new(ChunkingParams::default(), entries).unwrap();
-    let p = tree.params();
-    let mut out = MAGIC_V1.to_vec();
-    for v in [p.min, p.avg, p.max] {
-        out.extend_from_slice(&v.to_le_bytes());
-    }
-    out.extend_from_slice(&(tree.entries().len() as u64).to_le_bytes());
-    for e in tree.entries() {
-        let EntryData::File {
-            size,
-            blake3,
-            chunks,
-            ..
-        } = &e.data
-        else {
-            panic!("files only");
-        };
-        out.push(2);
-        out.extend_from_slice(&e.mode.to_le_bytes());
-        out.extend_from_slice(&(e.path.len() as u32).to_le_bytes());
-        out.extend_from_slice(e.path.as_bytes());
-        out.extend_from_slice(&size.to_le_bytes());
-        out.extend_from_slice(&blake3.0);
-        out.extend_from_slice(&(chunks.len() as u32).to_le_bytes());
-        for c in chunks {
-            out.extend_from_slice(&c.offset.to_le_bytes());
-            out.extend_from_slice(&c.length.to_le_bytes());
-            out.extend_from_slice(&c.sha256.0);
-            out.extend_from_slice(&[0; 32]);
-        }
-    }
+    let out = sealvol_spec::tree::encode_entries(
+        TreeFormat::V1,
+        tree.params(),
+        tree.entries(),
+        &|_, _| sealvol_spec::B3Digest([0; 32]),
+    );
     let old = TreeIndex::decode(&out).unwrap();
     assert_eq!(old.format(), TreeFormat::V1);
     build_version_with_blob(&old, out, MT_TREE_BLOB_V1, &meta()).unwrap()

@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use futures_util::future::{BoxFuture, FutureExt as _};
-use sealvol_spec::tree::{ChunkRef, Entry, EntryData, TreeIndex, MAGIC_V1};
+use sealvol_spec::tree::{ChunkRef, Entry, EntryData, TreeIndex};
 use sealvol_spec::{ChunkingParams, Sha256Digest};
 
 use crate::inodes::{Inodes, Owner};
@@ -170,46 +170,13 @@ pub(crate) fn owner() -> Owner {
 /// `entries` encoded as a format 1 tree index (SPEC.md §2.6) and decoded:
 /// chunk records carry a BLAKE3, files no chaining values.
 pub(crate) fn v1_tree(entries: &[Entry]) -> TreeIndex {
-    let p = ChunkingParams::default();
-    let mut out = MAGIC_V1.to_vec();
-    for v in [p.min, p.avg, p.max] {
-        out.extend_from_slice(&v.to_le_bytes());
-    }
-    out.extend_from_slice(&(entries.len() as u64).to_le_bytes());
-    let put_str = |out: &mut Vec<u8>, s: &str| {
-        out.extend_from_slice(&(s.len() as u32).to_le_bytes());
-        out.extend_from_slice(s.as_bytes());
-    };
-    for e in entries {
-        match &e.data {
-            EntryData::Dir => out.push(1),
-            EntryData::File { .. } => out.push(2),
-            EntryData::Symlink { .. } => out.push(3),
-        }
-        out.extend_from_slice(&e.mode.to_le_bytes());
-        put_str(&mut out, &e.path);
-        match &e.data {
-            EntryData::Dir => {}
-            EntryData::Symlink { target } => put_str(&mut out, target),
-            EntryData::File {
-                size,
-                blake3,
-                chunks,
-                ..
-            } => {
-                out.extend_from_slice(&size.to_le_bytes());
-                out.extend_from_slice(&blake3.0);
-                out.extend_from_slice(&(chunks.len() as u32).to_le_bytes());
-                for c in chunks {
-                    out.extend_from_slice(&c.offset.to_le_bytes());
-                    out.extend_from_slice(&c.length.to_le_bytes());
-                    out.extend_from_slice(&c.sha256.0);
-                    // The chunk's BLAKE3, which format 1 carried.
-                    out.extend_from_slice(&[0; 32]);
-                }
-            }
-        }
-    }
+    let out = sealvol_spec::tree::encode_entries(
+        sealvol_spec::TreeFormat::V1,
+        ChunkingParams::default(),
+        entries,
+        // The chunk's BLAKE3, which format 1 carried and readers skip.
+        &|_, _| sealvol_spec::B3Digest([0; 32]),
+    );
     let tree = TreeIndex::decode(&out).unwrap();
     assert!(!tree.is_verifiable());
     tree

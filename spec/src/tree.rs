@@ -420,14 +420,13 @@ impl TreeIndex {
         });
         let mut out =
             Vec::with_capacity(28 + self.entries.len() * 64 + chunks * CHUNK_RECORD + pieces * 32);
-        out.extend_from_slice(MAGIC);
-        for v in [self.params.min, self.params.avg, self.params.max] {
-            out.extend_from_slice(&v.to_le_bytes());
-        }
-        out.extend_from_slice(&(self.entries.len() as u64).to_le_bytes());
-        for e in &self.entries {
-            encode_entry(&mut out, e);
-        }
+        write_entries(
+            &mut out,
+            TreeFormat::V2,
+            self.params,
+            &self.entries,
+            &|_, _| unreachable!("format 2 has no per-chunk BLAKE3"),
+        );
         Ok(out)
     }
 
@@ -545,7 +544,50 @@ fn put_str(out: &mut Vec<u8>, s: &str) {
     out.extend_from_slice(s.as_bytes());
 }
 
-fn encode_entry(out: &mut Vec<u8>, e: &Entry) {
+/// Encodes `entries`, in the order given, as a tree index blob of `format`,
+/// checking nothing: format 2 writes the chaining values each file holds as
+/// they are, format 1 (§2.6) drops them and gives each chunk record the
+/// BLAKE3 `chunk_blake3(entry, chunk)` returns (of the chunk's bytes, for a
+/// faithful copy). No sealvol writer uses it: it is for tests and tools
+/// that need what an earlier release, or a hostile registry, would write.
+/// Writers use [`TreeIndex::encode`].
+pub fn encode_entries(
+    format: TreeFormat,
+    params: ChunkingParams,
+    entries: &[Entry],
+    chunk_blake3: &dyn Fn(&Entry, &ChunkRef) -> B3Digest,
+) -> Vec<u8> {
+    let mut out = Vec::new();
+    write_entries(&mut out, format, params, entries, chunk_blake3);
+    out
+}
+
+fn write_entries(
+    out: &mut Vec<u8>,
+    format: TreeFormat,
+    params: ChunkingParams,
+    entries: &[Entry],
+    chunk_blake3: &dyn Fn(&Entry, &ChunkRef) -> B3Digest,
+) {
+    out.extend_from_slice(match format {
+        TreeFormat::V1 => MAGIC_V1,
+        TreeFormat::V2 => MAGIC,
+    });
+    for v in [params.min, params.avg, params.max] {
+        out.extend_from_slice(&v.to_le_bytes());
+    }
+    out.extend_from_slice(&(entries.len() as u64).to_le_bytes());
+    for e in entries {
+        encode_entry(out, e, format, chunk_blake3);
+    }
+}
+
+fn encode_entry(
+    out: &mut Vec<u8>,
+    e: &Entry,
+    format: TreeFormat,
+    chunk_blake3: &dyn Fn(&Entry, &ChunkRef) -> B3Digest,
+) {
     out.push(e.data.code());
     out.extend_from_slice(&e.mode.to_le_bytes());
     put_str(out, &e.path);
@@ -565,10 +607,15 @@ fn encode_entry(out: &mut Vec<u8>, e: &Entry) {
                 out.extend_from_slice(&c.offset.to_le_bytes());
                 out.extend_from_slice(&c.length.to_le_bytes());
                 out.extend_from_slice(&c.sha256.0);
+                if format == TreeFormat::V1 {
+                    out.extend_from_slice(&chunk_blake3(e, c).0);
+                }
             }
             // The piece count follows from the size (§2.4).
-            for cv in pieces {
-                out.extend_from_slice(cv);
+            if format == TreeFormat::V2 {
+                for cv in pieces {
+                    out.extend_from_slice(cv);
+                }
             }
         }
     }

@@ -2,6 +2,9 @@
 //! later parts, real registries and peers) and check what a user sees.
 //! This library holds the helpers the tests in `tests/tests/` share.
 
+pub mod forge;
+pub mod fuse;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
