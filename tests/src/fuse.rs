@@ -1,7 +1,6 @@
 //! `sealvol mount` processes for tests: a guard that stops the process and
 //! lazily unmounts whatever it left, and reads with a deadline, so a hung
-//! mount fails its test instead of hanging it. (The same helpers as in
-//! `tests/mount.rs`, shared here for other test files.)
+//! mount fails its test instead of hanging it.
 
 use std::fs::File;
 use std::io::{BufRead as _, BufReader, Read as _};
@@ -17,7 +16,7 @@ use crate::{sealvol_bin, Sandbox};
 pub const DEADLINE: Duration = Duration::from_secs(120);
 
 /// An empty directory `name` in the sandbox to mount at, as the kernel
-/// names it.
+/// will name it.
 pub fn mountpoint(sb: &Sandbox, name: &str) -> PathBuf {
     let p = sb.path().join(name);
     std::fs::create_dir_all(&p).unwrap();
@@ -32,7 +31,8 @@ pub fn is_mounted(path: &Path) -> bool {
         .any(|l| l.split(' ').nth(4) == Some(want.as_str()))
 }
 
-/// Lazily unmounts `path` if anything is mounted there.
+/// Lazily unmounts `path` if anything is mounted there (the mount process
+/// may have died and left it stale).
 pub fn force_unmount(path: &Path) {
     if !is_mounted(path) {
         return;
@@ -47,7 +47,9 @@ pub fn force_unmount(path: &Path) {
     }
 }
 
-/// Runs `f` on its own thread and waits at most [`DEADLINE`].
+/// Runs `f` on its own thread and waits at most [`DEADLINE`]: a read that
+/// hangs on a broken mount fails the test (and the [`Mounted`] guard then
+/// kills the mount, which ends the read) instead of hanging it.
 pub fn within<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
     let (tx, rx) = mpsc::channel();
     let worker = std::thread::spawn(move || {
@@ -55,6 +57,7 @@ pub fn within<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'sta
     });
     match rx.recv_timeout(DEADLINE) {
         Ok(v) => v,
+        // It panicked: pass its panic on.
         Err(mpsc::RecvTimeoutError::Disconnected) => match worker.join() {
             Err(panic) => std::panic::resume_unwind(panic),
             Ok(()) => unreachable!("{what} ended without a result"),
@@ -112,11 +115,16 @@ pub fn assert_eio(r: std::io::Result<Vec<u8>>, what: &str) {
     }
 }
 
-/// A running `sealvol mount` process and its mountpoints; stopped (SIGTERM,
-/// then SIGKILL) and its mounts lazily unmounted when dropped.
+/// A running `sealvol mount` process and the mountpoints it serves. When
+/// dropped (a test that passed or panicked) it is stopped with SIGTERM (then
+/// SIGKILL), and whatever it left mounted is lazily unmounted.
 pub struct Mounted {
     child: Option<Child>,
     mountpoints: Vec<PathBuf>,
+    /// The `sealvol: mounted …` lines, in order.
+    ready: Vec<String>,
+    /// Everything it printed on stdout after them, and on stderr.
+    stdout: Arc<Mutex<String>>,
     stderr: Arc<Mutex<String>>,
 }
 
@@ -129,8 +137,9 @@ pub struct MountFailed {
 }
 
 impl Mounted {
-    /// Runs `sealvol ARGS` against `registry` and waits until it printed a
-    /// `sealvol: mounted` line for each of `mountpoints`; panics otherwise.
+    /// Runs `sealvol ARGS` against `registry` and waits until it has printed
+    /// one `sealvol: mounted` line for each of `mountpoints`; panics
+    /// otherwise.
     pub fn start(sb: &Sandbox, registry: &str, args: &[&str], mountpoints: &[&Path]) -> Mounted {
         Mounted::try_start(sb, registry, args, mountpoints).unwrap_or_else(|f| {
             panic!(
@@ -157,6 +166,7 @@ impl Mounted {
             .spawn()
             .expect("start sealvol mount");
         let stderr = Arc::new(Mutex::new(String::new()));
+        let stdout = Arc::new(Mutex::new(String::new()));
         let stderr_done = {
             let mut pipe = child.stderr.take().unwrap();
             let stderr = stderr.clone();
@@ -176,11 +186,17 @@ impl Mounted {
         let (tx, rx) = mpsc::channel();
         {
             let pipe = child.stdout.take().unwrap();
+            let stdout = stdout.clone();
+            let want = mountpoints.len();
             std::thread::spawn(move || {
+                let mut seen = 0;
                 for line in BufReader::new(pipe).lines() {
                     let Ok(line) = line else { break };
-                    if line.starts_with("sealvol: mounted ") {
+                    if seen < want && line.starts_with("sealvol: mounted ") {
+                        seen += 1;
                         let _ = tx.send(line);
+                    } else {
+                        stdout.lock().unwrap().push_str(&(line + "\n"));
                     }
                 }
             });
@@ -188,13 +204,14 @@ impl Mounted {
         let mut m = Mounted {
             child: Some(child),
             mountpoints: mountpoints.iter().map(|p| p.to_path_buf()).collect(),
+            ready: Vec::new(),
+            stdout,
             stderr,
         };
         let deadline = Instant::now() + Duration::from_secs(60);
-        let mut ready = 0;
-        while ready < mountpoints.len() {
+        while m.ready.len() < mountpoints.len() {
             match rx.recv_timeout(Duration::from_millis(100)) {
-                Ok(_) => ready += 1,
+                Ok(line) => m.ready.push(line),
                 Err(_) => {
                     let exited = m.child.as_mut().unwrap().try_wait().unwrap();
                     if exited.is_some() {
@@ -206,6 +223,8 @@ impl Mounted {
                         });
                     }
                     if Instant::now() > deadline {
+                        // Let what it printed last reach `stderr`.
+                        std::thread::sleep(Duration::from_millis(200));
                         return Err(MountFailed {
                             status: None,
                             stderr: m.stderr(),
@@ -217,18 +236,39 @@ impl Mounted {
         Ok(m)
     }
 
+    /// The `sealvol: mounted …` lines it printed, one per mountpoint, in
+    /// order.
+    pub fn ready(&self) -> &[String] {
+        &self.ready
+    }
+
+    /// What it printed on stdout after the ready lines, so far.
+    pub fn stdout(&self) -> String {
+        self.stdout.lock().unwrap().clone()
+    }
+
     /// What it printed on stderr so far.
     pub fn stderr(&self) -> String {
         self.stderr.lock().unwrap().clone()
     }
 
-    /// SIGTERM, and the exit status once it has unmounted and exited.
-    pub fn stop(&mut self) -> ExitStatus {
-        let mut child = self.child.take().expect("running");
+    /// The process id; panics once it was stopped.
+    pub fn pid(&self) -> i32 {
+        self.child.as_ref().expect("running").id() as i32
+    }
+
+    /// Sends it signal `sig`.
+    pub fn signal(&self, sig: libc::c_int) {
         // SAFETY: signalling our own child process.
         unsafe {
-            libc::kill(child.id() as i32, libc::SIGTERM);
+            libc::kill(self.pid(), sig);
         }
+    }
+
+    /// SIGTERM, and the exit status once it has unmounted and exited.
+    pub fn stop(&mut self) -> ExitStatus {
+        self.signal(libc::SIGTERM);
+        let mut child = self.child.take().expect("running");
         within("sealvol mount to stop", move || child.wait().unwrap())
     }
 }
@@ -236,7 +276,7 @@ impl Mounted {
 impl Drop for Mounted {
     fn drop(&mut self) {
         if let Some(mut c) = self.child.take() {
-            // SAFETY: signalling our own child process.
+            // SAFETY: as in `signal`.
             unsafe {
                 libc::kill(c.id() as i32, libc::SIGTERM);
             }

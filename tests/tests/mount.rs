@@ -12,15 +12,16 @@
 
 use std::collections::BTreeSet;
 use std::fs::File;
-use std::io::{BufRead as _, BufReader, Read as _, Write as _};
+use std::io::{Read as _, Write as _};
 use std::net::{TcpListener, TcpStream};
 use std::os::unix::fs::{symlink, FileExt as _, MetadataExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use sealvol_tests::fuse::*;
 use sealvol_tests::{
     fails, host, noise, ok, s, sealvol_bin, sha256, stderr, write, FlipProxy, Sandbox, Server,
 };
@@ -28,10 +29,6 @@ use serde_json::Value;
 
 /// Larger than the 16 MiB maximum chunk, so the big file has several chunks.
 const BIG: usize = 40 << 20;
-
-/// How long any one step may take before the test gives up on it. Only a
-/// hung mount comes near it.
-const DEADLINE: Duration = Duration::from_secs(120);
 
 /// A small model directory: a big file of several chunks, JSON files, an
 /// empty file, an empty directory, symlinks, 0600, 0755 and 0444 files,
@@ -74,215 +71,12 @@ fn push(sb: &Sandbox, registry: &str, dir: &Path, reference: &str) -> String {
         .to_string()
 }
 
-/// An empty directory to mount at, as the kernel will name it.
-fn mountpoint(sb: &Sandbox, name: &str) -> PathBuf {
-    let p = sb.path().join(name);
-    std::fs::create_dir_all(&p).unwrap();
-    p.canonicalize().unwrap()
-}
-
-/// Whether something is mounted at `path` (from /proc/self/mountinfo).
-fn is_mounted(path: &Path) -> bool {
-    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-    let want = path.to_str().unwrap().replace(' ', "\\040");
-    info.lines()
-        .any(|l| l.split(' ').nth(4) == Some(want.as_str()))
-}
-
-/// Lazily unmounts `path` if anything is mounted there (the mount process
-/// may have died and left it stale).
-fn force_unmount(path: &Path) {
-    if !is_mounted(path) {
-        return;
-    }
-    let _ = Command::new("fusermount3")
-        .args(["-u", "-z", "-q", "--"])
-        .arg(path)
-        .stderr(Stdio::null())
-        .status();
-    if is_mounted(path) {
-        let _ = Command::new("umount").arg("-l").arg(path).status();
-    }
-}
-
-/// Runs `f` on its own thread and waits at most [`DEADLINE`]: a read that
-/// hangs on a broken mount fails the test (and the [`Mounted`] guard then
-/// kills the mount, which ends the read) instead of hanging it.
-fn within<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
-    let (tx, rx) = mpsc::channel();
-    let worker = std::thread::spawn(move || {
-        let _ = tx.send(f());
-    });
-    match rx.recv_timeout(DEADLINE) {
-        Ok(v) => v,
-        // It panicked: pass its panic on.
-        Err(mpsc::RecvTimeoutError::Disconnected) => match worker.join() {
-            Err(panic) => std::panic::resume_unwind(panic),
-            Ok(()) => unreachable!("{what} ended without a result"),
-        },
-        Err(mpsc::RecvTimeoutError::Timeout) => panic!("{what} did not finish within {DEADLINE:?}"),
-    }
-}
-
-/// A running `sealvol mount` process and the mountpoints it serves. When
-/// dropped (a test that passed or panicked) it is stopped with SIGTERM (then
-/// SIGKILL), and whatever it left mounted is lazily unmounted.
-struct Mounted {
-    child: Option<Child>,
-    mountpoints: Vec<PathBuf>,
-    /// The `sealvol: mounted …` lines, in order.
-    ready: Vec<String>,
-    /// Everything it printed after them, and on stderr.
-    stdout: Arc<Mutex<String>>,
-    stderr: Arc<Mutex<String>>,
-}
-
-impl Mounted {
-    /// Runs `sealvol ARGS` against `registry` and waits until it has
-    /// printed one ready line for each of `mountpoints`.
-    fn start(sb: &Sandbox, registry: &str, args: &[&str], mountpoints: &[&Path]) -> Mounted {
-        let mut child = sb
-            .command(sealvol_bin())
-            .env("SEALVOL_REGISTRY", registry)
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start sealvol mount");
-        let stderr = Arc::new(Mutex::new(String::new()));
-        let stdout = Arc::new(Mutex::new(String::new()));
-        {
-            let mut pipe = child.stderr.take().unwrap();
-            let stderr = stderr.clone();
-            std::thread::spawn(move || {
-                let mut buf = [0u8; 4096];
-                while let Ok(n) = pipe.read(&mut buf) {
-                    if n == 0 {
-                        break;
-                    }
-                    stderr
-                        .lock()
-                        .unwrap()
-                        .push_str(&String::from_utf8_lossy(&buf[..n]));
-                }
-            });
-        }
-        let (tx, rx) = mpsc::channel();
-        {
-            let pipe = child.stdout.take().unwrap();
-            let stdout = stdout.clone();
-            let want = mountpoints.len();
-            std::thread::spawn(move || {
-                let mut seen = 0;
-                for line in BufReader::new(pipe).lines() {
-                    let Ok(line) = line else { break };
-                    if seen < want && line.starts_with("sealvol: mounted ") {
-                        seen += 1;
-                        let _ = tx.send(line);
-                    } else {
-                        stdout.lock().unwrap().push_str(&(line + "\n"));
-                    }
-                }
-            });
-        }
-        let mut m = Mounted {
-            child: Some(child),
-            mountpoints: mountpoints.iter().map(|p| p.to_path_buf()).collect(),
-            ready: Vec::new(),
-            stdout,
-            stderr,
-        };
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while m.ready.len() < mountpoints.len() {
-            match rx.recv_timeout(Duration::from_millis(100)) {
-                Ok(line) => m.ready.push(line),
-                Err(_) => {
-                    let exited = m.child.as_mut().unwrap().try_wait().unwrap();
-                    if exited.is_some() || Instant::now() > deadline {
-                        std::thread::sleep(Duration::from_millis(200));
-                        panic!(
-                            "sealvol {args:?} did not report its mounts ready ({exited:?}); stderr:\n{}",
-                            m.stderr()
-                        );
-                    }
-                }
-            }
-        }
-        m
-    }
-
-    /// Mounts `bdn:ns/vol` at `mnt` with the chunk cache `cache`, plus
-    /// `extra` flags: what most tests mount.
-    fn volume(sb: &Sandbox, registry: &str, mnt: &Path, cache: &str, extra: &[&str]) -> Mounted {
-        let mut args = vec!["mount", "bdn:ns/vol", s(mnt), "--cache-dir", cache];
-        args.extend_from_slice(extra);
-        Mounted::start(sb, registry, &args, &[mnt])
-    }
-
-    fn pid(&self) -> i32 {
-        self.child.as_ref().expect("running").id() as i32
-    }
-
-    fn signal(&self, sig: libc::c_int) {
-        // SAFETY: signalling our own child process.
-        unsafe {
-            libc::kill(self.pid(), sig);
-        }
-    }
-
-    fn stderr(&self) -> String {
-        self.stderr.lock().unwrap().clone()
-    }
-
-    /// SIGTERM, and the exit status once it has unmounted and exited.
-    fn stop(&mut self) -> ExitStatus {
-        self.signal(libc::SIGTERM);
-        let mut child = self.child.take().expect("running");
-        within("sealvol mount to stop", move || child.wait().unwrap())
-    }
-}
-
-impl Drop for Mounted {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            // SAFETY: as in `signal`.
-            unsafe {
-                libc::kill(c.id() as i32, libc::SIGTERM);
-            }
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while Instant::now() < deadline {
-                if let Ok(Some(_)) = c.try_wait() {
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        for p in &self.mountpoints {
-            force_unmount(p);
-        }
-    }
-}
-
-/// A file's bytes, read through the mount with a deadline.
-fn read(path: &Path) -> std::io::Result<Vec<u8>> {
-    let path = path.to_path_buf();
-    within(&format!("reading {}", path.display()), move || {
-        std::fs::read(path)
-    })
-}
-
-/// `len` bytes at `offset`, read with one pread.
-fn pread(path: &Path, offset: u64, len: usize) -> std::io::Result<Vec<u8>> {
-    let path = path.to_path_buf();
-    within(&format!("reading {}", path.display()), move || {
-        let f = File::open(&path)?;
-        let mut buf = vec![0u8; len];
-        let n = f.read_at(&mut buf, offset)?;
-        buf.truncate(n);
-        Ok(buf)
-    })
+/// Mounts `bdn:ns/vol` at `mnt` with the chunk cache `cache`, plus `extra`
+/// flags: what most tests mount.
+fn mount_volume(sb: &Sandbox, registry: &str, mnt: &Path, cache: &str, extra: &[&str]) -> Mounted {
+    let mut args = vec!["mount", "bdn:ns/vol", s(mnt), "--cache-dir", cache];
+    args.extend_from_slice(extra);
+    Mounted::start(sb, registry, &args, &[mnt])
 }
 
 /// Drops the kernel's cached pages of `path`, so the next read reaches the
@@ -293,13 +87,6 @@ fn drop_page_cache(path: &Path) {
     // SAFETY: fadvise on a descriptor we own.
     let rc = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
     assert_eq!(rc, 0, "fadvise {}", path.display());
-}
-
-fn assert_eio(r: std::io::Result<Vec<u8>>, what: &str) {
-    match r {
-        Ok(b) => panic!("{what}: read {} bytes instead of failing with EIO", b.len()),
-        Err(e) => assert_eq!(e.raw_os_error(), Some(libc::EIO), "{what}: {e}"),
-    }
 }
 
 /// [`sealvol_tests::assert_same_tree`], with a deadline.
@@ -420,7 +207,7 @@ fn a_mount_matches_its_source_and_fetches_only_what_is_read() {
         &[&mnt],
     );
     assert_eq!(
-        m.ready,
+        m.ready(),
         [format!("sealvol: mounted {reference} at {}", mnt.display())]
     );
     assert!(is_mounted(&mnt));
@@ -556,11 +343,7 @@ fn a_mount_matches_its_source_and_fetches_only_what_is_read() {
     let status = m.stop();
     assert!(status.success(), "{status:?}: {}", m.stderr());
     assert!(!is_mounted(&mnt), "still mounted after SIGTERM");
-    assert!(
-        m.stdout.lock().unwrap().contains("sealvol: unmounted"),
-        "{}",
-        m.stdout.lock().unwrap()
-    );
+    assert!(m.stdout().contains("sealvol: unmounted"), "{}", m.stdout());
 }
 
 #[test]
@@ -572,7 +355,7 @@ fn mmap_reads_the_same_bytes() {
     let reg = host(&serve);
     push(&sb, &reg, &src, "bdn:ns/vol");
     let mnt = mountpoint(&sb, "mnt");
-    let _m = Mounted::volume(&sb, &reg, &mnt, s(&sb.path().join("c")), &[]);
+    let _m = mount_volume(&sb, &reg, &mnt, s(&sb.path().join("c")), &[]);
     let source = noise(BIG, 1);
     let path = mnt.join("big.bin");
     let (header, tail, middle, whole) = within("mmap reads", move || {
@@ -613,7 +396,7 @@ fn eight_readers_run_side_by_side_and_share_fetches() {
     let reg = host(&serve);
     push(&sb, &reg, &src, "bdn:ns/vol");
     let mnt = mountpoint(&sb, "mnt");
-    let _m = Mounted::volume(&sb, &reg, &mnt, s(&sb.path().join("c")), &[]);
+    let _m = mount_volume(&sb, &reg, &mnt, s(&sb.path().join("c")), &[]);
 
     // Eight readers, each over its own file in 128 KiB reads, all at once.
     let barrier = Arc::new(std::sync::Barrier::new(files.len()));
@@ -736,12 +519,12 @@ fn a_config_file_mounts_every_entry() {
         &[&mnt_a, &mnt_b],
     );
     assert!(
-        m.ready[0].ends_with(&format!(" at {}", mnt_a.display())),
+        m.ready()[0].ends_with(&format!(" at {}", mnt_a.display())),
         "{:?}",
-        m.ready
+        m.ready()
     );
     assert_eq!(
-        m.ready[1],
+        m.ready()[1],
         format!(
             "sealvol: mounted bdn:ns/lora@b3:{hex_b} at {}",
             mnt_b.display()
@@ -783,7 +566,7 @@ fn reads_of_cached_data_go_on_while_the_registry_is_down() {
     let hex = push(&sb, &reg, &src, "bdn:ns/vol");
     let big = big_chunks(&reg, "ns/vol", &hex);
     let mnt = mountpoint(&sb, "mnt");
-    let _m = Mounted::volume(&sb, &reg, &mnt, s(&sb.path().join("c")), &[]);
+    let _m = mount_volume(&sb, &reg, &mnt, s(&sb.path().join("c")), &[]);
     let source = noise(BIG, 1);
     let path = mnt.join("big.bin");
     // Some of big.bin's first chunk and config.json are read, so cached.
@@ -997,18 +780,7 @@ fn a_corrupt_chunk_gives_eio_and_never_wrong_bytes() {
 
     // Reading the whole file in order: every byte returned is right, and
     // the read fails at the latest where the corrupt chunk begins.
-    let (returned, err) = within("reading big.bin in order", move || {
-        let mut f = File::open(&path).unwrap();
-        let mut out = Vec::new();
-        let mut buf = vec![0u8; 64 << 10];
-        loop {
-            match f.read(&mut buf) {
-                Ok(0) => return (out, None),
-                Ok(n) => out.extend_from_slice(&buf[..n]),
-                Err(e) => return (out, Some(e)),
-            }
-        }
-    });
+    let (returned, err) = read_until_error(&path);
     let err = err.expect("reading past a corrupt chunk succeeded");
     assert_eq!(err.raw_os_error(), Some(libc::EIO), "{err}");
     assert!(
@@ -1044,7 +816,7 @@ fn prefetch_all_fills_the_cache_and_cache_size_bounds_it() {
     // --cache-size: reading everything leaves at most that much cached.
     let small = sb.path().join("small-cache");
     let mnt = mountpoint(&sb, "mnt-small");
-    let mut m = Mounted::volume(&sb, &reg, &mnt, s(&small), &["--cache-size", "8M"]);
+    let mut m = mount_volume(&sb, &reg, &mnt, s(&small), &["--cache-size", "8M"]);
     assert_same_tree(&src, &mnt);
     m.stop();
     let held: u64 = cached_chunks(&small)
@@ -1062,7 +834,7 @@ fn prefetch_all_fills_the_cache_and_cache_size_bounds_it() {
     // can go away and the whole version still reads.
     let cache = sb.path().join("c");
     let mnt = mountpoint(&sb, "mnt");
-    let _m = Mounted::volume(&sb, &reg, &mnt, s(&cache), &["--prefetch", "all"]);
+    let _m = mount_volume(&sb, &reg, &mnt, s(&cache), &["--prefetch", "all"]);
     let deadline = Instant::now() + Duration::from_secs(60);
     while cached_chunks(&cache) != all {
         assert!(
@@ -1113,7 +885,7 @@ fn reads_in_order_and_opened_files_are_fetched_ahead() {
     // arrive without being read, and nothing of other files.
     let cache = sb.path().join("c1");
     let mnt = mountpoint(&sb, "mnt1");
-    let _m = Mounted::volume(&sb, &reg, &mnt, s(&cache), &[]);
+    let _m = mount_volume(&sb, &reg, &mnt, s(&cache), &[]);
     let path = mnt.join("big.bin");
     let head = within("two reads in order", move || {
         let mut f = File::open(&path).unwrap();
@@ -1129,7 +901,7 @@ fn reads_in_order_and_opened_files_are_fetched_ahead() {
     // --prefetch open: one byte read, and the whole file arrives.
     let cache = sb.path().join("c2");
     let mnt = mountpoint(&sb, "mnt2");
-    let _m = Mounted::volume(&sb, &reg, &mnt, s(&cache), &["--prefetch", "open"]);
+    let _m = mount_volume(&sb, &reg, &mnt, s(&cache), &["--prefetch", "open"]);
     assert_eq!(
         pread(&mnt.join("big.bin"), 5000, 1).unwrap(),
         [source[5000]]
@@ -1213,7 +985,7 @@ fn unmounting_leaves_no_stale_mount() {
     assert!(line.contains("not a sealvol mount"), "{line}");
 
     // A mount whose process crashed is stale until the guard clears it.
-    let m = Mounted::volume(&sb, &reg, &mnt, s(&cache), &[]);
+    let m = mount_volume(&sb, &reg, &mnt, s(&cache), &[]);
     m.signal(libc::SIGKILL);
     // Attributes stay cached; listing a directory needs the process.
     let deadline = Instant::now() + Duration::from_secs(20);
