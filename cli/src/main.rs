@@ -38,7 +38,7 @@ enum Command {
     Serve {
         /// registry.toml (fields: addr, root, request_timeout_seconds, retention_seconds,
         /// gc_grace_seconds, gc_interval_seconds, claim_ttl_seconds, sync_workers,
-        /// sync_dir_roots)
+        /// sync_dir_roots, allow_plain_http, allow_anonymous_writes; tables [tls], [auth])
         #[arg(long, value_name = "FILE")]
         config: Option<PathBuf>,
         /// Address to listen on (default 127.0.0.1:5000; port 0 picks one)
@@ -47,6 +47,12 @@ enum Command {
         /// Folder for blobs, uploads and metadata (default ./sealvol-data)
         #[arg(long, value_name = "DIR")]
         root: Option<PathBuf>,
+        /// Serve plain HTTP off loopback (behind a TLS-terminating proxy)
+        #[arg(long)]
+        allow_plain_http: bool,
+        /// Without [auth] off loopback, let anyone pull, push and delete (never admin)
+        #[arg(long)]
+        allow_anonymous_writes: bool,
     },
     /// Seal a directory locally and print its version digest (nothing is uploaded)
     Seal {
@@ -434,6 +440,8 @@ fn serve(
     config: Option<PathBuf>,
     addr: Option<std::net::SocketAddr>,
     root: Option<PathBuf>,
+    allow_plain_http: bool,
+    allow_anonymous_writes: bool,
 ) -> anyhow::Result<()> {
     let mut cfg = match config {
         Some(path) => sealvol_registry::Config::load(&path)?,
@@ -445,17 +453,26 @@ fn serve(
     if let Some(r) = root {
         cfg.root = r;
     }
+    cfg.allow_plain_http |= allow_plain_http;
+    cfg.allow_anonymous_writes |= allow_anonymous_writes;
+    let scheme = if cfg.tls.is_some() { "https" } else { "http" };
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     runtime.block_on(sealvol_registry::serve(cfg, |addr| {
         // Scripts and tests wait for this line to learn the port.
-        println!("sealvol: serving OCI distribution on http://{addr}");
+        println!("sealvol: serving OCI distribution on {scheme}://{addr}");
     }))?;
     Ok(())
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
-        Command::Serve { config, addr, root } => serve(config, addr, root),
+        Command::Serve {
+            config,
+            addr,
+            root,
+            allow_plain_http,
+            allow_anonymous_writes,
+        } => serve(config, addr, root, allow_plain_http, allow_anonymous_writes),
         Command::Push {
             dir,
             target,

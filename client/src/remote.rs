@@ -796,8 +796,11 @@ impl Remote {
         repo: Option<&str>,
         body: Option<(&str, Bytes)>,
     ) -> Result<ApiAnswer, TransportError> {
+        // The volume API's registry takes Basic credentials on every
+        // endpoint (SPEC.md §7.5): sending them as they are covers calls
+        // that need `delete` or admin, which a push-scoped token would not.
         let token = match (&self.auth, repo) {
-            (RegistryAuth::Anonymous, _) | (_, None) => None,
+            (RegistryAuth::Anonymous | RegistryAuth::Basic(..), _) | (_, None) => None,
             (_, Some(repo)) => self
                 .client
                 .auth(
@@ -820,10 +823,18 @@ impl Remote {
                 (None, RegistryAuth::Basic(u, p)) => req = req.basic_auth(u, Some(p)),
                 _ => {}
             }
-            if let Some((content_type, b)) = &body {
-                req = req
-                    .header(reqwest::header::CONTENT_TYPE, *content_type)
-                    .body(b.clone());
+            match &body {
+                Some((content_type, b)) => {
+                    req = req
+                        .header(reqwest::header::CONTENT_TYPE, *content_type)
+                        .body(b.clone());
+                }
+                // The registry refuses a write without a JSON content type
+                // (a web page can forge those, SPEC.md §7.5), body or not.
+                None if method != reqwest::Method::GET && method != reqwest::Method::HEAD => {
+                    req = req.header(reqwest::header::CONTENT_TYPE, "application/json");
+                }
+                None => {}
             }
             let result = match req.send().await {
                 Ok(resp) => {

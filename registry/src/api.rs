@@ -133,7 +133,7 @@ impl App {
 
 /// The endpoint a `/v2/...` path names.
 #[derive(Debug, PartialEq, Eq)]
-enum Route {
+pub(crate) enum Route {
     Base,
     Catalog,
     Tags(String),
@@ -144,7 +144,7 @@ enum Route {
     Referrers(String, String),
 }
 
-fn route(path: &str) -> Option<Route> {
+pub(crate) fn route(path: &str) -> Option<Route> {
     let rest = path.strip_prefix("/v2")?;
     if rest.is_empty() || rest == "/" {
         return Some(Route::Base);
@@ -247,7 +247,7 @@ async fn handle(app: Arc<App>, route: Route, req: Request) -> Result<Response> {
         Route::Base => Ok(Json(serde_json::json!({})).into_response()),
         Route::Catalog if method == Method::GET => {
             let (n, last) = page(&req)?;
-            catalog(&app, n, last).await
+            catalog(&app, n, last, crate::auth::caller(&req)).await
         }
         Route::Tags(name) if method == Method::GET => {
             check_name(&name)?;
@@ -340,8 +340,40 @@ fn paginated(body: Value, next: Option<(&str, usize, &str)>) -> Response {
     resp
 }
 
-async fn catalog(app: &App, n: usize, last: Option<String>) -> Result<Response> {
-    let (repos, more) = app.meta(move |m| m.catalog(last.as_deref(), n)).await?;
+/// The repositories the caller may pull, `n` at a time: pages of the
+/// whole catalog are read until `n` of them pass or it ends.
+async fn catalog(
+    app: &App,
+    n: usize,
+    mut last: Option<String>,
+    caller: crate::auth::Caller,
+) -> Result<Response> {
+    let mut repos = Vec::new();
+    let mut more;
+    loop {
+        let from = last.take();
+        let (page, m) = app
+            .meta(move |meta| meta.catalog(from.as_deref(), n))
+            .await?;
+        more = m;
+        last = page.last().cloned();
+        let mut page = page.into_iter();
+        for r in page.by_ref() {
+            if caller.sees(&r) {
+                repos.push(r);
+                if repos.len() == n {
+                    break;
+                }
+            }
+        }
+        if repos.len() == n {
+            more |= page.next().is_some();
+            break;
+        }
+        if !more || last.is_none() {
+            break;
+        }
+    }
     let next = repos
         .last()
         .filter(|_| more)

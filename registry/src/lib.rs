@@ -18,7 +18,10 @@
 //! # }
 //! ```
 
+pub mod access;
 pub mod api;
+pub mod auth;
+pub mod authz;
 pub mod blobs;
 pub mod claims;
 pub mod clock;
@@ -29,6 +32,7 @@ pub mod server;
 pub mod sync_api;
 pub mod sync_jobs;
 pub mod sync_runner;
+pub mod token;
 pub mod uploads;
 pub mod volume_api;
 pub mod volumes;

@@ -20,6 +20,8 @@ use tower_http::timeout::TimeoutLayer;
 use tower_http::trace::TraceLayer;
 
 use crate::api::{dispatch, App, Policy};
+use crate::auth::{Auth, AuthConfig, AuthError};
+use crate::authz;
 use crate::blobs::FsBlobStore;
 use crate::meta::MetaStore;
 use crate::uploads::Uploads;
@@ -48,6 +50,23 @@ pub struct Config {
     /// Folders `dir://` sync sources may read; empty: any folder but the
     /// data folder while `addr` is loopback, none otherwise.
     pub sync_dir_roots: Vec<PathBuf>,
+    /// Authentication and authorization (SPEC.md §7.5); without it the
+    /// registry is open to anyone who reaches it, so only on loopback.
+    pub auth: Option<AuthConfig>,
+    /// Serve HTTPS with this certificate and key.
+    pub tls: Option<TlsConfig>,
+    /// Serve plain HTTP off loopback (behind a TLS-terminating proxy).
+    pub allow_plain_http: bool,
+    /// Without `[auth]` off loopback, let anyone pull, push and delete.
+    pub allow_anonymous_writes: bool,
+}
+
+/// `registry.toml` `[tls]`: PEM files.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsConfig {
+    pub certificate: PathBuf,
+    pub key: PathBuf,
 }
 
 impl Default for Config {
@@ -62,6 +81,10 @@ impl Default for Config {
             claim_ttl_seconds: Policy::default().claim_ttl_seconds,
             sync_workers: 2,
             sync_dir_roots: Vec::new(),
+            auth: None,
+            tls: None,
+            allow_plain_http: false,
+            allow_anonymous_writes: false,
         }
     }
 }
@@ -76,6 +99,18 @@ pub enum ServeError {
     Bind { addr: SocketAddr, message: String },
     #[error("server error: {0}")]
     Serve(String),
+    /// A configuration that would expose the registry; the message says
+    /// what to set.
+    #[error("{0}")]
+    Unsafe(String),
+    #[error(transparent)]
+    Auth(#[from] AuthError),
+    #[error("cannot load the TLS certificate {certificate} or key {key}: {message}")]
+    Tls {
+        certificate: PathBuf,
+        key: PathBuf,
+        message: String,
+    },
 }
 
 impl Config {
@@ -90,6 +125,50 @@ impl Config {
 }
 
 impl Config {
+    /// Refuses what would expose the registry off loopback, and says what
+    /// anonymous callers may do where there is no `[auth]`.
+    pub fn exposure(&self) -> Result<authz::Policy, ServeError> {
+        let addr = self.addr;
+        let loopback = addr.ip().is_loopback();
+        if !loopback && self.tls.is_none() && !self.allow_plain_http {
+            return Err(ServeError::Unsafe(format!(
+                "refusing plain HTTP on {addr}: set [tls] certificate and key, or pass --allow-plain-http behind a TLS-terminating proxy"
+            )));
+        }
+        match &self.auth {
+            Some(auth) => {
+                if !loopback && auth.public_url.is_none() {
+                    return Err(ServeError::Unsafe(format!(
+                        "[auth] public_url is required on {addr} (the address clients use, https://registry.example.com)"
+                    )));
+                }
+                Ok(authz::Policy::default())
+            }
+            None if loopback => Ok(authz::Policy::loopback()),
+            None if self.allow_anonymous_writes => Ok(authz::Policy::anonymous_writes()),
+            None => Err(ServeError::Unsafe(format!(
+                "refusing to serve {addr} without authentication: set [auth] htpasswd in registry.toml, or pass --allow-anonymous-writes to let anyone pull, push and delete"
+            ))),
+        }
+    }
+
+    /// The authentication state for a registry bound to `addr`.
+    pub fn auth(&self, addr: SocketAddr) -> Result<Arc<Auth>, ServeError> {
+        let open = self.exposure()?;
+        if self.auth.is_none() && !addr.ip().is_loopback() {
+            tracing::warn!(
+                "no [auth] on {addr}: anyone who reaches it may pull, push and delete (--allow-anonymous-writes)"
+            );
+        }
+        Ok(Arc::new(Auth::from_config(
+            self.auth.as_ref(),
+            open,
+            addr,
+            self.tls.is_some(),
+            &self.root,
+        )?))
+    }
+
     pub fn policy(&self) -> Policy {
         Policy {
             retention_seconds: self.retention_seconds,
@@ -137,8 +216,13 @@ async fn record_metrics(req: Request, next: Next) -> Response {
     resp
 }
 
-/// The registry's router with its layers.
-pub fn router(app: Arc<App>, config: &Config, prometheus: PrometheusHandle) -> Router {
+/// The registry's router with its layers; `auth` decides who may do what.
+pub fn router(
+    app: Arc<App>,
+    auth: Arc<Auth>,
+    config: &Config,
+    prometheus: PrometheusHandle,
+) -> Router {
     Router::new()
         .route(
             "/metrics",
@@ -148,8 +232,25 @@ pub fn router(app: Arc<App>, config: &Config, prometheus: PrometheusHandle) -> R
         .route("/api/v1/{*rest}", any(crate::volume_api::dispatch))
         .fallback(dispatch)
         .with_state(app)
+        .route(
+            "/token",
+            get(crate::auth::token)
+                .post(crate::auth::token)
+                .with_state(Arc::clone(&auth)),
+        )
         // Blob bodies stream to disk; manifests are bounded in their handler.
         .layer(DefaultBodyLimit::disable())
+        // Outermost first on the way in: metrics see every answer, the
+        // CSRF check runs before credentials are checked, and the auth
+        // layer before any handler.
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::clone(&auth),
+            crate::auth::authorize,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            auth,
+            crate::auth::csrf,
+        ))
         .layer(axum::middleware::from_fn(record_metrics))
         .layer(TimeoutLayer::with_status_code(
             axum::http::StatusCode::REQUEST_TIMEOUT,
@@ -160,6 +261,30 @@ pub fn router(app: Arc<App>, config: &Config, prometheus: PrometheusHandle) -> R
             HeaderValue::from_static("registry/2.0"),
         ))
         .layer(TraceLayer::new_for_http())
+}
+
+/// Serves HTTPS on `listener` until `stop`, then lets in-flight requests
+/// finish, as `axum::serve` does for plain HTTP.
+async fn serve_tls(
+    listener: tokio::net::TcpListener,
+    tls: axum_server::tls_rustls::RustlsConfig,
+    router: Router,
+    stop: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<(), ServeError> {
+    let err = |e: std::io::Error| ServeError::Serve(e.to_string());
+    let listener = listener.into_std().map_err(err)?;
+    let handle = axum_server::Handle::new();
+    let on_stop = handle.clone();
+    tokio::spawn(async move {
+        stop.await;
+        on_stop.graceful_shutdown(None);
+    });
+    axum_server::from_tcp_rustls(listener, tls)
+        .map_err(err)?
+        .handle(handle)
+        .serve(router.into_make_service())
+        .await
+        .map_err(err)
 }
 
 /// Waits for SIGTERM or Ctrl+C. The handlers are installed when this is
@@ -180,6 +305,20 @@ fn shutdown_signal() -> std::io::Result<impl std::future::Future<Output = ()>> {
 
 /// Serves until SIGTERM or Ctrl+C; `ready` hears the bound address.
 pub async fn serve(config: Config, ready: impl FnOnce(SocketAddr)) -> Result<(), ServeError> {
+    // Refuse an exposed configuration before touching the data.
+    config.exposure()?;
+    let tls = match &config.tls {
+        Some(t) => Some(
+            axum_server::tls_rustls::RustlsConfig::from_pem_file(&t.certificate, &t.key)
+                .await
+                .map_err(|e| ServeError::Tls {
+                    certificate: t.certificate.clone(),
+                    key: t.key.clone(),
+                    message: e.to_string(),
+                })?,
+        ),
+        None => None,
+    };
     let app = Arc::new(open_app(&config.root, config.policy())?);
     *app.syncs.dirs.write().expect("dirs lock") = crate::sync_runner::DirPolicy {
         data_root: Some(config.root.clone()),
@@ -198,6 +337,7 @@ pub async fn serve(config: Config, ready: impl FnOnce(SocketAddr)) -> Result<(),
     let addr = listener
         .local_addr()
         .map_err(|e| ServeError::Serve(e.to_string()))?;
+    let auth = config.auth(addr)?;
     let stop = shutdown_signal().map_err(|e| ServeError::Serve(e.to_string()))?;
     ready(addr);
     let collector = (config.gc_interval_seconds > 0).then(|| {
@@ -214,10 +354,14 @@ pub async fn serve(config: Config, ready: impl FnOnce(SocketAddr)) -> Result<(),
         })
     });
     let workers = crate::sync_runner::spawn_workers(Arc::clone(&app), config.sync_workers);
-    let served = axum::serve(listener, router(Arc::clone(&app), &config, prometheus))
-        .with_graceful_shutdown(stop)
-        .await
-        .map_err(|e| ServeError::Serve(e.to_string()));
+    let router = router(Arc::clone(&app), auth, &config, prometheus);
+    let served = match tls {
+        None => axum::serve(listener, router)
+            .with_graceful_shutdown(stop)
+            .await
+            .map_err(|e| ServeError::Serve(e.to_string())),
+        Some(tls) => serve_tls(listener, tls, router, stop).await,
+    };
     if let Some(c) = collector {
         c.abort();
         let _ = c.await;

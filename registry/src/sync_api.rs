@@ -27,6 +27,13 @@ pub(crate) struct CreateBody {
     secret: Option<String>,
 }
 
+impl CreateBody {
+    /// The volume the job writes to, which the caller must be allowed to push to.
+    pub(crate) fn dest_name(&self) -> &str {
+        &self.dest.name
+    }
+}
+
 fn invalid(why: impl Into<String>) -> RegistryError {
     RegistryError::new(Code::Invalid, why)
 }

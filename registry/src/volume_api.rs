@@ -10,6 +10,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use crate::access::Action;
 use crate::api::App;
 use crate::error::{Code, RegistryError, Result};
 use crate::volumes::{rfc3339, LifecycleError};
@@ -18,7 +19,7 @@ use crate::volumes::{rfc3339, LifecycleError};
 const MAX_BODY: usize = 64 << 10;
 
 #[derive(Debug, PartialEq, Eq)]
-enum Route {
+pub(crate) enum Route {
     Root,
     Namespaces,
     Volumes,
@@ -37,7 +38,7 @@ enum Route {
     Secret(String),
 }
 
-fn route(path: &str) -> Option<Route> {
+pub(crate) fn route(path: &str) -> Option<Route> {
     let rest = path.strip_prefix("/api/v1")?;
     let rest = rest.strip_prefix('/').unwrap_or(rest);
     let rest = rest.strip_suffix('/').unwrap_or(rest);
@@ -220,12 +221,15 @@ async fn handle(app: &Arc<App>, route: Route, req: Request) -> Result<Response> 
             "claim_ttl_seconds": app.policy.claim_ttl_seconds,
         })),
         (Route::Namespaces, Method::GET) => {
-            let ns = lifecycle(app, |m| m.namespaces()).await?;
+            let caller = crate::auth::caller(&req);
+            let ns = lifecycle(app, move |m| m.namespaces(|v| caller.sees(v))).await?;
             ok(json!({ "namespaces": ns }))
         }
         (Route::Volumes, Method::GET) => {
             let ns = query_value(&req, "namespace");
-            let v = lifecycle(app, move |m| m.volumes(ns.as_deref())).await?;
+            let caller = crate::auth::caller(&req);
+            let mut v = lifecycle(app, move |m| m.volumes(ns.as_deref())).await?;
+            v.retain(|v| caller.sees(&v.name));
             ok(json!({ "volumes": v }))
         }
         (Route::Gc, Method::POST) => {
@@ -333,14 +337,18 @@ async fn handle(app: &Arc<App>, route: Route, req: Request) -> Result<Response> 
             }
         }
         (Route::Syncs, Method::POST) => {
+            let caller = crate::auth::caller(&req);
             let b: crate::sync_api::CreateBody = body(req).await?;
+            caller.check(b.dest_name(), Action::Push)?;
             json_response(StatusCode::CREATED, crate::sync_api::create(app, b).await?)
         }
         (Route::Syncs, Method::GET) => {
             let dest = query_value(&req, "dest").map(|d| percent_decode(&d));
+            let caller = crate::auth::caller(&req);
             let jobs = app.meta(move |m| m.syncs(dest.as_deref())).await?;
             let views: Vec<Value> = jobs
                 .into_iter()
+                .filter(|j| caller.sees(&j.dest.name))
                 .map(|j| crate::sync_api::view(app, j))
                 .collect();
             ok(json!({ "syncs": views }))
@@ -348,11 +356,20 @@ async fn handle(app: &Arc<App>, route: Route, req: Request) -> Result<Response> 
         (Route::Sync(id), Method::GET) => {
             let i = id.clone();
             match app.meta(move |m| m.sync(&i)).await? {
-                Some(j) => ok(crate::sync_api::view(app, j)),
+                Some(j) => {
+                    crate::auth::caller(&req).check(&j.dest.name, Action::Pull)?;
+                    ok(crate::sync_api::view(app, j))
+                }
                 None => Err(crate::sync_api::unknown_sync(&id)),
             }
         }
-        (Route::SyncCancel(id), Method::POST) => ok(crate::sync_api::cancel(app, id).await?),
+        (Route::SyncCancel(id), Method::POST) => {
+            let i = id.clone();
+            let job = app.meta(move |m| m.sync(&i)).await?;
+            let job = job.ok_or_else(|| crate::sync_api::unknown_sync(&id))?;
+            crate::auth::caller(&req).check(&job.dest.name, Action::Push)?;
+            ok(crate::sync_api::cancel(app, id).await?)
+        }
         (Route::Secrets, Method::GET) => {
             let names = app.meta(|m| m.secret_names()).await?;
             ok(json!({ "secrets": names }))

@@ -783,11 +783,16 @@ impl MetaStore {
         Ok(out)
     }
 
-    pub fn namespaces(&self) -> Result<Vec<String>> {
+    /// The namespaces holding a volume that `visible` accepts.
+    pub fn namespaces(&self, visible: impl Fn(&str) -> bool) -> Result<Vec<String>> {
         let tx = self.db.begin_read()?;
         let mut out: Vec<String> = Vec::new();
         for row in tx.open_table(VOLUMES)?.range::<&str>(..)? {
-            let ns = namespace_of(row?.0.value());
+            let row = row?;
+            if !visible(row.0.value()) {
+                continue;
+            }
+            let ns = namespace_of(row.0.value());
             if out.last() != Some(&ns) {
                 out.push(ns);
             }

@@ -121,7 +121,9 @@ impl Reg {
         let dir = tempfile::tempdir().unwrap();
         let app = Arc::new(open_app(dir.path(), policy).unwrap());
         let handle = PrometheusBuilder::new().build_recorder().handle();
-        let router = router(Arc::clone(&app), &Config::default(), handle);
+        let config = Config::default();
+        let auth = config.auth(config.addr).unwrap();
+        let router = router(Arc::clone(&app), auth, &config, handle);
         Reg {
             app,
             router,

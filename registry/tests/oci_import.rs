@@ -37,7 +37,9 @@ impl Reg {
         let dir = tempfile::tempdir().unwrap();
         let app = Arc::new(open_app(dir.path(), Policy::default()).unwrap());
         let handle = PrometheusBuilder::new().build_recorder().handle();
-        let router = router(Arc::clone(&app), &Config::default(), handle);
+        let config = Config::default();
+        let auth = config.auth(config.addr).unwrap();
+        let router = router(Arc::clone(&app), auth, &config, handle);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let served = router.clone();

@@ -1,0 +1,232 @@
+//! What a request needs before it may run (SPEC.md §7.5): one pure
+//! function from a request's method and path to the repository and action
+//! it touches. The auth layer decides with it before any handler runs;
+//! the handlers whose repository is in the body or in a stored record
+//! (sync jobs) decide with the same [`Action`]s through
+//! [`crate::auth::Caller::may`].
+
+use axum::http::Method;
+use serde::{Deserialize, Serialize};
+
+use crate::{api, volume_api};
+
+/// What a caller may do to a repository (SPEC.md §7.5).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Action {
+    /// Read blobs, manifests, tags, versions.
+    Pull,
+    /// Upload, put manifests and tags, move tags, hold push claims, sync.
+    Push,
+    /// Delete manifests and tags, delete, restore and expire versions.
+    Delete,
+}
+
+impl Action {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::Pull => "pull",
+            Action::Push => "push",
+            Action::Delete => "delete",
+        }
+    }
+}
+
+/// The permission a request needs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Need {
+    /// The API roots (`/v2/`, `/api/v1`) and `/metrics`: anyone the
+    /// registry knows, or anonymous when the policy grants anonymous
+    /// callers anything; a client learns here whether to log in.
+    Base,
+    /// `action` on repository `name`.
+    Repository { name: String, action: Action },
+    /// A listing (catalog, namespaces, volumes, sync jobs): allowed to
+    /// anyone [`Need::Base`] allows, filtered to what the caller may pull.
+    Listing,
+    /// A sync job by id: the handler reads the job's destination and asks
+    /// for `action` on it.
+    SyncJob(Action),
+    /// A new sync job: the handler asks for `push` on the body's
+    /// destination.
+    NewSync,
+    /// Garbage collection, secrets, API keys.
+    Admin,
+    /// A path no handler serves: let it through to its 404.
+    Nothing,
+}
+
+/// What `method path` needs. Pure, so the auth layer and the tests agree
+/// with the handlers on every route.
+pub fn need(method: &Method, path: &str) -> Need {
+    use Action::*;
+    let read = method == Method::GET || method == Method::HEAD;
+    let repo = |name: String, action: Action| Need::Repository { name, action };
+    if path == "/metrics" {
+        return Need::Base;
+    }
+    if let Some(r) = api::route(path) {
+        use api::Route as R;
+        return match r {
+            R::Base => Need::Base,
+            R::Catalog => Need::Listing,
+            R::Tags(n) | R::Referrers(n, _) => repo(n, Pull),
+            R::Manifest(n, _) | R::Blob(n, _) => match *method {
+                Method::DELETE => repo(n, Delete),
+                _ if read => repo(n, Pull),
+                _ => repo(n, Push),
+            },
+            // Cancelling an upload is part of pushing, not deleting.
+            R::UploadStart(n) | R::Upload(n, _) => repo(n, Push),
+        };
+    }
+    if let Some(r) = volume_api::route(path) {
+        use volume_api::Route as R;
+        return match r {
+            R::Root => Need::Base,
+            R::Namespaces | R::Volumes | R::Syncs if read => Need::Listing,
+            R::Syncs => Need::NewSync,
+            R::Sync(_) => Need::SyncJob(Pull),
+            R::SyncCancel(_) => Need::SyncJob(Push),
+            R::Gc | R::Secrets | R::Secret(_) => Need::Admin,
+            R::Namespaces | R::Volumes => Need::Nothing,
+            R::Volume(n) | R::Versions(n) | R::Version(n, _) | R::Tag(n, _) if read => {
+                repo(n, Pull)
+            }
+            R::Volume(n) | R::Version(n, _) | R::Restore(n, _) => repo(n, Delete),
+            R::Tag(n, _) if *method == Method::DELETE => repo(n, Delete),
+            R::Tag(n, _) | R::Claim(n) | R::ClaimToken(n, _) => repo(n, Push),
+            R::Versions(n) => repo(n, Pull),
+        };
+    }
+    Need::Nothing
+}
+
+/// The repository a cross-repository mount reads (`?mount=D&from=REPO`
+/// on an upload start), which the caller must be allowed to pull.
+pub fn mount_source(query: Option<&str>) -> Option<String> {
+    let q = query?;
+    let mut mount = false;
+    let mut from = None;
+    for kv in q.split('&') {
+        let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+        match k {
+            "mount" => mount = true,
+            "from" => from = Some(percent_encoding::percent_decode_str(v).decode_utf8_lossy()),
+            _ => {}
+        }
+    }
+    mount.then_some(from?.into_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn n(m: Method, p: &str) -> Need {
+        need(&m, p)
+    }
+    fn repo(name: &str, action: Action) -> Need {
+        Need::Repository {
+            name: name.into(),
+            action,
+        }
+    }
+
+    #[test]
+    fn oci_routes() {
+        use Action::*;
+        assert_eq!(n(Method::GET, "/v2/"), Need::Base);
+        assert_eq!(n(Method::GET, "/v2/_catalog"), Need::Listing);
+        assert_eq!(n(Method::GET, "/v2/w/a/tags/list"), repo("w/a", Pull));
+        assert_eq!(n(Method::HEAD, "/v2/w/a/manifests/x"), repo("w/a", Pull));
+        assert_eq!(n(Method::PUT, "/v2/w/a/manifests/x"), repo("w/a", Push));
+        assert_eq!(
+            n(Method::DELETE, "/v2/w/a/manifests/x"),
+            repo("w/a", Delete)
+        );
+        assert_eq!(n(Method::GET, "/v2/w/a/blobs/sha256:00"), repo("w/a", Pull));
+        assert_eq!(
+            n(Method::DELETE, "/v2/w/a/blobs/sha256:00"),
+            repo("w/a", Delete)
+        );
+        assert_eq!(n(Method::POST, "/v2/w/a/blobs/uploads/"), repo("w/a", Push));
+        assert_eq!(
+            n(Method::PATCH, "/v2/w/a/blobs/uploads/u"),
+            repo("w/a", Push)
+        );
+        assert_eq!(
+            n(Method::DELETE, "/v2/w/a/blobs/uploads/u"),
+            repo("w/a", Push)
+        );
+        assert_eq!(
+            n(Method::GET, "/v2/w/a/referrers/sha256:00"),
+            repo("w/a", Pull)
+        );
+        assert_eq!(n(Method::GET, "/v3/"), Need::Nothing);
+        assert_eq!(n(Method::GET, "/metrics"), Need::Base);
+    }
+
+    #[test]
+    fn volume_api_routes() {
+        use Action::*;
+        assert_eq!(n(Method::GET, "/api/v1"), Need::Base);
+        assert_eq!(n(Method::GET, "/api/v1/namespaces"), Need::Listing);
+        assert_eq!(n(Method::GET, "/api/v1/volumes"), Need::Listing);
+        assert_eq!(n(Method::POST, "/api/v1/gc"), Need::Admin);
+        assert_eq!(n(Method::GET, "/api/v1/secrets"), Need::Admin);
+        assert_eq!(n(Method::PUT, "/api/v1/secrets/s"), Need::Admin);
+        assert_eq!(n(Method::GET, "/api/v1/syncs"), Need::Listing);
+        assert_eq!(n(Method::POST, "/api/v1/syncs"), Need::NewSync);
+        assert_eq!(n(Method::GET, "/api/v1/syncs/j"), Need::SyncJob(Pull));
+        assert_eq!(
+            n(Method::POST, "/api/v1/syncs/j/cancel"),
+            Need::SyncJob(Push)
+        );
+        assert_eq!(n(Method::GET, "/api/v1/volumes/w/a"), repo("w/a", Pull));
+        assert_eq!(n(Method::PATCH, "/api/v1/volumes/w/a"), repo("w/a", Delete));
+        assert_eq!(
+            n(Method::DELETE, "/api/v1/volumes/w/a"),
+            repo("w/a", Delete)
+        );
+        assert_eq!(
+            n(Method::GET, "/api/v1/volumes/w/a/-/versions"),
+            repo("w/a", Pull)
+        );
+        assert_eq!(
+            n(Method::DELETE, "/api/v1/volumes/w/a/-/versions/b3:00"),
+            repo("w/a", Delete)
+        );
+        assert_eq!(
+            n(Method::POST, "/api/v1/volumes/w/a/-/versions/b3:00/restore"),
+            repo("w/a", Delete)
+        );
+        assert_eq!(
+            n(Method::PUT, "/api/v1/volumes/w/a/-/tags/prod"),
+            repo("w/a", Push)
+        );
+        assert_eq!(
+            n(Method::DELETE, "/api/v1/volumes/w/a/-/tags/prod"),
+            repo("w/a", Delete)
+        );
+        assert_eq!(
+            n(Method::POST, "/api/v1/volumes/w/a/-/claim"),
+            repo("w/a", Push)
+        );
+        assert_eq!(
+            n(Method::DELETE, "/api/v1/volumes/w/a/-/claim/t"),
+            repo("w/a", Push)
+        );
+    }
+
+    #[test]
+    fn mount_sources() {
+        assert_eq!(
+            mount_source(Some("mount=sha256:00&from=w%2Fb")),
+            Some("w/b".into())
+        );
+        assert_eq!(mount_source(Some("from=w/b")), None);
+        assert_eq!(mount_source(Some("mount=sha256:00")), None);
+        assert_eq!(mount_source(None), None);
+    }
+}

@@ -1,0 +1,678 @@
+//! Who is asking, and may they (SPEC.md §7.5): the `[auth]` section of
+//! `registry.toml`, Basic credentials checked against an htpasswd file,
+//! and the tower layers that run before every handler:
+//!
+//! - [`authorize`] authenticates the request, asks [`crate::access::need`]
+//!   what it needs and [`Policy`] whether the caller has it, answers 401
+//!   (with the challenge) or 403 `DENIED` itself, and otherwise hands the
+//!   handler a [`Caller`] in the request's extensions, for the decisions
+//!   that need a body or a stored record (sync jobs) and for filtering
+//!   listings;
+//! - [`csrf`] refuses `/api/v1` writes a web page could forge: no JSON
+//!   content type (a CORS "simple request") or a foreign `Origin`.
+//!
+//! Credentials never reach a log line: a failed login logs the user name
+//! only, and a denial logs subject, repository and action.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use base64::Engine;
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+use tokio::sync::Semaphore;
+
+use crate::access::{self, Action, Need};
+use crate::authz::{AccessEntry, Policy, Subject};
+use crate::error::{Code, RegistryError};
+use crate::token::{Grant, Issuer};
+
+/// How long a successful password check is remembered.
+const VERIFIED_TTL: Duration = Duration::from_secs(60);
+/// bcrypt checks that may run at once: each costs ~50-250 ms of a core.
+const BCRYPT_AT_ONCE: usize = 2;
+/// How long a failed login waits before it is answered.
+const FAILED_LOGIN_DELAY: Duration = Duration::from_secs(1);
+/// Largest htpasswd file read, and most entries remembered.
+const MAX_HTPASSWD: u64 = 16 << 20;
+const MAX_VERIFIED: usize = 10_000;
+
+/// `registry.toml` `[auth]`.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuthConfig {
+    /// bcrypt entries (`htpasswd -B`), the format distribution and zot read.
+    pub htpasswd: Option<PathBuf>,
+    /// The address clients use (`https://registry.example.com`): the
+    /// registry's own `Origin`. Default: derived from the bound address.
+    pub public_url: Option<String>,
+    /// Users who may do everything, including GC and secrets.
+    #[serde(default)]
+    pub admins: Vec<String>,
+    /// What callers without credentials may do where no entry matches.
+    #[serde(default)]
+    pub anonymous: Vec<Action>,
+    /// What any authenticated caller may do where no entry matches.
+    #[serde(default)]
+    pub default: Vec<Action>,
+    #[serde(default)]
+    pub access: Vec<AccessEntry>,
+    /// Lifetime of the tokens `/token` issues (default 300).
+    pub token_ttl_seconds: Option<u64>,
+    /// The key tokens are signed with (hex, 32+ bytes); default
+    /// `token.key` in the data folder, created at first start.
+    pub signing_key_file: Option<PathBuf>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum AuthError {
+    #[error("cannot read htpasswd file {path}: {message}")]
+    Htpasswd { path: PathBuf, message: String },
+    #[error("[auth] public_url {0:?} is not an http:// or https:// URL")]
+    PublicUrl(String),
+    #[error(transparent)]
+    Policy(#[from] crate::authz::PolicyError),
+    #[error(transparent)]
+    Token(#[from] crate::token::TokenError),
+}
+
+/// The users of an htpasswd file: name -> bcrypt hash.
+#[derive(Debug, Default)]
+pub struct Htpasswd(HashMap<String, String>);
+
+impl Htpasswd {
+    pub fn load(path: &Path) -> Result<Htpasswd, AuthError> {
+        let err = |message: String| AuthError::Htpasswd {
+            path: path.to_path_buf(),
+            message,
+        };
+        let len = std::fs::metadata(path)
+            .map_err(|e| err(e.to_string()))?
+            .len();
+        if len > MAX_HTPASSWD {
+            return Err(err(format!("larger than {MAX_HTPASSWD} bytes")));
+        }
+        let text = std::fs::read_to_string(path).map_err(|e| err(e.to_string()))?;
+        Htpasswd::parse(&text).map_err(err)
+    }
+
+    pub fn parse(text: &str) -> Result<Htpasswd, String> {
+        let mut users = HashMap::new();
+        for (i, line) in text.lines().enumerate() {
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            let (user, hash) = line
+                .split_once(':')
+                .ok_or_else(|| format!("line {}: not USER:HASH", i + 1))?;
+            // Only bcrypt: MD5-crypt, SHA1 and plain entries are too weak
+            // to accept, and distribution refuses them too.
+            if !(hash.starts_with("$2y$") || hash.starts_with("$2b$") || hash.starts_with("$2a$")) {
+                return Err(format!(
+                    "line {}: user {user:?} is not a bcrypt entry (make it with htpasswd -B)",
+                    i + 1
+                ));
+            }
+            users.insert(user.to_string(), hash.to_string());
+        }
+        Ok(Htpasswd(users))
+    }
+}
+
+/// The authentication and authorization state every request consults.
+#[derive(Debug)]
+pub struct Auth {
+    policy: Policy,
+    users: Option<Htpasswd>,
+    /// The token server; `None` on an open registry.
+    issuer: Option<Issuer>,
+    /// The `Origin`s that may write to `/api/v1`.
+    origins: Vec<String>,
+    /// sha256(user, password) of recent successful checks -> when.
+    verified: Mutex<HashMap<[u8; 32], Instant>>,
+    bcrypt: Semaphore,
+}
+
+/// The authenticated caller, in each request's extensions.
+#[derive(Clone, Debug)]
+pub struct Caller {
+    pub subject: Subject,
+    /// What the caller's bearer token grants, when it sent one: the
+    /// policy and the token must both allow an action.
+    grant: Option<Grant>,
+    auth: Arc<Auth>,
+}
+
+impl Caller {
+    /// Whether the caller may do `action` to `repository`.
+    pub fn may(&self, repository: &str, action: Action) -> bool {
+        self.auth.policy.allows(&self.subject, repository, action)
+            && self
+                .grant
+                .as_ref()
+                .is_none_or(|g| g.grants(repository, action))
+    }
+
+    /// Whether a listing shows `repository` to the caller: what the policy
+    /// lets it pull, whatever its token was scoped to.
+    pub fn sees(&self, repository: &str) -> bool {
+        self.auth
+            .policy
+            .allows(&self.subject, repository, Action::Pull)
+    }
+
+    pub fn is_admin(&self) -> bool {
+        self.auth.policy.is_admin(&self.subject)
+    }
+
+    /// `Ok` when the caller may do `action` to `repository`, else the
+    /// answer that says so (logged).
+    pub fn check(&self, repository: &str, action: Action) -> Result<(), RegistryError> {
+        if self.may(repository, action) {
+            return Ok(());
+        }
+        denied_line(&self.subject, repository, action.as_str());
+        Err(RegistryError::new(
+            Code::Denied,
+            format!(
+                "{} may not {} {repository}",
+                self.subject.name(),
+                action.as_str()
+            ),
+        ))
+    }
+}
+
+/// The caller a handler runs for. A handler reached without the auth
+/// layer (never in `sealvol serve`) gets an anonymous caller with no
+/// rights, so a missing layer fails closed.
+pub fn caller(req: &Request) -> Caller {
+    req.extensions().get::<Caller>().cloned().unwrap_or(Caller {
+        subject: Subject::Anonymous,
+        grant: None,
+        auth: Arc::new(Auth::new(Policy::default(), None, None, Vec::new())),
+    })
+}
+
+fn denied_line(subject: &Subject, repository: &str, action: &str) {
+    tracing::warn!(
+        subject = subject.name(),
+        repository,
+        action,
+        "access denied"
+    );
+}
+
+impl Auth {
+    fn new(
+        policy: Policy,
+        users: Option<Htpasswd>,
+        issuer: Option<Issuer>,
+        origins: Vec<String>,
+    ) -> Auth {
+        Auth {
+            policy,
+            users,
+            issuer,
+            origins,
+            verified: Mutex::new(HashMap::new()),
+            bcrypt: Semaphore::new(BCRYPT_AT_ONCE),
+        }
+    }
+
+    /// From `[auth]` for a registry listening on `addr` (with TLS when
+    /// `tls`) with its data in `root`. Without `[auth]`, `open` says what
+    /// anyone may do: the open loopback registry, or anonymous writes.
+    pub fn from_config(
+        config: Option<&AuthConfig>,
+        open: Policy,
+        addr: SocketAddr,
+        tls: bool,
+        root: &Path,
+    ) -> Result<Auth, AuthError> {
+        let scheme = if tls { "https" } else { "http" };
+        let mut origins = vec![format!("{scheme}://{addr}")];
+        if addr.ip().is_loopback() {
+            origins.push(format!("{scheme}://localhost:{}", addr.port()));
+        }
+        let Some(config) = config else {
+            return Ok(Auth::new(open, None, None, origins));
+        };
+        let public = match &config.public_url {
+            Some(url) => origin_of(url).ok_or_else(|| AuthError::PublicUrl(url.clone()))?,
+            None => origins[0].clone(),
+        };
+        if config.public_url.is_some() {
+            origins.insert(0, public.clone());
+        }
+        let users = config.htpasswd.as_deref().map(Htpasswd::load).transpose()?;
+        let policy = Policy::new(
+            config.admins.clone(),
+            config.anonymous.clone(),
+            config.default.clone(),
+            config.access.clone(),
+        )?;
+        let key_file = config
+            .signing_key_file
+            .clone()
+            .unwrap_or_else(|| root.join("token.key"));
+        let key = crate::token::load_or_create_key(&key_file)?;
+        let service = public
+            .split_once("://")
+            .map_or(public.as_str(), |p| p.1)
+            .to_string();
+        let issuer = Issuer::new(
+            &key,
+            service,
+            format!("{public}/token"),
+            config.token_ttl_seconds.unwrap_or(300),
+        );
+        Ok(Auth::new(
+            policy,
+            Some(users.unwrap_or_default()),
+            Some(issuer),
+            origins,
+        ))
+    }
+
+    /// Who sent `headers`, and what their bearer token grants:
+    /// `Ok(Anonymous)` without credentials, `Err` for credentials that do
+    /// not check out.
+    async fn identify(
+        &self,
+        headers: &HeaderMap,
+    ) -> Result<(Subject, Option<Grant>), &'static str> {
+        let bearer = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.split_once(' '))
+            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"));
+        match (bearer, &self.issuer) {
+            (Some((_, token)), Some(issuer)) => {
+                let grant = issuer
+                    .verify(token.trim(), unix_now())
+                    .ok_or("invalid or expired token")?;
+                Ok((grant.subject.clone(), Some(grant)))
+            }
+            _ => Ok((self.authenticate(headers).await?, None)),
+        }
+    }
+
+    /// Who sent `headers` with Basic credentials: `Ok(Anonymous)` without
+    /// any, `Err` for credentials that do not check out.
+    async fn authenticate(&self, headers: &HeaderMap) -> Result<Subject, &'static str> {
+        let Some(value) = headers.get(header::AUTHORIZATION) else {
+            return Ok(Subject::Anonymous);
+        };
+        // An open registry ignores credentials a client keeps for it.
+        let Some(users) = &self.users else {
+            return Ok(Subject::Anonymous);
+        };
+        let value = value
+            .to_str()
+            .map_err(|_| "malformed Authorization header")?;
+        let (scheme, rest) = value.split_once(' ').unwrap_or((value, ""));
+        if !scheme.eq_ignore_ascii_case("basic") {
+            return Err("unsupported authorization scheme (use Basic or a token from /token)");
+        }
+        let decoded = base64::engine::general_purpose::STANDARD
+            .decode(rest.trim())
+            .map_err(|_| "malformed Basic credentials")?;
+        let decoded = String::from_utf8(decoded).map_err(|_| "malformed Basic credentials")?;
+        let (user, password) = decoded
+            .split_once(':')
+            .ok_or("malformed Basic credentials")?;
+        let key: [u8; 32] = Sha256::new()
+            .chain_update(user.len().to_le_bytes())
+            .chain_update(user)
+            .chain_update(password)
+            .finalize()
+            .into();
+        let now = Instant::now();
+        if let Some(at) = self.verified.lock().expect("verified lock").get(&key) {
+            if now.duration_since(*at) < VERIFIED_TTL {
+                return Ok(Subject::User(user.to_string()));
+            }
+        }
+        let ok = match users.0.get(user) {
+            Some(hash) => {
+                let _permit = self.bcrypt.acquire().await.map_err(|_| "shutting down")?;
+                let (hash, password) = (hash.clone(), password.to_string());
+                tokio::task::spawn_blocking(move || {
+                    bcrypt::verify(password, &hash).unwrap_or(false)
+                })
+                .await
+                .unwrap_or(false)
+            }
+            None => false,
+        };
+        if !ok {
+            metrics::counter!("sealvol_auth_failed_logins_total").increment(1);
+            tracing::warn!(user, "failed login");
+            // An async sleep: the delay holds no worker thread.
+            tokio::time::sleep(FAILED_LOGIN_DELAY).await;
+            return Err("wrong user name or password");
+        }
+        let mut verified = self.verified.lock().expect("verified lock");
+        if verified.len() >= MAX_VERIFIED {
+            verified.retain(|_, at| now.duration_since(*at) < VERIFIED_TTL);
+            if verified.len() >= MAX_VERIFIED {
+                verified.clear();
+            }
+        }
+        verified.insert(key, now);
+        Ok(Subject::User(user.to_string()))
+    }
+}
+
+/// The scheme, host and port of an http(s) URL, as a browser's `Origin`.
+fn origin_of(url: &str) -> Option<String> {
+    let (scheme, rest) = url.split_once("://")?;
+    if scheme != "http" && scheme != "https" {
+        return None;
+    }
+    let host = rest.split(['/', '?', '#']).next()?;
+    (!host.is_empty()).then(|| format!("{scheme}://{host}"))
+}
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// The token scope a request needing `need` asks for.
+fn scope_of(need: &Need) -> Option<String> {
+    match need {
+        Need::Repository { name, action } => Some(match action {
+            // Docker clients ask for both when they push.
+            Action::Push => format!("repository:{name}:pull,push"),
+            a => format!("repository:{name}:{}", a.as_str()),
+        }),
+        Need::Listing => Some("registry:catalog:*".into()),
+        _ => None,
+    }
+}
+
+impl Auth {
+    /// 401 with the challenge a client answers by logging in: the token
+    /// flow where the registry issues tokens, else Basic.
+    fn unauthorized(&self, why: &str, need: &Need) -> Response {
+        let mut resp = RegistryError::new(Code::Unauthorized, why).into_response();
+        let challenge = match &self.issuer {
+            Some(i) => i.challenge(scope_of(need).as_deref()),
+            None => "Basic realm=\"sealvol\"".to_string(),
+        };
+        if let Ok(v) = HeaderValue::from_str(&challenge) {
+            resp.headers_mut().insert(header::WWW_AUTHENTICATE, v);
+        }
+        resp
+    }
+}
+
+/// The auth layer: authenticate, decide what the route needs, hand the
+/// caller on.
+pub async fn authorize(State(auth): State<Arc<Auth>>, mut req: Request, next: Next) -> Response {
+    let need = access::need(req.method(), req.uri().path());
+    let (subject, grant) = match auth.identify(req.headers()).await {
+        Ok(s) => s,
+        Err(why) => return auth.unauthorized(why, &need),
+    };
+    let policy = &auth.policy;
+    // Anonymous callers are asked to log in, and so is a token that lacks
+    // the scope (the client asks for another); known users are refused.
+    let refuse = |repository: &str, action: &str, retry: bool| -> Response {
+        denied_line(&subject, repository, action);
+        match subject {
+            Subject::Anonymous => auth.unauthorized("authentication required", &need),
+            Subject::User(_) if retry => auth.unauthorized("the token does not grant this", &need),
+            Subject::User(ref u) => {
+                RegistryError::new(Code::Denied, format!("{u} may not {action} {repository}"))
+                    .into_response()
+            }
+        }
+    };
+    match &need {
+        Need::Nothing => {}
+        Need::Base | Need::Listing | Need::SyncJob(_) | Need::NewSync => {
+            if !policy.knows(&subject) {
+                return refuse("", "use", false);
+            }
+        }
+        Need::Admin => {
+            if !policy.is_admin(&subject) {
+                return refuse("", "administer", false);
+            }
+        }
+        Need::Repository { name, action } => {
+            let (name, action) = (name.as_str(), *action);
+            if !policy.allows(&subject, name, action) {
+                return refuse(name, action.as_str(), false);
+            }
+            if grant.as_ref().is_some_and(|g| !g.grants(name, action)) {
+                return refuse(name, action.as_str(), true);
+            }
+            // A cross-repository mount from a repository the caller may
+            // not read becomes a plain upload, as in distribution.
+            if let Some(from) = access::mount_source(req.uri().query()) {
+                if !policy.allows(&subject, &from, Action::Pull) {
+                    let path = req.uri().path().to_string();
+                    if let Ok(uri) = path.parse() {
+                        *req.uri_mut() = uri;
+                    }
+                }
+            }
+        }
+    }
+    req.extensions_mut().insert(Caller {
+        subject,
+        grant,
+        auth: Arc::clone(&auth),
+    });
+    next.run(req).await
+}
+
+/// `GET /token` (Basic credentials, or none for what anonymous callers
+/// may do) and `POST /token` (the OAuth2 password form): a token for the
+/// scopes asked, as the distribution token spec answers.
+pub async fn token(State(auth): State<Arc<Auth>>, req: Request) -> Response {
+    let Some(issuer) = &auth.issuer else {
+        return RegistryError::with_status(
+            Code::Unsupported,
+            StatusCode::NOT_FOUND,
+            "this registry has no [auth]: no token is needed",
+        )
+        .into_response();
+    };
+    let basic_challenge = |why: &str| {
+        let mut resp = RegistryError::new(Code::Unauthorized, why).into_response();
+        resp.headers_mut().insert(
+            header::WWW_AUTHENTICATE,
+            HeaderValue::from_static("Basic realm=\"sealvol\""),
+        );
+        resp
+    };
+    let mut params: Vec<(String, String)> = req
+        .uri()
+        .query()
+        .map(|q| form_urlencoded::parse(q.as_bytes()).into_owned().collect())
+        .unwrap_or_default();
+    let subject = if req.method() == Method::POST {
+        let body = match axum::body::to_bytes(req.into_body(), 64 << 10).await {
+            Ok(b) => b,
+            Err(_) => {
+                return RegistryError::new(Code::Unsupported, "token form too large")
+                    .into_response()
+            }
+        };
+        params.extend(form_urlencoded::parse(&body).into_owned());
+        let get = |k: &str| params.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+        if get("grant_type").as_deref() != Some("password") {
+            return RegistryError::new(Code::Unsupported, "grant_type must be password")
+                .into_response();
+        }
+        let (user, password) = (
+            get("username").unwrap_or_default(),
+            get("password").unwrap_or_default(),
+        );
+        let mut headers = HeaderMap::new();
+        let basic = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+        if let Ok(v) = HeaderValue::from_str(&format!("Basic {basic}")) {
+            headers.insert(header::AUTHORIZATION, v);
+        }
+        match auth.authenticate(&headers).await {
+            Ok(s) => s,
+            Err(why) => return basic_challenge(why),
+        }
+    } else {
+        match auth.authenticate(req.headers()).await {
+            Ok(s) => s,
+            Err(why) => return basic_challenge(why),
+        }
+    };
+    if let Some((_, service)) = params.iter().find(|(k, _)| k == "service") {
+        if service != issuer.service() {
+            return RegistryError::new(
+                Code::Denied,
+                format!("tokens here are for service {:?}", issuer.service()),
+            )
+            .into_response();
+        }
+    }
+    let scopes: Vec<String> = params
+        .iter()
+        .filter(|(k, _)| k == "scope")
+        .map(|(_, v)| v.clone())
+        .collect();
+    match issuer.issue(&auth.policy, &subject, &scopes, unix_now()) {
+        Ok(answer) => axum::Json(answer).into_response(),
+        Err(why) => RegistryError::with_status(Code::Unsupported, StatusCode::BAD_REQUEST, why)
+            .into_response(),
+    }
+}
+
+/// Refuses `/api/v1` requests a web page could send on the operator's
+/// behalf (SPEC.md §7.5): writes without `Content-Type: application/json`
+/// (a form or a `text/plain` fetch needs no preflight), and anything from
+/// another origin.
+pub async fn csrf(State(auth): State<Arc<Auth>>, req: Request, next: Next) -> Response {
+    let path = req.uri().path();
+    if path != "/api/v1" && !path.starts_with("/api/v1/") {
+        return next.run(req).await;
+    }
+    let headers = req.headers();
+    let cross_site = headers
+        .get("sec-fetch-site")
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"cross-site"));
+    let foreign = headers
+        .get(header::ORIGIN)
+        .is_some_and(|o| !auth.origins.iter().any(|a| a.as_bytes() == o.as_bytes()));
+    if cross_site || foreign {
+        return RegistryError::new(Code::Denied, "cross-origin requests are refused")
+            .into_response();
+    }
+    let method = req.method();
+    if method != Method::GET && method != Method::HEAD {
+        let essence = headers
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .map(|v| {
+                v.split(';')
+                    .next()
+                    .unwrap_or("")
+                    .trim()
+                    .to_ascii_lowercase()
+            });
+        let secret_put = method == Method::PUT && path.starts_with("/api/v1/secrets/");
+        let ok = match essence.as_deref() {
+            Some("application/json") => true,
+            Some("application/octet-stream") => secret_put,
+            _ => false,
+        };
+        if !ok {
+            let want = if secret_put {
+                "application/octet-stream"
+            } else {
+                "application/json"
+            };
+            return RegistryError::with_status(
+                Code::Unsupported,
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                format!("{method} {path} needs Content-Type: {want}"),
+            )
+            .into_response();
+        }
+    }
+    next.run(req).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn htpasswd_takes_bcrypt_only() {
+        let h = Htpasswd::parse(
+            "# c\nalice:$2y$05$abcdefghijklmnopqrstuuF0GfGbTjOY2lWOdPDm6dvYjAhNSyXQa\n\n",
+        )
+        .unwrap();
+        assert!(h.0.contains_key("alice"));
+        assert!(Htpasswd::parse("bob:{SHA}abc")
+            .unwrap_err()
+            .contains("htpasswd -B"));
+        assert!(Htpasswd::parse("bob").is_err());
+    }
+
+    #[test]
+    fn origins() {
+        assert_eq!(
+            origin_of("https://r.example.com/x").as_deref(),
+            Some("https://r.example.com")
+        );
+        assert_eq!(
+            origin_of("http://127.0.0.1:5000").as_deref(),
+            Some("http://127.0.0.1:5000")
+        );
+        assert_eq!(origin_of("ftp://x"), None);
+        assert_eq!(origin_of("https://"), None);
+    }
+
+    #[tokio::test]
+    async fn basic_credentials_are_checked_and_cached() {
+        let hash = bcrypt::hash("s3cret", 4).unwrap();
+        let users = Htpasswd::parse(&format!("alice:{hash}")).unwrap();
+        let auth = Auth::new(Policy::default(), Some(users), None, vec![]);
+        let basic = |u: &str, p: &str| {
+            let mut h = HeaderMap::new();
+            let v = base64::engine::general_purpose::STANDARD.encode(format!("{u}:{p}"));
+            h.insert(header::AUTHORIZATION, format!("Basic {v}").parse().unwrap());
+            h
+        };
+        assert_eq!(
+            auth.authenticate(&basic("alice", "s3cret")).await,
+            Ok(Subject::User("alice".into()))
+        );
+        assert_eq!(auth.verified.lock().unwrap().len(), 1);
+        assert_eq!(
+            auth.authenticate(&basic("alice", "s3cret")).await,
+            Ok(Subject::User("alice".into()))
+        );
+        assert!(auth.authenticate(&basic("alice", "wrong")).await.is_err());
+        assert!(auth
+            .authenticate(&basic("mallory", "s3cret"))
+            .await
+            .is_err());
+        assert_eq!(
+            auth.authenticate(&HeaderMap::new()).await,
+            Ok(Subject::Anonymous)
+        );
+    }
+}

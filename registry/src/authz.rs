@@ -1,0 +1,262 @@
+//! The authorization policy (SPEC.md §7.5), shaped like zot's: data from
+//! `registry.toml` `[auth]`, and one pure function that fails closed.
+//!
+//! Admins may do everything. For a repository, the `[[auth.access]]`
+//! entries whose `repositories` globs match it are considered, and of
+//! those only the ones with the longest matching pattern decide (several
+//! entries may share a pattern: one for writers, one for readers). Those
+//! entries grant their `actions` to their `users`, their `default` to any
+//! authenticated caller and their `anonymous` to everyone. Where no entry
+//! matches, the global `default` and `anonymous` lists apply. Nothing
+//! else is allowed.
+
+use globset::{Glob, GlobBuilder, GlobMatcher};
+use serde::Deserialize;
+
+use crate::access::Action;
+
+/// One `[[auth.access]]` entry as written in `registry.toml`.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AccessEntry {
+    /// Globs over repository names: `*` stays within one path component,
+    /// `**` crosses them (`weights/**`).
+    pub repositories: Vec<String>,
+    #[serde(default)]
+    pub users: Vec<String>,
+    #[serde(default)]
+    pub actions: Vec<Action>,
+    /// What any authenticated caller may do here (default: nothing).
+    #[serde(default)]
+    pub default: Vec<Action>,
+    /// What a caller without credentials may do here (default: nothing).
+    #[serde(default)]
+    pub anonymous: Vec<Action>,
+}
+
+/// Who is asking.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Subject {
+    Anonymous,
+    User(String),
+}
+
+impl Subject {
+    pub fn name(&self) -> &str {
+        match self {
+            Subject::Anonymous => "anonymous",
+            Subject::User(u) => u,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("[auth.access] repository pattern {pattern:?}: {message}")]
+pub struct PolicyError {
+    pattern: String,
+    message: String,
+}
+
+/// The compiled policy.
+#[derive(Debug, Default)]
+pub struct Policy {
+    admins: Vec<String>,
+    anonymous: Vec<Action>,
+    default: Vec<Action>,
+    entries: Vec<(Vec<(String, GlobMatcher)>, AccessEntry)>,
+    /// Everyone is an admin: the registry without `[auth]` on loopback.
+    everyone_admin: bool,
+}
+
+impl Policy {
+    pub fn new(
+        admins: Vec<String>,
+        anonymous: Vec<Action>,
+        default: Vec<Action>,
+        access: Vec<AccessEntry>,
+    ) -> Result<Policy, PolicyError> {
+        let mut entries = Vec::with_capacity(access.len());
+        for entry in access {
+            let mut globs = Vec::with_capacity(entry.repositories.len());
+            for pattern in &entry.repositories {
+                let glob: Glob = GlobBuilder::new(pattern)
+                    .literal_separator(true)
+                    .build()
+                    .map_err(|e| PolicyError {
+                        pattern: pattern.clone(),
+                        message: e.kind().to_string(),
+                    })?;
+                globs.push((pattern.clone(), glob.compile_matcher()));
+            }
+            entries.push((globs, entry));
+        }
+        Ok(Policy {
+            admins,
+            anonymous,
+            default,
+            entries,
+            everyone_admin: false,
+        })
+    }
+
+    /// Everything to everyone: a registry without `[auth]` listening on
+    /// loopback, where only this machine's users reach it.
+    pub fn loopback() -> Policy {
+        Policy {
+            everyone_admin: true,
+            ..Policy::anonymous_writes()
+        }
+    }
+
+    /// `pull`, `push` and `delete` on every repository to everyone, never
+    /// admin: `--allow-anonymous-writes` off loopback.
+    pub fn anonymous_writes() -> Policy {
+        let all = vec![Action::Pull, Action::Push, Action::Delete];
+        Policy {
+            anonymous: all.clone(),
+            default: all,
+            ..Policy::default()
+        }
+    }
+
+    pub fn is_admin(&self, subject: &Subject) -> bool {
+        self.everyone_admin
+            || matches!(subject, Subject::User(u) if self.admins.iter().any(|a| a == u))
+    }
+
+    /// Whether `subject` may do `action` to `repository`.
+    pub fn allows(&self, subject: &Subject, repository: &str, action: Action) -> bool {
+        if self.is_admin(subject) {
+            return true;
+        }
+        let longest = self
+            .entries
+            .iter()
+            .flat_map(|(globs, _)| globs)
+            .filter(|(_, g)| g.is_match(repository))
+            .map(|(p, _)| p.len())
+            .max();
+        let Some(longest) = longest else {
+            let global = match subject {
+                Subject::Anonymous => &self.anonymous,
+                Subject::User(_) => &self.default,
+            };
+            return global.contains(&action);
+        };
+        self.entries
+            .iter()
+            .filter(|(globs, _)| {
+                globs
+                    .iter()
+                    .any(|(p, g)| p.len() == longest && g.is_match(repository))
+            })
+            .any(|(_, e)| {
+                e.anonymous.contains(&action)
+                    || match subject {
+                        Subject::Anonymous => false,
+                        Subject::User(u) => {
+                            e.default.contains(&action)
+                                || (e.users.iter().any(|x| x == u) && e.actions.contains(&action))
+                        }
+                    }
+            })
+    }
+
+    /// Whether `subject` may do anything at all here: reach the API roots
+    /// and see (filtered) listings.
+    pub fn knows(&self, subject: &Subject) -> bool {
+        match subject {
+            Subject::User(_) => true,
+            Subject::Anonymous => {
+                !self.anonymous.is_empty()
+                    || self.entries.iter().any(|(_, e)| !e.anonymous.is_empty())
+            }
+        }
+    }
+
+    /// The actions `subject` may do to `repository`, in a fixed order.
+    pub fn actions(&self, subject: &Subject, repository: &str) -> Vec<Action> {
+        [Action::Pull, Action::Push, Action::Delete]
+            .into_iter()
+            .filter(|a| self.allows(subject, repository, *a))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use Action::*;
+
+    fn user(u: &str) -> Subject {
+        Subject::User(u.into())
+    }
+
+    fn policy() -> Policy {
+        Policy::new(
+            vec!["root".into()],
+            vec![],
+            vec![Pull],
+            vec![
+                AccessEntry {
+                    repositories: vec!["weights/**".into()],
+                    users: vec!["writer".into()],
+                    actions: vec![Pull, Push],
+                    ..AccessEntry::default()
+                },
+                AccessEntry {
+                    repositories: vec!["weights/**".into()],
+                    users: vec!["reader".into()],
+                    actions: vec![Pull],
+                    ..AccessEntry::default()
+                },
+                AccessEntry {
+                    repositories: vec!["weights/public/*".into()],
+                    anonymous: vec![Pull],
+                    default: vec![Pull],
+                    ..AccessEntry::default()
+                },
+            ],
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn longest_pattern_decides_and_denies_by_default() {
+        let p = policy();
+        assert!(p.allows(&user("root"), "any/thing", Delete));
+        assert!(p.allows(&user("writer"), "weights/a/b", Push));
+        assert!(!p.allows(&user("writer"), "weights/a/b", Delete));
+        assert!(p.allows(&user("reader"), "weights/a", Pull));
+        assert!(!p.allows(&user("reader"), "weights/a", Push));
+        // An entry matches: the global default no longer applies.
+        assert!(!p.allows(&user("other"), "weights/a", Pull));
+        // Elsewhere, the global default does.
+        assert!(p.allows(&user("other"), "datasets/a", Pull));
+        assert!(!p.allows(&Subject::Anonymous, "datasets/a", Pull));
+        // The longer pattern wins over weights/**, even for the writer.
+        assert!(p.allows(&Subject::Anonymous, "weights/public/x", Pull));
+        assert!(!p.allows(&user("writer"), "weights/public/x", Push));
+        // `*` does not cross a slash.
+        assert!(!p.allows(&Subject::Anonymous, "weights/public/x/y", Pull));
+        assert!(p.knows(&Subject::Anonymous));
+    }
+
+    #[test]
+    fn empty_policy_denies_everything() {
+        let p = Policy::default();
+        assert!(!p.allows(&user("u"), "a/b", Pull));
+        assert!(!p.allows(&Subject::Anonymous, "a/b", Pull));
+        assert!(!p.knows(&Subject::Anonymous));
+        assert!(!p.is_admin(&user("u")));
+    }
+
+    #[test]
+    fn a_bad_pattern_is_refused() {
+        let bad = AccessEntry {
+            repositories: vec!["weights/[".into()],
+            ..AccessEntry::default()
+        };
+        assert!(Policy::new(vec![], vec![], vec![], vec![bad]).is_err());
+    }
+}

@@ -1,0 +1,356 @@
+//! The registry's own token server, per the distribution token spec
+//! (SPEC.md §7.5): a 401 challenges with `Bearer realm=…/token`, a client
+//! asks `GET /token?service=…&scope=repository:ns/vol:pull,push` (with
+//! Basic credentials, or none for what anonymous callers may do) or posts
+//! the OAuth2 password form, and gets a short-lived JWT granting the
+//! intersection of what it asked and what the policy allows. Tokens are
+//! HS256 with a key from `signing_key_file` (generated 0600 in the data
+//! folder at first start, so replicas can share one file); a verified
+//! token is cached until it expires.
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::access::Action;
+use crate::authz::{Policy, Subject};
+
+/// Most scopes one token request may name, and longest scope string.
+const MAX_SCOPES: usize = 32;
+/// Most cached verified tokens.
+const MAX_CACHED: usize = 10_000;
+
+/// One `access` entry of a token (the distribution token spec's claim).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResourceAccess {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub name: String,
+    pub actions: Vec<String>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct Claims {
+    iss: String,
+    sub: String,
+    aud: String,
+    exp: u64,
+    nbf: u64,
+    iat: u64,
+    jti: String,
+    access: Vec<ResourceAccess>,
+}
+
+/// The answer of `/token`.
+#[derive(Debug, Serialize)]
+pub struct TokenAnswer {
+    pub token: String,
+    pub access_token: String,
+    pub expires_in: u64,
+    pub issued_at: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum TokenError {
+    #[error("cannot read or create the token signing key {path}: {message}")]
+    Key { path: PathBuf, message: String },
+}
+
+/// A token the registry issued, checked.
+#[derive(Clone, Debug)]
+pub struct Grant {
+    pub subject: Subject,
+    access: Vec<ResourceAccess>,
+    exp: u64,
+}
+
+impl Grant {
+    /// Whether the token grants `action` on repository `name`.
+    pub fn grants(&self, name: &str, action: Action) -> bool {
+        self.access.iter().any(|a| {
+            a.kind == "repository"
+                && a.name == name
+                && a.actions.iter().any(|x| x == action.as_str() || x == "*")
+        })
+    }
+}
+
+pub struct Issuer {
+    encoding: EncodingKey,
+    decoding: DecodingKey,
+    validation: Validation,
+    /// `iss` and `aud`: the registry's host as clients see it.
+    service: String,
+    /// Where clients ask for tokens.
+    pub realm: String,
+    ttl: u64,
+    verified: Mutex<HashMap<[u8; 32], Grant>>,
+}
+
+impl std::fmt::Debug for Issuer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Issuer")
+            .field("service", &self.service)
+            .field("realm", &self.realm)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Reads the signing key, or makes one (32 random bytes, hex, 0600).
+pub fn load_or_create_key(path: &Path) -> Result<Vec<u8>, TokenError> {
+    let err = |message: String| TokenError::Key {
+        path: path.to_path_buf(),
+        message,
+    };
+    match std::fs::read_to_string(path) {
+        Ok(text) => {
+            let key = hex::decode(text.trim()).map_err(|_| err("not hex".into()))?;
+            if key.len() < 32 {
+                return Err(err("shorter than 32 bytes".into()));
+            }
+            Ok(key)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let mut key = vec![0u8; 32];
+            std::fs::File::open("/dev/urandom")
+                .and_then(|mut r| r.read_exact(&mut key))
+                .map_err(|e| err(e.to_string()))?;
+            use std::os::unix::fs::OpenOptionsExt;
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(path)
+                .map_err(|e| err(e.to_string()))?;
+            f.write_all(hex::encode(&key).as_bytes())
+                .and_then(|_| f.sync_all())
+                .map_err(|e| err(e.to_string()))?;
+            Ok(key)
+        }
+        Err(e) => Err(err(e.to_string())),
+    }
+}
+
+/// A scope the client asked for: `repository:NAME:ACTIONS`.
+fn parse_scope(scope: &str) -> Option<(&str, &str, Vec<&str>)> {
+    let (kind, rest) = scope.split_once(':')?;
+    let (name, actions) = rest.rsplit_once(':')?;
+    if name.is_empty() || name.len() > 512 {
+        return None;
+    }
+    Some((
+        kind,
+        name,
+        actions.split(',').filter(|a| !a.is_empty()).collect(),
+    ))
+}
+
+impl Issuer {
+    pub fn new(key: &[u8], service: String, realm: String, ttl: u64) -> Issuer {
+        let mut validation = Validation::new(Algorithm::HS256);
+        validation.set_audience(&[&service]);
+        validation.set_issuer(&[&service]);
+        validation.validate_nbf = true;
+        validation.leeway = 5;
+        validation.set_required_spec_claims(&["exp", "nbf", "iss", "aud", "sub"]);
+        Issuer {
+            encoding: EncodingKey::from_secret(key),
+            decoding: DecodingKey::from_secret(key),
+            validation,
+            service,
+            realm,
+            ttl: ttl.max(1),
+            verified: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub fn service(&self) -> &str {
+        &self.service
+    }
+
+    /// A token for `subject` with what `scopes` ask and `policy` allows.
+    pub fn issue(
+        &self,
+        policy: &Policy,
+        subject: &Subject,
+        scopes: &[String],
+        now: u64,
+    ) -> Result<TokenAnswer, String> {
+        let mut access: Vec<ResourceAccess> = Vec::new();
+        let asked: Vec<&str> = scopes
+            .iter()
+            .flat_map(|s| s.split(' '))
+            .filter(|s| !s.is_empty())
+            .collect();
+        if asked.len() > MAX_SCOPES {
+            return Err(format!("at most {MAX_SCOPES} scopes per token"));
+        }
+        for scope in asked {
+            let (kind, name, actions) =
+                parse_scope(scope).ok_or_else(|| format!("malformed scope {scope:?}"))?;
+            let granted: Vec<String> = match kind {
+                "repository" => {
+                    let allowed = policy.actions(subject, name);
+                    allowed
+                        .iter()
+                        .filter(|a| actions.iter().any(|x| *x == a.as_str() || *x == "*"))
+                        .map(|a| a.as_str().to_string())
+                        .collect()
+                }
+                "registry" if name == "catalog" && policy.knows(subject) => vec!["*".into()],
+                _ => Vec::new(),
+            };
+            if !granted.is_empty() {
+                access.push(ResourceAccess {
+                    kind: kind.to_string(),
+                    name: name.to_string(),
+                    actions: granted,
+                });
+            }
+        }
+        let claims = Claims {
+            iss: self.service.clone(),
+            sub: match subject {
+                Subject::Anonymous => String::new(),
+                Subject::User(u) => u.clone(),
+            },
+            aud: self.service.clone(),
+            exp: now + self.ttl,
+            nbf: now.saturating_sub(1),
+            iat: now,
+            jti: uuid::Uuid::new_v4().to_string(),
+            access,
+        };
+        let token = jsonwebtoken::encode(&Header::new(Algorithm::HS256), &claims, &self.encoding)
+            .map_err(|e| format!("cannot sign a token: {e}"))?;
+        Ok(TokenAnswer {
+            access_token: token.clone(),
+            token,
+            expires_in: self.ttl,
+            issued_at: crate::volumes::rfc3339(now),
+        })
+    }
+
+    /// Checks a bearer token (signature, issuer, audience, times), once per
+    /// token until it expires.
+    pub fn verify(&self, token: &str, now: u64) -> Option<Grant> {
+        let key: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+        if let Some(g) = self.verified.lock().expect("token cache").get(&key) {
+            if g.exp > now {
+                return Some(g.clone());
+            }
+        }
+        let data = jsonwebtoken::decode::<Claims>(token, &self.decoding, &self.validation).ok()?;
+        let c = data.claims;
+        let grant = Grant {
+            subject: if c.sub.is_empty() {
+                Subject::Anonymous
+            } else {
+                Subject::User(c.sub)
+            },
+            access: c.access,
+            exp: c.exp,
+        };
+        let mut cache = self.verified.lock().expect("token cache");
+        if cache.len() >= MAX_CACHED {
+            cache.retain(|_, g| g.exp > now);
+            if cache.len() >= MAX_CACHED {
+                cache.clear();
+            }
+        }
+        cache.insert(key, grant.clone());
+        Some(grant)
+    }
+
+    /// The `WWW-Authenticate` value for a request that needs `scope`.
+    pub fn challenge(&self, scope: Option<&str>) -> String {
+        let mut c = format!(
+            "Bearer realm=\"{}\",service=\"{}\"",
+            self.realm, self.service
+        );
+        if let Some(s) = scope {
+            c.push_str(&format!(",scope=\"{s}\""));
+        }
+        c
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::authz::AccessEntry;
+
+    fn policy() -> Policy {
+        Policy::new(
+            vec![],
+            vec![],
+            vec![],
+            vec![AccessEntry {
+                repositories: vec!["weights/**".into()],
+                users: vec!["w".into()],
+                actions: vec![Action::Pull, Action::Push],
+                ..AccessEntry::default()
+            }],
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn grants_the_intersection_and_rejects_forgeries() {
+        // jsonwebtoken checks times against the clock.
+        let now = jsonwebtoken::get_current_timestamp();
+        let i = Issuer::new(
+            &[7; 32],
+            "reg:5000".into(),
+            "http://reg:5000/token".into(),
+            300,
+        );
+        let w = Subject::User("w".into());
+        let t = i
+            .issue(
+                &policy(),
+                &w,
+                &["repository:weights/a:pull,push,delete repository:other/b:pull".into()],
+                now,
+            )
+            .unwrap();
+        let g = i.verify(&t.token, now).unwrap();
+        assert_eq!(g.subject, w);
+        assert!(g.grants("weights/a", Action::Pull));
+        assert!(g.grants("weights/a", Action::Push));
+        assert!(!g.grants("weights/a", Action::Delete));
+        assert!(!g.grants("other/b", Action::Pull));
+        // Expired, another audience, another key, a tampered payload.
+        let fresh = Issuer::new(&[7; 32], "reg:5000".into(), String::new(), 300);
+        assert!(fresh.verify(&t.token, now).is_some());
+        let old = i.issue(&policy(), &w, &[], now - 1_000).unwrap();
+        assert!(fresh.verify(&old.token, now).is_none());
+        let other = Issuer::new(&[7; 32], "elsewhere".into(), String::new(), 300);
+        assert!(other.verify(&t.token, now).is_none());
+        let rekeyed = Issuer::new(&[8; 32], "reg:5000".into(), String::new(), 300);
+        assert!(rekeyed.verify(&t.token, now).is_none());
+        let mut parts: Vec<String> = t.token.split('.').map(String::from).collect();
+        parts[1] = parts[1].replace('a', "b");
+        assert!(fresh.verify(&parts.join("."), now).is_none());
+        assert!(i.issue(&policy(), &w, &["nonsense".into()], 1).is_err());
+    }
+
+    #[test]
+    fn keys_are_created_once_and_private() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("token.key");
+        let k1 = load_or_create_key(&p).unwrap();
+        let k2 = load_or_create_key(&p).unwrap();
+        assert_eq!(k1, k2);
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(
+            std::fs::metadata(&p).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+    }
+}
