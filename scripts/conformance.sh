@@ -24,6 +24,30 @@ sealvol_url=${line##* }
 echo "== conformance: sealvol serve at $sealvol_url"
 "$bin/sealvol-conformance" --url "$sealvol_url"
 
+# The same with authentication on: a user who may pull, push and delete
+# under conformance/**, Basic credentials on every request (gating).
+password=$(head -c 18 /dev/urandom | base64)
+printf %s "$password" | "${SEALVOL_VENV:-.venv}/bin/python" -c \
+  'import sys, bcrypt; print("conf:" + bcrypt.hashpw(sys.stdin.buffer.read(), bcrypt.gensalt(rounds=4)).decode())' \
+  >"$work/htpasswd"
+cat >"$work/auth.toml" <<TOML
+addr = "127.0.0.1:0"
+root = "$work/sealvol-auth-data"
+[auth]
+htpasswd = "$work/htpasswd"
+[[auth.access]]
+repositories = ["conformance/**"]
+users = ["conf"]
+actions = ["pull", "push", "delete"]
+TOML
+mkfifo "$work/serve-auth.out"
+"$bin/sealvol" serve --config "$work/auth.toml" >"$work/serve-auth.out" 2>"$work/serve-auth.log" &
+pids+=($!)
+read -r line <"$work/serve-auth.out"
+auth_url=${line##* }
+echo "== conformance: sealvol serve with [auth] at $auth_url"
+printf '%s\n' "$password" | "$bin/sealvol-conformance" --url "$auth_url" --user conf --password-stdin
+
 # CNCF distribution 2.8 on a free loopback port.
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 cat >"$work/distribution.yml" <<YAML

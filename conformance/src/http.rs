@@ -20,6 +20,9 @@ pub struct Registry {
     client: Client,
     /// Redirects followed (up to 10): pulls, which may go to storage.
     follow: Client,
+    /// Basic credentials sent with every request to the registry's own
+    /// origin (never to a storage redirect).
+    credentials: Option<(String, String)>,
 }
 
 impl Registry {
@@ -53,7 +56,14 @@ impl Registry {
             client: build(reqwest::redirect::Policy::none())?,
             follow: build(reqwest::redirect::Policy::limited(10))?,
             base,
+            credentials: None,
         })
+    }
+
+    /// Sends `user` and `password` as Basic credentials from now on.
+    pub fn with_credentials(mut self, user: String, password: String) -> Registry {
+        self.credentials = Some((user, password));
+        self
     }
 
     /// The base URL as given.
@@ -105,7 +115,12 @@ impl Registry {
     ) -> Result<Resp, CheckFailure> {
         let request = self.describe(&method, &url);
         let client = if follow { &self.follow } else { &self.client };
-        let rb = build(client.request(method, url));
+        let own = url.origin() == self.base.origin();
+        let mut rb = client.request(method, url);
+        if let (true, Some((u, p))) = (own, &self.credentials) {
+            rb = rb.basic_auth(u, Some(p));
+        }
+        let rb = build(rb);
         let resp = rb.send().map_err(|e| CheckFailure::Transport {
             request: request.clone(),
             error: error_chain(&e),

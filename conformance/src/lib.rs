@@ -57,6 +57,8 @@ pub struct Config {
     pub namespace: String,
     /// Per-request timeout.
     pub timeout: Duration,
+    /// Basic credentials (user, password) for a registry with auth on.
+    pub credentials: Option<(String, String)>,
 }
 
 impl Config {
@@ -65,6 +67,7 @@ impl Config {
             url: url.into(),
             namespace: DEFAULT_NAMESPACE.to_string(),
             timeout: Duration::from_secs(60),
+            credentials: None,
         }
     }
 }
@@ -117,7 +120,10 @@ pub fn run(config: &Config, mut on_result: impl FnMut(&CheckResult)) -> Result<R
     if !is_valid_repository_name(&config.namespace) {
         return Err(RunError::InvalidNamespace(config.namespace.clone()));
     }
-    let reg = http::Registry::new(&config.url, config.timeout)?;
+    let mut reg = http::Registry::new(&config.url, config.timeout)?;
+    if let Some((u, p)) = &config.credentials {
+        reg = reg.with_credentials(u.clone(), p.clone());
+    }
     let probe = reg.url("/v2/", &[]);
     if let Err(CheckFailure::Transport { error, .. }) = reg.send(Method::GET, probe, true, |b| b) {
         return Err(RunError::Unreachable {

@@ -31,6 +31,13 @@ struct Cli {
     /// Per-request timeout in seconds
     #[arg(long, default_value_t = 60)]
     timeout: u64,
+    /// User name for a registry with auth on (the password comes from
+    /// --password-stdin)
+    #[arg(long, requires = "password_stdin")]
+    user: Option<String>,
+    /// Read the password from standard input (one line)
+    #[arg(long, requires = "user")]
+    password_stdin: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -53,10 +60,22 @@ fn main() -> ExitCode {
 
 /// Runs and prints; `Ok(true)` when every check passed.
 fn real_main(cli: &Cli) -> anyhow::Result<bool> {
+    let credentials = match &cli.user {
+        Some(user) => {
+            let mut password = String::new();
+            std::io::stdin()
+                .read_line(&mut password)
+                .context("reading the password from standard input")?;
+            let password = password.trim_end_matches(['\n', '\r']).to_string();
+            Some((user.clone(), password))
+        }
+        None => None,
+    };
     let config = Config {
         url: cli.url.clone(),
         namespace: cli.namespace.clone(),
         timeout: Duration::from_secs(cli.timeout.max(1)),
+        credentials,
     };
     let stdout = std::io::stdout();
     let text = cli.output == Output::Text;
