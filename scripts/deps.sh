@@ -7,8 +7,9 @@ set -euo pipefail
 # docker-registry is CNCF distribution 2.8, a peer the tests compare with;
 # skopeo and oras (oras-py) are the clients the push/pull interop tests use;
 # bcrypt hashes the htpasswd file of the registry the auth tests log in to;
-# fuse3 brings fusermount3, which `sealvol mount` (fuser) mounts with.
-APT_PACKAGES=(gcc libc6-dev pkg-config python3 python3-venv time curl docker-registry skopeo fuse3)
+# fuse3 brings fusermount3, which `sealvol mount` (fuser) mounts with;
+# openssl makes the self-signed certificate of the TLS tests.
+APT_PACKAGES=(gcc libc6-dev pkg-config python3 python3-venv time curl openssl docker-registry skopeo fuse3)
 sealvol_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 VENV="${SEALVOL_VENV:-$sealvol_root/.venv}"
 # The sync tests read from emulated object stores: moto's server (S3; boto3

@@ -129,7 +129,7 @@ impl Server {
             .trim()
             .rsplit(' ')
             .next()
-            .filter(|u| u.starts_with("http://127.0.0.1:"))
+            .filter(|u| u.starts_with("http://127.0.0.1:") || u.starts_with("https://127.0.0.1:"))
         {
             Some(url) => {
                 server.url = url.to_string();
@@ -408,7 +408,7 @@ fn http_status_with(addr: &str, path: &str, basic: Option<&str>) -> Option<u16> 
 /// One `user:<bcrypt hash>` line of an htpasswd file, hashed by Python's
 /// `bcrypt` in the project venv. Cost 4, the lowest: distribution checks
 /// the password against the hash on every request.
-fn htpasswd_line(user: &str, password: &str) -> String {
+pub fn htpasswd_line(user: &str, password: &str) -> String {
     assert!(
         !user.is_empty() && !user.contains([':', '\n', '\r']),
         "htpasswd user {user:?}: no colon or line break"
@@ -1087,7 +1087,11 @@ pub fn noise(len: usize, seed: u64) -> Vec<u8> {
 
 /// `HOST:PORT` of a running `sealvol serve`.
 pub fn host(server: &Server) -> String {
-    server.url.trim_start_matches("http://").to_string()
+    server
+        .url
+        .trim_start_matches("http://")
+        .trim_start_matches("https://")
+        .to_string()
 }
 
 // Sync sources: object-store emulators and a Hugging Face Hub fixture, each
@@ -1735,7 +1739,7 @@ impl HfHub {
         hub.url = line
             .trim()
             .strip_prefix("listening on ")
-            .filter(|u| u.starts_with("http://127.0.0.1:"))
+            .filter(|u| u.starts_with("http://127.0.0.1:") || u.starts_with("https://127.0.0.1:"))
             .unwrap_or_else(|| {
                 panic!(
                     "the hub fixture did not say where it listens: {line:?}; its log:\n{}",

@@ -1,0 +1,724 @@
+//! `sealvol serve` with `[auth]` (SPEC.md §7.5), end to end against the
+//! real binary: an authorization matrix over every `/v2` and `/api/v1`
+//! endpoint for an admin, a writer and a reader of `weights/**`, an
+//! anonymous caller and a wrong password, in an allowed and a forbidden
+//! namespace; real clients (`sealvol login`, push, pull; skopeo with
+//! `--creds`) through Basic auth; the CSRF refusals with auth on and off;
+//! and the refusal to serve an exposed address without TLS or auth.
+
+use std::path::Path;
+
+use base64::Engine as _;
+use sealvol_tests::{fails, host, htpasswd_line, ok, s, sha256, stderr, write, Sandbox, Server};
+use serde_json::{json, Value};
+
+const PASSWORD: &str = "pa55:word with space";
+
+/// The users and their rights: admin everything; writer pull/push/delete
+/// and reader pull on `weights/**`; nothing else for anyone.
+fn start(sb: &Sandbox) -> Server {
+    let mut lines = String::new();
+    for u in ["admin", "writer", "reader"] {
+        lines.push_str(&htpasswd_line(u, PASSWORD));
+    }
+    let htpasswd = sb.path().join("htpasswd");
+    std::fs::write(&htpasswd, lines).unwrap();
+    let config = format!(
+        "[auth]\nhtpasswd = {:?}\nadmins = [\"admin\"]\n\
+         [[auth.access]]\nrepositories = [\"weights/**\"]\nusers = [\"writer\"]\nactions = [\"pull\", \"push\", \"delete\"]\n\
+         [[auth.access]]\nrepositories = [\"weights/**\"]\nusers = [\"reader\"]\nactions = [\"pull\"]\n",
+        s(&htpasswd)
+    );
+    Server::start_config_env(&sb.path().join("registry"), &config, &[])
+}
+
+fn basic(user: &str, password: &str) -> String {
+    let b = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+    format!("Basic {b}")
+}
+
+/// One request: method, path, JSON body (sent as `application/json`) or
+/// raw bytes.
+struct Call<'a> {
+    method: &'a str,
+    path: String,
+    body: Option<Vec<u8>>,
+    content_type: &'a str,
+}
+
+fn call(url: &str, auth: Option<&str>, c: &Call) -> (u16, reqwest::blocking::Response) {
+    let client = reqwest::blocking::Client::new();
+    let mut req = client.request(c.method.parse().unwrap(), format!("{url}{}", c.path));
+    if let Some(a) = auth {
+        req = req.header("authorization", a);
+    }
+    if c.method != "GET" && c.method != "HEAD" {
+        req = req.header("content-type", c.content_type);
+    }
+    if let Some(b) = &c.body {
+        req = req.body(b.clone());
+    }
+    let resp = req.send().expect("request to sealvol serve");
+    (resp.status().as_u16(), resp)
+}
+
+/// A small tree to push.
+fn model(dir: &Path, seed: u8) {
+    write(&dir.join("config.json"), &[b'{', seed, b'}'], 0o644);
+    write(&dir.join("w.bin"), &vec![seed; 300_000], 0o644);
+}
+
+fn login(sb: &Sandbox, reg: &str, user: &str) {
+    ok(
+        sb.sealvol_stdin(
+            reg,
+            &["login", reg, "-u", user, "--password-stdin"],
+            PASSWORD.as_bytes(),
+        ),
+        "sealvol login",
+    );
+}
+
+#[test]
+fn authorization_matrix_over_every_endpoint() {
+    let sb = Sandbox::new();
+    let server = start(&sb);
+    let url = server.url.clone();
+    let reg = host(&server);
+
+    // An admin publishes one volume in each namespace with real clients.
+    let admin = Sandbox::new();
+    login(&admin, &reg, "admin");
+    let mut b3 = std::collections::HashMap::new();
+    for (repo, seed) in [("weights/a", 1u8), ("other/b", 2)] {
+        let d = admin.path().join(repo.replace('/', "-"));
+        model(&d, seed);
+        let out = ok(
+            admin.sealvol(&reg, &["push", s(&d), &format!("bdn:{repo}")]),
+            "admin push",
+        );
+        let digest = out.trim().rsplit('@').next().unwrap().to_string();
+        b3.insert(repo, digest);
+    }
+    let blob = b"one blob".to_vec();
+    let blob_digest = sha256(&blob);
+    let a = basic("admin", PASSWORD);
+    for repo in ["weights/a", "other/b"] {
+        let (st, _) = call(
+            &url,
+            Some(&a),
+            &Call {
+                method: "POST",
+                path: format!("/v2/{repo}/blobs/uploads/?digest={blob_digest}"),
+                body: Some(blob.clone()),
+                content_type: "application/octet-stream",
+            },
+        );
+        assert_eq!(st, 201, "admin monolithic upload to {repo}");
+    }
+
+    let users: [(&str, Option<String>); 5] = [
+        ("admin", Some(basic("admin", PASSWORD))),
+        ("writer", Some(basic("writer", PASSWORD))),
+        ("reader", Some(basic("reader", PASSWORD))),
+        ("anonymous", None),
+        ("wrong-password", Some(basic("writer", "nope"))),
+    ];
+    // (name, method, path, body, content type, allowed-to, success code)
+    // where allowed-to is the action needed on the repository, "admin",
+    // or "any" (anyone known).
+    let zero = format!("sha256:{}", "0".repeat(64));
+    let mut table = String::from("| endpoint | repo | admin | writer | reader | anonymous | wrong-password |\n|---|---|---|---|---|---|---|\n");
+    let mut failures = Vec::new();
+    for repo in ["weights/a", "other/b"] {
+        let v = &b3[repo];
+        #[rustfmt::skip]
+        let endpoints: Vec<(&str, String, Option<Value>, &str, u16)> = vec![
+            ("GET", format!("/v2/{repo}/tags/list"), None, "pull", 200),
+            ("HEAD", format!("/v2/{repo}/manifests/head"), None, "pull", 200),
+            ("GET", format!("/v2/{repo}/blobs/{blob_digest}"), None, "pull", 200),
+            ("GET", format!("/v2/{repo}/referrers/{zero}"), None, "pull", 200),
+            ("POST", format!("/v2/{repo}/blobs/uploads/"), None, "push", 202),
+            ("PUT", format!("/v2/{repo}/manifests/x"), None, "push", 400),
+            ("DELETE", format!("/v2/{repo}/manifests/{zero}"), None, "delete", 404),
+            ("GET", format!("/api/v1/volumes/{repo}"), None, "pull", 200),
+            ("GET", format!("/api/v1/volumes/{repo}/-/versions"), None, "pull", 200),
+            ("GET", format!("/api/v1/volumes/{repo}/-/versions/{v}"), None, "pull", 200),
+            ("PUT", format!("/api/v1/volumes/{repo}/-/tags/t"), Some(json!({"digest": v})), "push", 200),
+            ("DELETE", format!("/api/v1/volumes/{repo}/-/tags/nosuch"), None, "delete", 404),
+            ("POST", format!("/api/v1/volumes/{repo}/-/versions/{v}/restore"), None, "delete", 409),
+            ("PATCH", format!("/api/v1/volumes/{repo}"), Some(json!({"expires_at": null})), "delete", 200),
+            ("POST", "/api/v1/syncs".into(), Some(json!({"source": "dir:///nonexistent", "dest": {"name": repo}})), "push", 201),
+            ("GET", "/v2/".into(), None, "any", 200),
+            ("GET", "/v2/_catalog".into(), None, "any", 200),
+            ("GET", "/api/v1".into(), None, "any", 200),
+            ("GET", "/api/v1/volumes".into(), None, "any", 200),
+            ("GET", "/api/v1/syncs".into(), None, "any", 200),
+            ("POST", "/api/v1/gc?dry_run=true".into(), None, "admin", 200),
+            ("GET", "/api/v1/secrets".into(), None, "admin", 200),
+        ];
+        for (method, path, body, need, success) in endpoints {
+            if repo == "other/b" && !path.contains(repo) && need != "push" {
+                continue; // repository-less rows once
+            }
+            let mut row = format!("| {method} {path} | {repo} |");
+            for (who, auth) in &users {
+                // Each failed login waits a second: try the wrong password
+                // on a few rows only.
+                if *who == "wrong-password" && !(path == "/v2/" || path.ends_with("/tags/list")) {
+                    row.push_str(" – |");
+                    continue;
+                }
+                let allowed = match (*who, need) {
+                    ("wrong-password", _) | ("anonymous", _) => false,
+                    ("admin", _) => true,
+                    (_, "any") => true,
+                    (_, "admin") => false,
+                    ("writer", _) => repo == "weights/a",
+                    ("reader", n) => repo == "weights/a" && n == "pull",
+                    _ => unreachable!(),
+                };
+                let expected = if allowed {
+                    success
+                } else if matches!(*who, "anonymous" | "wrong-password") {
+                    401
+                } else {
+                    403
+                };
+                let c = Call {
+                    method,
+                    path: path.clone(),
+                    body: body.as_ref().map(|b| b.to_string().into_bytes()),
+                    content_type: "application/json",
+                };
+                let (got, resp) = call(&url, auth.as_deref(), &c);
+                let challenge = resp.headers().get("www-authenticate").is_some();
+                let text = resp.text().unwrap_or_default();
+                if got != expected || (got == 401 && !challenge) {
+                    failures.push(format!(
+                        "{who} {method} {path}: got {got} (challenge {challenge}), want {expected}: {text}"
+                    ));
+                }
+                if got == 403 && method != "HEAD" && !text.contains("DENIED") {
+                    failures.push(format!("{who} {method} {path}: 403 without DENIED: {text}"));
+                }
+                row.push_str(&format!(
+                    " {got}{} |",
+                    if got == expected { "" } else { " ✗" }
+                ));
+            }
+            table.push_str(&row);
+            table.push('\n');
+        }
+    }
+    println!("{table}");
+    assert!(failures.is_empty(), "{}\n{table}", failures.join("\n"));
+
+    // Listings show only what the caller may pull.
+    let list = |auth: &str, path: &str| -> Value {
+        let (st, resp) = call(
+            &url,
+            Some(auth),
+            &Call {
+                method: "GET",
+                path: path.into(),
+                body: None,
+                content_type: "",
+            },
+        );
+        assert_eq!(st, 200, "{path}");
+        resp.json().unwrap()
+    };
+    let r = basic("reader", PASSWORD);
+    assert_eq!(
+        list(&r, "/v2/_catalog")["repositories"],
+        json!(["weights/a"])
+    );
+    assert_eq!(
+        list(&a, "/v2/_catalog")["repositories"],
+        json!(["other/b", "weights/a"])
+    );
+    let names = |v: Value, key: &str| -> Vec<String> {
+        v[key]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| {
+                x["name"]
+                    .as_str()
+                    .or(x["dest"]["name"].as_str())
+                    .unwrap()
+                    .to_string()
+            })
+            .collect()
+    };
+    assert_eq!(names(list(&r, "/api/v1/volumes"), "volumes"), ["weights/a"]);
+    assert_eq!(
+        list(&r, "/api/v1/namespaces")["namespaces"],
+        json!(["weights"])
+    );
+    let syncs = names(list(&r, "/api/v1/syncs"), "syncs");
+    assert!(
+        !syncs.is_empty() && syncs.iter().all(|d| d == "weights/a"),
+        "{syncs:?}"
+    );
+}
+
+#[test]
+fn real_clients_log_in_push_pull_and_copy() {
+    let sb = Sandbox::new();
+    let server = start(&sb);
+    let reg = host(&server);
+    let d = sb.path().join("model");
+    model(&d, 7);
+
+    // Without credentials: one line that says to log in.
+    let line = fails(
+        sb.sealvol(&reg, &["push", s(&d), "bdn:weights/m"]),
+        "anonymous push",
+    );
+    assert!(line.contains("sealvol login"), "{line}");
+
+    login(&sb, &reg, "writer");
+    let pushed = ok(
+        sb.sealvol(&reg, &["push", s(&d), "bdn:weights/m"]),
+        "writer push",
+    );
+    let digest = pushed.trim().rsplit('@').next().unwrap().to_string();
+    // A namespace the writer has no entry for.
+    let line = fails(
+        sb.sealvol(&reg, &["push", s(&d), "bdn:other/m"]),
+        "push elsewhere",
+    );
+    assert!(
+        line.contains("denied") || line.contains("DENIED") || line.contains("may not"),
+        "{line}"
+    );
+
+    let out = sb.path().join("pulled");
+    ok(
+        sb.sealvol(&reg, &["pull", &format!("bdn:weights/m@{digest}"), s(&out)]),
+        "writer pull",
+    );
+    sealvol_tests::assert_same_tree(&d, &out);
+
+    // The reader may pull but not push or move tags.
+    let reader = Sandbox::new();
+    login(&reader, &reg, "reader");
+    ok(
+        reader.sealvol(
+            &reg,
+            &["pull", "bdn:weights/m", s(&reader.path().join("p"))],
+        ),
+        "reader pull",
+    );
+    fails(
+        reader.sealvol(
+            &reg,
+            &["tag", "set", &format!("bdn:weights/m@{digest}"), "prod"],
+        ),
+        "reader tag set",
+    );
+    // A wrong password is refused at login, and nothing is stored.
+    let out = reader.sealvol_stdin(
+        &reg,
+        &["login", &reg, "-u", "writer", "--password-stdin"],
+        b"wrong",
+    );
+    assert!(!out.status.success(), "{}", stderr(&out));
+
+    // skopeo with --creds: copy the version between namespaces as the
+    // admin, and be refused as the reader.
+    let creds = |u: &str| format!("{u}:{PASSWORD}");
+    let skopeo = |args: &[&str]| {
+        sb.command("skopeo")
+            .args(args)
+            .output()
+            .expect("run skopeo (installed by scripts/deps.sh)")
+    };
+    let src = format!("docker://{reg}/weights/m:head");
+    let dst = format!("docker://{reg}/copies/m:head");
+    let out = skopeo(&[
+        "copy",
+        "--all",
+        "--src-tls-verify=false",
+        "--dest-tls-verify=false",
+        "--src-creds",
+        &creds("reader"),
+        "--dest-creds",
+        &creds("reader"),
+        &src,
+        &dst,
+    ]);
+    assert!(!out.status.success(), "reader may not push copies/m");
+    let out = skopeo(&[
+        "copy",
+        "--all",
+        "--src-tls-verify=false",
+        "--dest-tls-verify=false",
+        "--src-creds",
+        &creds("admin"),
+        "--dest-creds",
+        &creds("admin"),
+        &src,
+        &dst,
+    ]);
+    assert!(out.status.success(), "admin skopeo copy: {}", stderr(&out));
+    let out = skopeo(&[
+        "inspect",
+        "--raw",
+        "--tls-verify=false",
+        "--creds",
+        &creds("reader"),
+        &src,
+    ]);
+    assert!(
+        out.status.success(),
+        "reader skopeo inspect: {}",
+        stderr(&out)
+    );
+    // Anonymous: a sandbox without the logins above.
+    let out = Sandbox::new()
+        .command("skopeo")
+        .args(["inspect", "--raw", "--tls-verify=false", &src])
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "anonymous skopeo inspect must fail");
+}
+
+/// A `text/plain` POST (a CORS simple request any web page can send) and a
+/// request from a foreign `Origin` are refused before they do anything.
+fn csrf_refusals(url: &str, auth: Option<&str>) {
+    let post = |ct: &str, origin: Option<&str>| {
+        let mut req = reqwest::blocking::Client::new()
+            .post(format!("{url}/api/v1/syncs"))
+            .header("content-type", ct)
+            .body(r#"{"source": "dir:///nonexistent", "dest": {"name": "weights/x"}}"#);
+        if let Some(a) = auth {
+            req = req.header("authorization", a);
+        }
+        if let Some(o) = origin {
+            req = req.header("origin", o);
+        }
+        req.send().unwrap().status().as_u16()
+    };
+    assert_eq!(post("text/plain", None), 415);
+    assert_eq!(post("application/x-www-form-urlencoded", None), 415);
+    assert_eq!(post("application/json", Some("https://evil.example")), 403);
+    let mut req = reqwest::blocking::Client::new().get(format!("{url}/api/v1/syncs"));
+    if let Some(a) = auth {
+        req = req.header("authorization", a);
+    }
+    let jobs: Value = req.send().unwrap().json().unwrap();
+    assert_eq!(jobs["syncs"], json!([]), "no job may exist");
+    // Bodiless writes need the JSON content type too.
+    let mut req = reqwest::blocking::Client::new().post(format!("{url}/api/v1/gc?dry_run=true"));
+    if let Some(a) = auth {
+        req = req.header("authorization", a);
+    }
+    assert_eq!(req.send().unwrap().status().as_u16(), 415);
+}
+
+#[test]
+fn csrf_is_refused_with_auth_on_and_off() {
+    let sb = Sandbox::new();
+    let open = Server::start(&sb.path().join("open"));
+    csrf_refusals(&open.url, None);
+    let server = start(&sb);
+    csrf_refusals(&server.url, Some(&basic("admin", PASSWORD)));
+}
+
+#[test]
+fn an_exposed_address_needs_tls_and_auth() {
+    let sb = Sandbox::new();
+    let root = sb.path().join("r");
+    let run = |args: &[&str]| {
+        let mut all = vec!["serve", "--addr", "0.0.0.0:0", "--root", s(&root)];
+        all.extend_from_slice(args);
+        sb.sealvol("127.0.0.1:1", &all)
+    };
+    let line = fails(run(&[]), "plain HTTP off loopback");
+    assert!(
+        line.contains("--allow-plain-http") && line.contains("[tls]"),
+        "{line}"
+    );
+    let line = fails(run(&["--allow-plain-http"]), "no auth off loopback");
+    assert!(
+        line.contains("[auth]") && line.contains("--allow-anonymous-writes"),
+        "{line}"
+    );
+    // Nothing was created for a refused start.
+    assert!(
+        !root.exists(),
+        "a refused start must not create the data folder"
+    );
+}
+
+/// A test CA and a certificate it signed for 127.0.0.1, in `dir`:
+/// (CA certificate, server certificate, server key).
+fn test_ca(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf, std::path::PathBuf) {
+    let p = |n: &str| dir.join(n);
+    let (ca_key, ca_crt, key, csr_file) = (p("ca.key"), p("ca.crt"), p("tls.key"), p("tls.csr"));
+    let openssl = |args: &[&str]| {
+        let out = std::process::Command::new("openssl")
+            .args(args)
+            .output()
+            .expect("run openssl (installed by scripts/deps.sh)");
+        assert!(out.status.success(), "openssl {args:?}: {}", stderr(&out));
+    };
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+    ];
+    let mut ca = vec!["req", "-x509", "-days", "1", "-subj", "/CN=sealvol test CA"];
+    ca.extend(ec);
+    ca.extend(["-keyout", s(&ca_key), "-out", s(&ca_crt)]);
+    openssl(&ca);
+    let mut csr = vec!["req", "-subj", "/CN=127.0.0.1"];
+    csr.extend(ec);
+    csr.extend(["-keyout", s(&key), "-out", s(&csr_file)]);
+    openssl(&csr);
+    std::fs::write(
+        p("ext.cnf"),
+        "subjectAltName=IP:127.0.0.1\nbasicConstraints=critical,CA:FALSE\nextendedKeyUsage=serverAuth\n",
+    )
+    .unwrap();
+    openssl(&[
+        "x509",
+        "-req",
+        "-days",
+        "1",
+        "-in",
+        s(&p("tls.csr")),
+        "-CA",
+        s(&p("ca.crt")),
+        "-CAkey",
+        s(&p("ca.key")),
+        "-CAcreateserial",
+        "-extfile",
+        s(&p("ext.cnf")),
+        "-out",
+        s(&p("tls.crt")),
+    ]);
+    (p("ca.crt"), p("tls.crt"), p("tls.key"))
+}
+
+#[test]
+fn tls_with_a_certificate_the_clients_are_told_to_trust() {
+    let sb = Sandbox::new();
+    let (ca_cert, cert, key) = test_ca(sb.path());
+    let htpasswd = sb.path().join("htpasswd");
+    std::fs::write(&htpasswd, htpasswd_line("writer", PASSWORD)).unwrap();
+    let config = format!(
+        "[tls]\ncertificate = {:?}\nkey = {:?}\n\
+         [auth]\nhtpasswd = {:?}\n\
+         [[auth.access]]\nrepositories = [\"weights/**\"]\nusers = [\"writer\"]\nactions = [\"pull\", \"push\"]\n",
+        s(&cert),
+        s(&key),
+        s(&htpasswd)
+    );
+    let server = Server::start_config_env(&sb.path().join("registry"), &config, &[]);
+    assert!(server.url.starts_with("https://"), "{}", server.url);
+    let ca = reqwest::Certificate::from_pem(&std::fs::read(&ca_cert).unwrap()).unwrap();
+    let client = reqwest::blocking::Client::builder()
+        .add_root_certificate(ca)
+        .build()
+        .unwrap();
+    // The token flow over TLS: challenge, token, then the call with it.
+    let resp = client.get(format!("{}/v2/", server.url)).send().unwrap();
+    assert_eq!(resp.status().as_u16(), 401);
+    let challenge = resp.headers()["www-authenticate"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        challenge.starts_with(&format!("Bearer realm=\"{}/token\"", server.url)),
+        "{challenge}"
+    );
+    let token: Value = client
+        .get(format!(
+            "{}/token?scope=repository:weights/a:pull,push",
+            server.url
+        ))
+        .basic_auth("writer", Some(PASSWORD))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    let t = token["token"].as_str().unwrap();
+    let resp = client
+        .post(format!("{}/v2/weights/a/blobs/uploads/", server.url))
+        .bearer_auth(t)
+        .send()
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 202);
+    // Plain HTTP on the TLS port gets nowhere.
+    let plain = format!("{}/v2/", server.url.replace("https://", "http://"));
+    assert!(reqwest::blocking::get(plain).map_or(true, |r| !r.status().is_success()));
+
+    // skopeo, told to trust the certificate (--cert-dir), logs in and
+    // copies a local OCI layout in.
+    let certs = sb.path().join("certs");
+    std::fs::create_dir_all(&certs).unwrap();
+    std::fs::copy(&ca_cert, certs.join("ca.crt")).unwrap();
+    let layout = sb.path().join("layout");
+    let d = sb.path().join("model");
+    model(&d, 9);
+    let open = Server::start(&sb.path().join("open"));
+    ok(
+        sb.sealvol(&host(&open), &["push", s(&d), "bdn:weights/m"]),
+        "push to the open registry",
+    );
+    let out = sb
+        .command("skopeo")
+        .args([
+            "copy",
+            "--all",
+            "--src-tls-verify=false",
+            &format!("docker://{}/weights/m:head", host(&open)),
+            &format!("oci:{}:m", s(&layout)),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "skopeo copy to a layout: {}",
+        stderr(&out)
+    );
+    let dest = format!("docker://{}/weights/m:head", host(&server));
+    let out = sb
+        .command("skopeo")
+        .args([
+            "copy",
+            "--all",
+            "--dest-cert-dir",
+            s(&certs),
+            "--dest-creds",
+            &format!("writer:{PASSWORD}"),
+            &format!("oci:{}:m", s(&layout)),
+            &dest,
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "skopeo copy over TLS: {}",
+        stderr(&out)
+    );
+    let out = sb
+        .command("skopeo")
+        .args([
+            "inspect",
+            "--raw",
+            "--cert-dir",
+            s(&certs),
+            "--creds",
+            &format!("writer:{PASSWORD}"),
+            &dest,
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "skopeo inspect over TLS: {}",
+        stderr(&out)
+    );
+    // Without being told to trust it, skopeo refuses the certificate.
+    let out = sb
+        .command("skopeo")
+        .args([
+            "inspect",
+            "--raw",
+            "--creds",
+            &format!("writer:{PASSWORD}"),
+            &dest,
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        !out.status.success(),
+        "an untrusted certificate must be refused"
+    );
+}
+
+#[test]
+fn tokens_expired_for_another_audience_or_tampered_are_refused() {
+    let sb = Sandbox::new();
+    let server = start(&sb);
+    let url = &server.url;
+    let client = reqwest::blocking::Client::new();
+    let token = |user: &str, scope: &str| -> String {
+        let v: Value = client
+            .get(format!("{url}/token?scope={scope}"))
+            .basic_auth(user, Some(PASSWORD))
+            .send()
+            .unwrap()
+            .json()
+            .unwrap();
+        v["token"].as_str().unwrap().to_string()
+    };
+    let status = |t: &str, method: &str, path: &str| {
+        client
+            .request(method.parse().unwrap(), format!("{url}{path}"))
+            .bearer_auth(t)
+            .send()
+            .unwrap()
+            .status()
+            .as_u16()
+    };
+    let t = token("writer", "repository:weights/a:pull,push");
+    assert_eq!(status(&t, "POST", "/v2/weights/a/blobs/uploads/"), 202);
+    // Scoped: another repository, or an action not asked for.
+    assert_eq!(status(&t, "POST", "/v2/weights/b/blobs/uploads/"), 401);
+    assert_eq!(
+        status(
+            &t,
+            "DELETE",
+            &format!("/v2/weights/a/manifests/sha256:{}", "0".repeat(64))
+        ),
+        401
+    );
+    // Asked for more than the policy allows: not granted.
+    let r = token("reader", "repository:weights/a:pull,push");
+    assert_eq!(status(&r, "GET", "/v2/weights/a/tags/list"), 404);
+    assert_eq!(status(&r, "POST", "/v2/weights/a/blobs/uploads/"), 403);
+    // Tampered payload, another key's signature, garbage.
+    let mut parts: Vec<String> = t.split('.').map(String::from).collect();
+    parts[1] = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(
+        br#"{"iss":"x","sub":"admin","aud":"x","exp":9999999999,"nbf":0,"iat":0,"jti":"j","access":[]}"#,
+    );
+    assert_eq!(status(&parts.join("."), "GET", "/v2/"), 401);
+    assert_eq!(status("not.a.token", "GET", "/v2/"), 401);
+    // The OAuth2 password form gives the same kind of token.
+    let v: Value = client
+        .post(format!("{url}/token"))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(format!(
+            "grant_type=password&username=writer&password={}&scope=repository%3Aweights%2Fa%3Apull&service={}",
+            PASSWORD.replace(':', "%3A").replace(' ', "+"),
+            host(&server)
+        ))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    assert!(v["access_token"].as_str().is_some(), "{v}");
+    assert_eq!(v["expires_in"], 300);
+    // A token of a registry with another key (another data folder).
+    let sb2 = Sandbox::new();
+    let other = start(&sb2);
+    let v: Value = client
+        .get(format!(
+            "{}/token?scope=repository:weights/a:pull,push",
+            other.url
+        ))
+        .basic_auth("writer", Some(PASSWORD))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    assert_eq!(status(v["token"].as_str().unwrap(), "GET", "/v2/"), 401);
+}
