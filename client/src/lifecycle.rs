@@ -22,167 +22,25 @@
 //! # Ok(()) }
 //! ```
 
-use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use reqwest::Method;
+use sealvol_spec::api::{self as wire, ErrorBody, ErrorCode};
 use sealvol_spec::reference::{Selector, Tag, VolumeRef};
-use sealvol_spec::{B3Digest, DigestSelector, Sha256Digest};
+use sealvol_spec::{B3Digest, DigestSelector};
 use serde::de::DeserializeOwned;
-use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use crate::remote::{ApiAnswer, Remote, TransportError};
 use crate::resolve::display_ref;
 use crate::Error;
 
-/// The value of `"api"` in `GET /api/v1` of a registry that implements
-/// SPEC.md §7.
-pub const API: &str = "sealvol.volumes.v1";
-
-/// What `GET /api/v1` says (SPEC.md §7.3).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ApiInfo {
-    pub api: String,
-    /// How long a deleted version can be restored.
-    #[serde(default = "default_retention")]
-    pub retention_seconds: u64,
-    #[serde(default = "default_gc_grace")]
-    pub gc_grace_seconds: u64,
-    /// How long a push claim lasts without renewal.
-    #[serde(default = "default_claim_ttl")]
-    pub claim_ttl_seconds: u64,
-}
-
-fn default_retention() -> u64 {
-    7 * 86_400
-}
-
-fn default_gc_grace() -> u64 {
-    3_600
-}
-
-fn default_claim_ttl() -> u64 {
-    60
-}
-
-/// Whether a version is in the OCI view or deleted (and restorable until
-/// its `restorable_until`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
-pub enum Lifecycle {
-    Alive,
-    Tombstoned,
-}
-
-impl fmt::Display for Lifecycle {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Lifecycle::Alive => "ALIVE",
-            Lifecycle::Tombstoned => "TOMBSTONED",
-        })
-    }
-}
-
-/// A volume's head: its newest alive version.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Head {
-    pub digest: B3Digest,
-    pub index_digest: Sha256Digest,
-}
-
-/// A volume as the registry records it (SPEC.md §7.3 `Volume`). Times are
-/// RFC 3339 UTC strings.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Volume {
-    /// `namespace/volume`.
-    pub name: String,
-    pub namespace: String,
-    #[serde(default)]
-    pub head: Option<Head>,
-    /// User tags, not `head` or `b3-…`.
-    #[serde(default)]
-    pub tags: Vec<TagInfo>,
-    #[serde(default)]
-    pub alive: u64,
-    #[serde(default)]
-    pub tombstoned: u64,
-    /// Alive versions with no user tag that are not head.
-    #[serde(default)]
-    pub untagged: u64,
-    #[serde(default)]
-    pub sequence: u64,
-    #[serde(default)]
-    pub updated_at: Option<String>,
-    #[serde(default)]
-    pub expires_at: Option<String>,
-}
-
-/// One version of a volume (SPEC.md §7.3 `Version`).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Version {
-    pub digest: B3Digest,
-    pub index_digest: Sha256Digest,
-    #[serde(default)]
-    pub sequence: u64,
-    pub lifecycle: Lifecycle,
-    #[serde(default)]
-    pub is_head: bool,
-    /// User tags pointing at it.
-    #[serde(default)]
-    pub tags: Vec<String>,
-    #[serde(default)]
-    pub size: Option<u64>,
-    #[serde(default)]
-    pub files: Option<u64>,
-    /// When the registry first recorded it.
-    #[serde(default)]
-    pub created_at: Option<String>,
-    #[serde(default)]
-    pub tombstoned_at: Option<String>,
-    #[serde(default)]
-    pub restorable_until: Option<String>,
-}
-
-/// A user tag (SPEC.md §7.3 `Tag`).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TagInfo {
-    pub tag: String,
-    pub digest: B3Digest,
-    pub index_digest: Sha256Digest,
-    #[serde(default)]
-    pub expires_at: Option<String>,
-}
-
-/// A push claim (SPEC.md §7.4).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Claim {
-    pub token: String,
-    #[serde(default)]
-    pub holder: String,
-    #[serde(default)]
-    pub expires_at: Option<String>,
-    #[serde(default = "default_claim_ttl")]
-    pub ttl_seconds: u64,
-}
-
-/// What a garbage collection did, or would do with `dry_run` (SPEC.md
-/// §7.3 `GcReport`).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct GcReport {
-    pub dry_run: bool,
-    pub versions_purged: u64,
-    pub tags_expired: u64,
-    pub volumes_expired: u64,
-    pub manifests_deleted: u64,
-    pub links_removed: u64,
-    pub blobs_deleted: u64,
-    pub bytes_reclaimed: u64,
-    pub blobs_in_grace: u64,
-}
+/// The bodies of SPEC.md §7.3, one definition shared with the registry.
+pub use sealvol_spec::api::{
+    ApiInfo, Claim, GcReport, Head, Lifecycle, TagInfo, Version, Volume, API,
+};
 
 /// What the registry says about its volume API: `None` when it has none.
 /// Asked once per [`Remote`] (and its clones); a registry that cannot be
@@ -230,29 +88,21 @@ fn unsupported(registry: &str, what: &str) -> Error {
 
 /// `GET /api/v1/namespaces`.
 pub async fn namespaces(remote: &Remote) -> Result<Vec<String>, Error> {
-    #[derive(Deserialize)]
-    struct Answer {
-        namespaces: Vec<String>,
-    }
     let info = require(remote, Op::Namespaces.what()).await?;
     let ctx = Ctx::registry(remote, Op::Namespaces, &info);
-    let a: Answer = get(remote, &ctx, "/namespaces", None).await?;
+    let a: wire::NamespaceList = get(remote, &ctx, "/namespaces", None).await?;
     Ok(a.namespaces)
 }
 
 /// `GET /api/v1/volumes[?namespace=NS]`: volumes by name.
 pub async fn list_volumes(remote: &Remote, namespace: Option<&str>) -> Result<Vec<Volume>, Error> {
-    #[derive(Deserialize)]
-    struct Answer {
-        volumes: Vec<Volume>,
-    }
     let info = require(remote, Op::Volumes.what()).await?;
     let ctx = Ctx::registry(remote, Op::Volumes, &info);
     let path = match namespace {
         Some(ns) => format!("/volumes?namespace={}", segment(ns)),
         None => "/volumes".to_string(),
     };
-    let a: Answer = get(remote, &ctx, &path, None).await?;
+    let a: wire::VolumeList = get(remote, &ctx, &path, None).await?;
     Ok(a.volumes)
 }
 
@@ -279,7 +129,9 @@ pub async fn update(
 ) -> Result<Volume, Error> {
     let info = require(remote, Op::Update.what()).await?;
     let ctx = Ctx::volume(remote, Op::Update, &info, volume);
-    let body = json!({ "expires_at": expires_at.map(format_time) });
+    let body = to_body(&wire::VolumePatch {
+        expires_at: expires_at.map(format_time),
+    });
     let bytes = send(
         remote,
         &ctx,
@@ -295,10 +147,6 @@ pub async fn update(
 /// `DELETE /api/v1/volumes/NAME`: deletes every alive version; returns
 /// them, now tombstoned.
 pub async fn delete_volume(remote: &Remote, volume: &VolumeRef) -> Result<Vec<Version>, Error> {
-    #[derive(Deserialize)]
-    struct Answer {
-        tombstoned: Vec<Version>,
-    }
     let info = require(remote, Op::DeleteVolume.what()).await?;
     let ctx = Ctx::volume(remote, Op::DeleteVolume, &info, volume);
     let bytes = send(
@@ -310,7 +158,7 @@ pub async fn delete_volume(remote: &Remote, volume: &VolumeRef) -> Result<Vec<Ve
         None,
     )
     .await?;
-    let a: Answer = decode(&ctx, &bytes)?;
+    let a: wire::Tombstoned = decode(&ctx, &bytes)?;
     Ok(a.tombstoned)
 }
 
@@ -321,10 +169,6 @@ pub async fn versions(
     volume: &VolumeRef,
     include_tombstoned: bool,
 ) -> Result<Vec<Version>, Error> {
-    #[derive(Deserialize)]
-    struct Answer {
-        versions: Vec<Version>,
-    }
     let op = if include_tombstoned {
         Op::VersionsWithDeleted
     } else {
@@ -336,7 +180,7 @@ pub async fn versions(
     if include_tombstoned {
         path.push_str("?include_tombstoned=true");
     }
-    let a: Answer = get(remote, &ctx, &path, Some(&volume.repository())).await?;
+    let a: wire::VersionList = get(remote, &ctx, &path, Some(&volume.repository())).await?;
     Ok(a.versions)
 }
 
@@ -462,9 +306,9 @@ pub async fn set_tag(
     let sel = DigestSelector::B3(*digest);
     let mut ctx = Ctx::version(remote, op, &info, volume, &sel);
     ctx.tag = tag.as_str().to_string();
-    let body = json!({
-        "digest": digest.to_string(),
-        "expires_at": expires_at.map(format_time),
+    let body = to_body(&wire::TagRequest {
+        digest: digest.to_string(),
+        expires_at: expires_at.map(format_time),
     });
     let bytes = send(
         remote,
@@ -528,7 +372,7 @@ pub async fn claim_release(remote: &Remote, volume: &VolumeRef, token: &str) -> 
     .await
     {
         Ok(_) => Ok(()),
-        Err(f) if f.code == "CLAIM_UNKNOWN" => Ok(()),
+        Err(f) if f.code == Some(ErrorCode::ClaimUnknown) => Ok(()),
         Err(f) => Err(f.into()),
     }
 }
@@ -551,7 +395,11 @@ async fn claim_call(
         path.push('/');
         path.push_str(&segment(t));
     }
-    let body = holder.map(|h| json!({ "holder": h }));
+    let body = holder.map(|h| {
+        to_body(&wire::ClaimRequest {
+            holder: h.to_string(),
+        })
+    });
     let bytes = send(
         remote,
         &ctx,
@@ -656,7 +504,7 @@ async fn renew_loop(
             Ok(_) => {}
             // It lapsed (the process was stopped, the network was away):
             // take it again unless another push has it now.
-            Err(f) if f.code == "CLAIM_UNKNOWN" => {
+            Err(f) if f.code == Some(ErrorCode::ClaimUnknown) => {
                 tracing::warn!("the push claim lapsed; taking it again");
                 match claim_acquire(&remote, &volume, &holder).await {
                     Ok(c) => state.lock().expect("claim state").token = c.token,
@@ -836,11 +684,12 @@ impl Ctx {
     }
 }
 
-/// A failed call: the error for the user, and the API error code (empty
-/// when the answer had none) for callers that react to one.
+/// A failed call: the error for the user, and the API error code (`None`
+/// when the answer had none this release knows) for callers that react to
+/// one.
 #[derive(Debug)]
 struct Failed {
-    code: String,
+    code: Option<ErrorCode>,
     error: Error,
 }
 
@@ -852,10 +701,7 @@ impl From<Failed> for Error {
 
 impl From<Error> for Failed {
     fn from(error: Error) -> Failed {
-        Failed {
-            code: String::new(),
-            error,
-        }
+        Failed { code: None, error }
     }
 }
 
@@ -893,26 +739,19 @@ impl CallCtx for Ctx {
     }
 }
 
-#[derive(Deserialize)]
-struct ErrorBody {
-    errors: Vec<ErrorItem>,
-}
-
-#[derive(Deserialize)]
-struct ErrorItem {
-    code: String,
-    #[serde(default)]
-    message: String,
-}
-
 /// The code and message of the first error in an API error body (SPEC.md
-/// §7.2); empty strings when the body is not one.
+/// §7.2) as they came; empty strings when the body is not one.
 pub(crate) fn error_code(body: &[u8]) -> (String, String) {
     serde_json::from_slice::<ErrorBody>(body)
         .ok()
         .and_then(|b| b.errors.into_iter().next())
         .map(|i| (i.code, i.message))
         .unwrap_or_default()
+}
+
+/// A request body as JSON. The bodies are plain structs of strings.
+pub(crate) fn to_body(body: &impl serde::Serialize) -> Value {
+    serde_json::to_value(body).expect("a request body serializes")
 }
 
 /// The error for a refused call that no code explains to the caller:
@@ -956,22 +795,23 @@ fn failure(ctx: &Ctx, status: u16, body: &[u8]) -> Failed {
         tag,
         ..
     } = ctx;
-    let error = match code.as_str() {
-        "PUSH_IN_PROGRESS" => {
+    let known = ErrorCode::parse(&code);
+    let error = match known {
+        Some(ErrorCode::PushInProgress) => {
             Error::Conflict(format!("another push to {volume} is in progress; push again"))
         }
-        "CLAIM_UNKNOWN" => Error::Conflict(format!(
+        Some(ErrorCode::ClaimUnknown) => Error::Conflict(format!(
             "the push claim on {volume} lapsed before it was renewed; push again"
         )),
-        "NOT_DELETED" => Error::Conflict(format!(
+        Some(ErrorCode::NotDeleted) => Error::Conflict(format!(
             "{target} is not deleted; there is nothing to restore"
         )),
-        "RETENTION_EXPIRED" => Error::Gone(format!(
+        Some(ErrorCode::RetentionExpired) => Error::Gone(format!(
             "{target} was deleted more than {} ago and cannot be restored",
             human_seconds(ctx.retention_seconds)
         )),
-        "VOLUME_UNKNOWN" => Error::NotFound(format!("{volume}: no such volume")),
-        "VERSION_UNKNOWN" => Error::NotFound(match ctx.op {
+        Some(ErrorCode::VolumeUnknown) => Error::NotFound(format!("{volume}: no such volume")),
+        Some(ErrorCode::VersionUnknown) => Error::NotFound(match ctx.op {
             Op::Restore => format!(
                 "{target}: no deleted version of this volume has this digest (restored already, or purged)"
             ),
@@ -983,11 +823,11 @@ fn failure(ctx: &Ctx, status: u16, body: &[u8]) -> Failed {
             }
             _ => format!("{target}: no version of this volume has this digest"),
         }),
-        "TAG_UNKNOWN" => Error::NotFound(format!("{volume}: no tag {tag:?} on this volume")),
-        "TAG_RESERVED" => Error::Usage(format!(
+        Some(ErrorCode::TagUnknown) => Error::NotFound(format!("{volume}: no tag {tag:?} on this volume")),
+        Some(ErrorCode::TagReserved) => Error::Usage(format!(
             "{volume}: tag {tag:?} is reserved: `head` and `b3-…` belong to the registry"
         )),
-        "NAME_INVALID" | "INVALID" => Error::Usage(format!(
+        Some(ErrorCode::NameInvalid | ErrorCode::Invalid) => Error::Usage(format!(
             "{target}: the registry refused the request: {}",
             one_line(&message)
         )),
@@ -1006,7 +846,7 @@ fn failure(ctx: &Ctx, status: u16, body: &[u8]) -> Failed {
             &ctx.call(),
         )),
     };
-    Failed { code, error }
+    Failed { code: known, error }
 }
 
 /// The first line of `s` that is not blank, trimmed, at most 300
@@ -1099,6 +939,7 @@ pub(crate) fn segment(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn ctx(op: Op) -> Ctx {
         Ctx {
@@ -1117,7 +958,7 @@ mod tests {
             .into_bytes()
     }
 
-    fn message(op: Op, status: u16, b: &[u8]) -> (String, Error) {
+    fn message(op: Op, status: u16, b: &[u8]) -> (Option<ErrorCode>, Error) {
         let f = failure(&ctx(op), status, b);
         (f.code, f.error)
     }
@@ -1125,7 +966,7 @@ mod tests {
     #[test]
     fn error_bodies_become_one_actionable_line() {
         let (code, e) = message(Op::Claim, 409, &body("PUSH_IN_PROGRESS"));
-        assert_eq!(code, "PUSH_IN_PROGRESS");
+        assert_eq!(code, Some(ErrorCode::PushInProgress));
         assert!(matches!(e, Error::Conflict(_)));
         assert_eq!(
             e.to_string(),
@@ -1151,7 +992,7 @@ mod tests {
         let (_, e) = message(Op::SetTag, 400, &body("INVALID"));
         assert!(e.to_string().ends_with("server words"), "{e}");
         let (code, e) = message(Op::Claim, 404, &body("CLAIM_UNKNOWN"));
-        assert_eq!(code, "CLAIM_UNKNOWN");
+        assert_eq!(code, Some(ErrorCode::ClaimUnknown));
         assert!(matches!(e, Error::Conflict(_)));
     }
 
@@ -1159,7 +1000,7 @@ mod tests {
     fn answers_without_a_code_name_the_registry() {
         // A registry with no such route: the operation is not supported.
         let (code, e) = message(Op::Gc, 404, b"404 page not found\n");
-        assert_eq!(code, "");
+        assert_eq!(code, None);
         assert_eq!(
             e.to_string(),
             "registry 127.0.0.1:5000 does not support garbage collection (it has no sealvol volume API)"
@@ -1233,32 +1074,9 @@ mod tests {
     }
 
     #[test]
-    fn records_parse_as_the_spec_writes_them() {
-        let d = "ab".repeat(32);
-        let s = "cd".repeat(32);
-        let v: Version = serde_json::from_value(json!({
-            "digest": format!("b3:{d}"), "index_digest": format!("sha256:{s}"),
-            "sequence": 4, "lifecycle": "TOMBSTONED", "is_head": false, "tags": [],
-            "size": 10, "files": 2, "created_at": "2026-12-02T18:40:00Z",
-            "tombstoned_at": "2026-12-03T18:40:00Z", "restorable_until": "2026-12-10T18:40:00Z"
-        }))
-        .unwrap();
-        assert_eq!(v.lifecycle, Lifecycle::Tombstoned);
-        assert_eq!(v.sequence, 4);
-        let vol: Volume = serde_json::from_value(json!({
-            "name": "ns/vol", "namespace": "ns", "head": null,
-            "tags": [{"tag": "prod", "digest": format!("b3:{d}"),
-                      "index_digest": format!("sha256:{s}"), "expires_at": null}],
-            "alive": 0, "tombstoned": 1, "untagged": 0, "sequence": 7,
-            "updated_at": "2026-12-03T18:40:00Z", "expires_at": null
-        }))
-        .unwrap();
-        assert_eq!(vol.tags[0].tag, "prod");
-        let r: GcReport =
-            serde_json::from_value(json!({"dry_run": true, "blobs_deleted": 3})).unwrap();
-        assert!(r.dry_run && r.blobs_deleted == 3);
+    fn claims_are_renewed_three_times_a_lifetime() {
+        // The answers themselves are sealvol_spec::api's, tested there.
         let info: ApiInfo = serde_json::from_value(json!({"api": API})).unwrap();
-        assert_eq!(info.claim_ttl_seconds, 60);
         assert_eq!(
             renew_interval(info.claim_ttl_seconds),
             Duration::from_secs(20)

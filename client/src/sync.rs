@@ -32,15 +32,14 @@
 //! # Ok(()) }
 //! ```
 
-use std::fmt;
 use std::str::FromStr;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use reqwest::Method;
-use sealvol_spec::reference::{Selector, Tag, VolumeRef, HEAD};
-use sealvol_spec::{B3Digest, DigestSelector, Sha256Digest};
-use serde::{Deserialize, Serialize};
+use sealvol_spec::api::{self as wire, ErrorCode};
+use sealvol_spec::reference::{Selector, Tag, VolumeRef};
+use sealvol_spec::DigestSelector;
 
 use crate::lifecycle::{self, decode, get, segment, send, CallCtx};
 use crate::remote::{Remote, TransportError};
@@ -57,240 +56,32 @@ pub const WAIT_PATIENCE: Duration = Duration::from_secs(60);
 /// The largest secret value a registry accepts (SPEC.md §8.3).
 pub const SECRET_MAX_BYTES: usize = 64 * 1024;
 
-/// Where a job is (SPEC.md §8.2). `READY`, `FAILED` and `CANCELED` are
-/// final.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
-pub enum SyncState {
-    Queued,
-    Running,
-    Ready,
-    Failed,
-    Canceled,
-}
+/// The bodies of SPEC.md §8, one definition shared with the registry.
+pub use sealvol_spec::api::{
+    Canceled, JobError, RequestError, SecretName, SyncDest, SyncJob, SyncProgress, SyncRequest,
+    SyncState, SyncedVersion,
+};
 
-impl SyncState {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SyncState::Queued => "QUEUED",
-            SyncState::Running => "RUNNING",
-            SyncState::Ready => "READY",
-            SyncState::Failed => "FAILED",
-            SyncState::Canceled => "CANCELED",
-        }
-    }
-
-    /// Whether the job is over: nothing about it changes any more.
-    pub fn is_finished(self) -> bool {
-        matches!(
-            self,
-            SyncState::Ready | SyncState::Failed | SyncState::Canceled
-        )
+impl From<RequestError> for Error {
+    fn from(e: RequestError) -> Error {
+        Error::Usage(e.to_string())
     }
 }
 
-impl fmt::Display for SyncState {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+/// A destination as a ref on `registry` (`ns/vol:tag` with the registry's
+/// host), or `None` for a name that is not `ns/vol`.
+fn dest_volume_ref(dest: &SyncDest, registry: &str, selector: Selector) -> Option<VolumeRef> {
+    let (namespace, volume) = dest.name.rsplit_once('/')?;
+    if namespace.is_empty() || volume.is_empty() {
+        return None;
     }
-}
-
-/// The volume a job writes, and the tag it moves besides `head` and
-/// `b3-<hex>` (SPEC.md §8.2 `dest`).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SyncDest {
-    /// `namespace/volume`.
-    pub name: String,
-    #[serde(default)]
-    pub tag: Option<String>,
-}
-
-impl SyncDest {
-    /// The destination a ref names: `bdn:ns/vol` or `bdn:ns/vol:tag` (or
-    /// the qualified forms; the registry is the caller's business). A
-    /// digest, a path or a reserved tag (`head`, `b3-…`) is a usage error.
-    pub fn from_ref(vref: &VolumeRef) -> Result<SyncDest, Error> {
-        let volume = vref.with_selector(Selector::Head);
-        if vref.path.is_some() {
-            return Err(Error::Usage(format!(
-                "{vref}: a sync destination names a volume, not a path inside it; give {volume} or {volume}:TAG"
-            )));
-        }
-        let tag = match &vref.selector {
-            Selector::Head => None,
-            Selector::Tag(t) if t.is_digest_tag() || t.as_str() == HEAD => {
-                return Err(Error::Usage(format!(
-                    "{vref}: tag {t} is reserved (head always moves to the new version); give {volume} or {volume}:TAG"
-                )))
-            }
-            Selector::Tag(t) => Some(t.as_str().to_string()),
-            Selector::Digest(_) => {
-                return Err(Error::Usage(format!(
-                    "{vref}: a version's digest comes from its content; sync into {volume} or {volume}:TAG"
-                )))
-            }
-        };
-        Ok(SyncDest {
-            name: vref.repository(),
-            tag,
-        })
-    }
-
-    /// The destination as a ref on `registry` (`ns/vol:tag` with the
-    /// registry's host), or `None` for a name that is not `ns/vol`.
-    fn volume_ref(&self, registry: &str, selector: Selector) -> Option<VolumeRef> {
-        let (namespace, volume) = self.name.rsplit_once('/')?;
-        if namespace.is_empty() || volume.is_empty() {
-            return None;
-        }
-        Some(VolumeRef {
-            registry: Some(registry.to_string()),
-            namespace: namespace.to_string(),
-            volume: volume.to_string(),
-            selector,
-            path: None,
-        })
-    }
-}
-
-/// How far a job got (SPEC.md §8.2 `progress`). Totals are 0 until the
-/// source is listed.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct SyncProgress {
-    pub files_done: u64,
-    pub files_total: u64,
-    pub bytes_done: u64,
-    pub bytes_total: u64,
-    /// Chunk bytes this job wrote (those the registry did not hold yet).
-    pub bytes_stored: u64,
-}
-
-/// The version a `READY` job sealed.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SyncedVersion {
-    pub digest: B3Digest,
-    pub index_digest: Sha256Digest,
-}
-
-/// Why a job `FAILED`: a code of SPEC.md §8.2's table and a message that
-/// names the source.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct JobError {
-    pub code: String,
-    #[serde(default)]
-    pub message: String,
-}
-
-impl fmt::Display for JobError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.message.is_empty() {
-            f.write_str(&self.code)
-        } else {
-            write!(f, "{}: {}", self.code, self.message)
-        }
-    }
-}
-
-/// A sync job as the registry records it (SPEC.md §8.2 `SyncJob`). Times
-/// are RFC 3339 UTC strings.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SyncJob {
-    /// `sync-<16 hex>`.
-    pub id: String,
-    pub state: SyncState,
-    /// The source URI (SPEC.md §8.1).
-    pub source: String,
-    /// The source pinned to what the job first listed (a Hub branch's
-    /// commit), once it has listed.
-    #[serde(default)]
-    pub pinned_source: Option<String>,
-    pub dest: SyncDest,
-    #[serde(default)]
-    pub include: Vec<String>,
-    #[serde(default)]
-    pub exclude: Vec<String>,
-    /// The name of the secret the job reads, never its value.
-    #[serde(default)]
-    pub secret: Option<String>,
-    #[serde(default)]
-    pub progress: SyncProgress,
-    /// Times a worker started the job (a registry restart starts it again).
-    #[serde(default)]
-    pub attempts: u64,
-    /// Transient errors retried so far.
-    #[serde(default)]
-    pub retries: u64,
-    /// The last transient error the job is retrying through.
-    #[serde(default)]
-    pub retrying: Option<String>,
-    #[serde(default)]
-    pub created_at: Option<String>,
-    #[serde(default)]
-    pub started_at: Option<String>,
-    #[serde(default)]
-    pub finished_at: Option<String>,
-    /// Set when `READY`.
-    #[serde(default)]
-    pub version: Option<SyncedVersion>,
-    /// Set when `FAILED`.
-    #[serde(default)]
-    pub error: Option<JobError>,
-}
-
-/// What `POST /api/v1/syncs` takes (SPEC.md §8.3).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct SyncRequest {
-    pub source: String,
-    pub dest: SyncDest,
-    pub include: Vec<String>,
-    pub exclude: Vec<String>,
-    pub secret: Option<SecretName>,
-}
-
-/// What `POST /api/v1/syncs/ID/cancel` answers: whether the job changed
-/// (it had not finished yet), and the job as it is now.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Canceled {
-    pub changed: bool,
-    pub sync: SyncJob,
-}
-
-/// A secret's name: 1–64 of `[A-Za-z0-9._-]` (SPEC.md §8.3).
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
-#[serde(transparent)]
-pub struct SecretName(String);
-
-impl SecretName {
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl FromStr for SecretName {
-    type Err = Error;
-    fn from_str(s: &str) -> Result<SecretName, Error> {
-        let ok = (1..=64).contains(&s.len())
-            && s
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
-            // "." and ".." would be path segments, not names.
-            && s != "."
-            && s != "..";
-        if ok {
-            Ok(SecretName(s.to_string()))
-        } else {
-            Err(Error::Usage(format!(
-                "{s:?} is not a valid secret name: use 1 to 64 of A-Z a-z 0-9 . _ -"
-            )))
-        }
-    }
-}
-
-impl fmt::Display for SecretName {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
+    Some(VolumeRef {
+        registry: Some(registry.to_string()),
+        namespace: namespace.to_string(),
+        volume: volume.to_string(),
+        selector,
+        path: None,
+    })
 }
 
 /// Checks a job id a user typed before it goes into a URL: the registry
@@ -316,11 +107,13 @@ pub fn check_sync_id(id: &str) -> Result<(), Error> {
 pub fn version_ref(remote: &Remote, job: &SyncJob) -> Option<String> {
     let v = job.version.as_ref()?;
     let selector = Selector::Digest(DigestSelector::B3(v.digest));
-    Some(match job.dest.volume_ref(remote.registry(), selector) {
-        Some(r) => display_ref(remote, &r),
-        // Not `ns/vol`: show what the registry said.
-        None => format!("{}@{}", job.dest.name, v.digest),
-    })
+    Some(
+        match dest_volume_ref(&job.dest, remote.registry(), selector) {
+            Some(r) => display_ref(remote, &r),
+            // Not `ns/vol`: show what the registry said.
+            None => format!("{}@{}", job.dest.name, v.digest),
+        },
+    )
 }
 
 /// The job's destination as a ref with its tag (`bdn:ns/vol:prod`).
@@ -329,7 +122,7 @@ pub fn dest_ref(remote: &Remote, dest: &SyncDest) -> String {
         Some(Ok(t)) => Selector::Tag(t),
         _ => Selector::Head,
     };
-    match dest.volume_ref(remote.registry(), selector) {
+    match dest_volume_ref(dest, remote.registry(), selector) {
         Some(r) => display_ref(remote, &r),
         None => match &dest.tag {
             Some(t) => format!("{}:{t}", dest.name),
@@ -344,7 +137,7 @@ pub async fn start_sync(remote: &Remote, request: &SyncRequest) -> Result<SyncJo
     let mut ctx = Ctx::new(remote, Op::Start).await?;
     ctx.secret = request.secret.as_ref().map(|s| s.to_string());
     ctx.dest = dest_ref(remote, &request.dest);
-    let body = serde_json::to_value(request).expect("a request serializes");
+    let body = lifecycle::to_body(request);
     let bytes = send(
         remote,
         &ctx,
@@ -368,16 +161,12 @@ pub async fn sync_job(remote: &Remote, id: &str) -> Result<SyncJob, Error> {
 /// `GET /api/v1/syncs[?dest=NAME]`: jobs, newest first; with `dest`
 /// (`namespace/volume`) only those writing that volume.
 pub async fn list_syncs(remote: &Remote, dest: Option<&str>) -> Result<Vec<SyncJob>, Error> {
-    #[derive(Deserialize)]
-    struct Answer {
-        syncs: Vec<SyncJob>,
-    }
     let ctx = Ctx::new(remote, Op::List).await?;
     let path = match dest {
         Some(name) => format!("/syncs?dest={}", segment(name)),
         None => "/syncs".to_string(),
     };
-    let a: Answer = get(remote, &ctx, &path, None).await?;
+    let a: wire::SyncList = get(remote, &ctx, &path, None).await?;
     Ok(a.syncs)
 }
 
@@ -465,12 +254,8 @@ pub async fn set_secret(remote: &Remote, name: &SecretName, value: &[u8]) -> Res
 
 /// `GET /api/v1/secrets`: the names of the secrets the registry holds.
 pub async fn list_secrets(remote: &Remote) -> Result<Vec<String>, Error> {
-    #[derive(Deserialize)]
-    struct Answer {
-        secrets: Vec<String>,
-    }
     let ctx = Ctx::new(remote, Op::ListSecrets).await?;
-    let a: Answer = get(remote, &ctx, "/secrets", None).await?;
+    let a: wire::SecretList = get(remote, &ctx, "/secrets", None).await?;
     Ok(a.secrets)
 }
 
@@ -585,19 +370,21 @@ fn failure(ctx: &Ctx, status: u16, body: &[u8]) -> Error {
     let registry = &ctx.registry;
     let message = lifecycle::one_line(&message);
     let secret = ctx.secret.as_deref().unwrap_or("");
-    match code.as_str() {
-        "SYNC_UNKNOWN" => Error::NotFound(format!(
+    match ErrorCode::parse(&code) {
+        Some(ErrorCode::SyncUnknown) => Error::NotFound(format!(
             "sync {} not found on registry {registry}",
             ctx.id
         )),
-        "SECRET_UNKNOWN" if ctx.op == Op::Start => Error::NotFound(format!(
+        Some(ErrorCode::SecretUnknown) if ctx.op == Op::Start => Error::NotFound(format!(
             "secret {secret} not found on registry {registry}; store it first with `sealvol secret set {secret}{}` (the value on standard input)",
             registry_flag(registry)
         )),
-        "SECRET_UNKNOWN" => Error::NotFound(format!(
+        Some(ErrorCode::SecretUnknown) => Error::NotFound(format!(
             "secret {secret} not found on registry {registry}"
         )),
-        "INVALID" | "NAME_INVALID" | "TAG_RESERVED" | "TAG_INVALID" => {
+        // SPEC.md §7.2: a malformed tag is INVALID too; there is no
+        // code of its own.
+        Some(ErrorCode::Invalid | ErrorCode::NameInvalid | ErrorCode::TagReserved) => {
             let what = match ctx.op {
                 Op::Start => format!("the sync into {}", ctx.dest),
                 Op::SetSecret | Op::DeleteSecret => format!("secret {secret}"),
@@ -610,7 +397,9 @@ fn failure(ctx: &Ctx, status: u16, body: &[u8]) -> Error {
         }
         // No such route: no volume API there, or one without §8. The
         // sealvol registry answers UNSUPPORTED for paths it lacks.
-        _ if matches!(status, 404 | 405) && (code.is_empty() || code == "UNSUPPORTED") => {
+        _ if matches!(status, 404 | 405)
+            && (code.is_empty() || code == ErrorCode::Unsupported.as_str()) =>
+        {
             Error::Transport(TransportError::Unsupported {
                 registry: registry.clone(),
                 what: format!("{} (its volume API predates them)", ctx.op.what()),
@@ -670,96 +459,19 @@ mod tests {
         Remote::with_auth(registry, false, RegistryAuth::Anonymous).unwrap()
     }
 
-    fn dest(s: &str) -> Result<SyncDest, Error> {
-        SyncDest::from_ref(&s.parse().unwrap())
-    }
-
     #[test]
-    fn jobs_parse_as_the_spec_writes_them_and_print_back() {
-        let job: SyncJob = serde_json::from_value(ready_job()).unwrap();
-        assert_eq!(job.state, SyncState::Ready);
-        assert!(job.state.is_finished());
-        assert_eq!(job.dest.tag.as_deref(), Some("prod"));
-        assert_eq!(job.progress.files_total, 7);
-        assert_eq!(serde_json::to_value(&job).unwrap(), ready_job());
-        let failed: SyncJob = serde_json::from_value(json!({
-            "id": "sync-00000000000000ff", "state": "FAILED", "source": "s3://b/p",
-            "dest": {"name": "ns/vol", "tag": null},
-            "progress": {"files_done": 0, "files_total": 0, "bytes_done": 0,
-                         "bytes_total": 0, "bytes_stored": 0},
-            "attempts": 1, "retrying": null, "created_at": "2026-12-02T18:40:00Z",
-            "started_at": null, "finished_at": "2026-12-02T18:40:02Z", "version": null,
-            "error": {"code": "SOURCE_DENIED", "message": "s3://b/p: access denied"}
-        }))
-        .unwrap();
-        assert_eq!(
-            failed.error.unwrap().to_string(),
-            "SOURCE_DENIED: s3://b/p: access denied"
+    fn refused_requests_are_usage_errors() {
+        // What a destination or secret name may be is sealvol_spec::api's,
+        // tested there; here, that a refusal reaches the user as usage.
+        let vref: VolumeRef = "bdn:weights/qwen3-8b:head".parse().unwrap();
+        let e = Error::from(SyncDest::from_ref(&vref).unwrap_err());
+        assert!(matches!(e, Error::Usage(_)), "{e}");
+        assert!(
+            e.to_string().starts_with("bdn:weights/qwen3-8b:head"),
+            "{e}"
         );
-        for (s, state) in [
-            ("QUEUED", SyncState::Queued),
-            ("RUNNING", SyncState::Running),
-            ("CANCELED", SyncState::Canceled),
-        ] {
-            assert_eq!(
-                serde_json::from_value::<SyncState>(json!(s)).unwrap(),
-                state
-            );
-            assert_eq!(state.to_string(), s);
-        }
-        assert!(!SyncState::Running.is_finished());
-    }
-
-    #[test]
-    fn requests_are_the_body_of_post_syncs() {
-        let r = SyncRequest {
-            source: "hf://Qwen/Qwen3-8B".into(),
-            dest: dest("bdn:weights/qwen3-8b").unwrap(),
-            include: vec!["*.json".into()],
-            exclude: vec![],
-            secret: Some("hf-token".parse().unwrap()),
-        };
-        assert_eq!(
-            serde_json::to_value(&r).unwrap(),
-            json!({"source": "hf://Qwen/Qwen3-8B",
-                   "dest": {"name": "weights/qwen3-8b", "tag": null},
-                   "include": ["*.json"], "exclude": [], "secret": "hf-token"})
-        );
-    }
-
-    #[test]
-    fn destinations_are_a_volume_and_maybe_a_tag() {
-        let d = dest("bdn:weights/qwen3-8b:prod").unwrap();
-        assert_eq!(d.name, "weights/qwen3-8b");
-        assert_eq!(d.tag.as_deref(), Some("prod"));
-        let d = dest("127.0.0.1:5000/weights/qwen3-8b").unwrap();
-        assert_eq!((d.name.as_str(), d.tag), ("weights/qwen3-8b", None));
-        let d = dest("registry.example.com/org/team/model:v2").unwrap();
-        assert_eq!(d.name, "org/team/model");
-        for bad in [
-            "bdn:weights/qwen3-8b@b3:0123456789ab",
-            "bdn:weights/qwen3-8b:prod/config.json",
-            "bdn:weights/qwen3-8b/config.json",
-            "bdn:weights/qwen3-8b:head",
-        ] {
-            let e = dest(bad).unwrap_err();
-            assert!(matches!(e, Error::Usage(_)), "{bad}: {e}");
-            assert!(e.to_string().starts_with(bad), "{bad}: {e}");
-        }
-        let digest_tag = format!("bdn:weights/qwen3-8b:b3-{}", hex("ab"));
-        assert!(matches!(dest(&digest_tag), Err(Error::Usage(_))));
-    }
-
-    #[test]
-    fn secret_names_follow_the_spec() {
-        for ok in ["hf-token", "a", "AWS.prod_key-2", &"x".repeat(64)] {
-            assert_eq!(ok.parse::<SecretName>().unwrap().as_str(), ok);
-        }
-        for bad in ["", "..", ".", "a/b", "a b", "tök", "x=1", &"x".repeat(65)] {
-            let e = bad.parse::<SecretName>().unwrap_err();
-            assert!(matches!(e, Error::Usage(_)), "{bad:?}");
-            assert!(e.to_string().contains("1 to 64"), "{e}");
-        }
+        let e = Error::from("a/b".parse::<SecretName>().unwrap_err());
+        assert!(matches!(e, Error::Usage(_)), "{e}");
     }
 
     #[test]

@@ -41,9 +41,9 @@ pub struct Policy {
 impl Default for Policy {
     fn default() -> Self {
         Policy {
-            retention_seconds: 7 * 86_400,
-            gc_grace_seconds: 3600,
-            claim_ttl_seconds: 60,
+            retention_seconds: sealvol_spec::api::DEFAULT_RETENTION_SECONDS,
+            gc_grace_seconds: sealvol_spec::api::DEFAULT_GC_GRACE_SECONDS,
+            claim_ttl_seconds: sealvol_spec::api::DEFAULT_CLAIM_TTL_SECONDS,
         }
     }
 }

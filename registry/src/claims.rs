@@ -7,14 +7,13 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use serde::Serialize;
-
-#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+/// A claim as the registry holds it; the API shows it as
+/// [`sealvol_spec::api::Claim`].
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Claim {
     pub token: String,
     pub holder: String,
     /// Unix seconds.
-    #[serde(skip)]
     pub expires_at: u64,
 }
 

@@ -5,96 +5,38 @@
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 
-/// The error codes of the distribution spec (v1.1, "Error Codes").
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Code {
-    BlobUnknown,
-    BlobUploadInvalid,
-    BlobUploadUnknown,
-    DigestInvalid,
-    ManifestBlobUnknown,
-    ManifestInvalid,
-    ManifestUnknown,
-    NameInvalid,
-    NameUnknown,
-    SizeInvalid,
-    Unauthorized,
-    Denied,
-    Unsupported,
-    TooManyRequests,
-    // The volume API's codes (SPEC.md §7.2).
-    Invalid,
-    TagReserved,
-    VolumeUnknown,
-    VersionUnknown,
-    TagUnknown,
-    ClaimUnknown,
-    PushInProgress,
-    NotDeleted,
-    RetentionExpired,
-    // Sync jobs and secrets (SPEC.md §8.3).
-    SyncUnknown,
-    SecretUnknown,
-}
+/// The codes of the error body, OCI's and the volume API's, spelled as
+/// SPEC.md and the client read them.
+pub use sealvol_spec::api::ErrorCode as Code;
 
-impl Code {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Code::BlobUnknown => "BLOB_UNKNOWN",
-            Code::BlobUploadInvalid => "BLOB_UPLOAD_INVALID",
-            Code::BlobUploadUnknown => "BLOB_UPLOAD_UNKNOWN",
-            Code::DigestInvalid => "DIGEST_INVALID",
-            Code::ManifestBlobUnknown => "MANIFEST_BLOB_UNKNOWN",
-            Code::ManifestInvalid => "MANIFEST_INVALID",
-            Code::ManifestUnknown => "MANIFEST_UNKNOWN",
-            Code::NameInvalid => "NAME_INVALID",
-            Code::NameUnknown => "NAME_UNKNOWN",
-            Code::SizeInvalid => "SIZE_INVALID",
-            Code::Unauthorized => "UNAUTHORIZED",
-            Code::Denied => "DENIED",
-            Code::Unsupported => "UNSUPPORTED",
-            Code::TooManyRequests => "TOOMANYREQUESTS",
-            Code::Invalid => "INVALID",
-            Code::TagReserved => "TAG_RESERVED",
-            Code::VolumeUnknown => "VOLUME_UNKNOWN",
-            Code::VersionUnknown => "VERSION_UNKNOWN",
-            Code::TagUnknown => "TAG_UNKNOWN",
-            Code::ClaimUnknown => "CLAIM_UNKNOWN",
-            Code::PushInProgress => "PUSH_IN_PROGRESS",
-            Code::NotDeleted => "NOT_DELETED",
-            Code::RetentionExpired => "RETENTION_EXPIRED",
-            Code::SyncUnknown => "SYNC_UNKNOWN",
-            Code::SecretUnknown => "SECRET_UNKNOWN",
-        }
-    }
-
-    fn status(self) -> StatusCode {
-        match self {
-            Code::BlobUnknown
-            | Code::BlobUploadUnknown
-            | Code::ManifestUnknown
-            | Code::NameUnknown
-            | Code::VolumeUnknown
-            | Code::VersionUnknown
-            | Code::TagUnknown
-            | Code::ClaimUnknown
-            | Code::SyncUnknown
-            | Code::SecretUnknown => StatusCode::NOT_FOUND,
-            Code::BlobUploadInvalid
-            | Code::DigestInvalid
-            | Code::ManifestBlobUnknown
-            | Code::ManifestInvalid
-            | Code::NameInvalid
-            | Code::SizeInvalid
-            | Code::Invalid
-            | Code::TagReserved => StatusCode::BAD_REQUEST,
-            Code::PushInProgress | Code::NotDeleted => StatusCode::CONFLICT,
-            Code::RetentionExpired => StatusCode::GONE,
-            Code::Unauthorized => StatusCode::UNAUTHORIZED,
-            Code::Denied => StatusCode::FORBIDDEN,
-            Code::Unsupported => StatusCode::METHOD_NOT_ALLOWED,
-            Code::TooManyRequests => StatusCode::TOO_MANY_REQUESTS,
-        }
+/// The status a code answers with unless a handler overrides it: the
+/// distribution spec's, and SPEC.md §7.2's and §8.3's tables.
+fn default_status(code: Code) -> StatusCode {
+    match code {
+        Code::BlobUnknown
+        | Code::BlobUploadUnknown
+        | Code::ManifestUnknown
+        | Code::NameUnknown
+        | Code::VolumeUnknown
+        | Code::VersionUnknown
+        | Code::TagUnknown
+        | Code::ClaimUnknown
+        | Code::SyncUnknown
+        | Code::SecretUnknown => StatusCode::NOT_FOUND,
+        Code::BlobUploadInvalid
+        | Code::DigestInvalid
+        | Code::ManifestBlobUnknown
+        | Code::ManifestInvalid
+        | Code::NameInvalid
+        | Code::SizeInvalid
+        | Code::Invalid
+        | Code::TagReserved => StatusCode::BAD_REQUEST,
+        Code::PushInProgress | Code::NotDeleted => StatusCode::CONFLICT,
+        Code::RetentionExpired => StatusCode::GONE,
+        Code::Unauthorized => StatusCode::UNAUTHORIZED,
+        Code::Denied => StatusCode::FORBIDDEN,
+        Code::Unsupported => StatusCode::METHOD_NOT_ALLOWED,
+        Code::TooManyRequests => StatusCode::TOO_MANY_REQUESTS,
     }
 }
 
@@ -175,15 +117,15 @@ impl IntoResponse for RegistryError {
                 code,
                 message,
                 status,
-            } => (status.unwrap_or(code.status()), code.as_str(), message),
+            } => (status.unwrap_or(default_status(code)), code, message),
             RegistryError::Internal(m) => {
                 tracing::error!("{m}");
                 return (StatusCode::INTERNAL_SERVER_ERROR, "internal error").into_response();
             }
         };
-        let body =
-            serde_json::json!({"errors": [{"code": code, "message": message, "detail": null}]});
-        let mut resp = (status, body.to_string()).into_response();
+        let body = sealvol_spec::api::ErrorBody::new(code, message);
+        let body = serde_json::to_string(&body).expect("an error body serializes");
+        let mut resp = (status, body).into_response();
         resp.headers_mut()
             .insert("content-type", HeaderValue::from_static("application/json"));
         resp

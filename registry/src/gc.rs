@@ -14,7 +14,8 @@ use std::collections::{HashMap, HashSet};
 use std::time::Instant;
 
 use redb::{ReadableDatabase, ReadableTable};
-use serde::Serialize;
+
+use sealvol_spec::api::GcReport;
 
 use crate::api::{parse_manifest, App};
 use crate::error::Result;
@@ -23,20 +24,6 @@ use crate::meta::{
     UPLOADS,
 };
 use crate::volumes::{self, HIDDEN, TAG_EXPIRY, VERSIONS, VERSION_OF_INDEX, VOLUMES};
-
-#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
-pub struct GcReport {
-    pub dry_run: bool,
-    pub versions_purged: u64,
-    pub tags_expired: u64,
-    pub volumes_expired: u64,
-    pub manifests_deleted: u64,
-    pub links_removed: u64,
-    pub blobs_deleted: u64,
-    pub bytes_reclaimed: u64,
-    /// Unreferenced blobs kept because they are younger than the grace period.
-    pub blobs_in_grace: u64,
-}
 
 /// Expiry and retention, applied (or, dry, counted) before marking.
 #[derive(Debug, Default)]

@@ -6,40 +6,21 @@
 
 use std::sync::atomic::Ordering;
 
+use sealvol_spec::api;
 use sealvol_spec::filter::Filter;
 use sealvol_spec::Tag;
 use sealvol_sync::SourceOptions;
-use serde::Deserialize;
 
 use crate::api::App;
 use crate::error::{Code, RegistryError, Result};
-use crate::sync_jobs::{Dest, SyncJob, SyncProgress, SyncState};
-
-#[derive(Deserialize)]
-pub(crate) struct CreateBody {
-    source: String,
-    dest: Dest,
-    #[serde(default)]
-    include: Vec<String>,
-    #[serde(default)]
-    exclude: Vec<String>,
-    #[serde(default)]
-    secret: Option<String>,
-}
-
-impl CreateBody {
-    /// The volume the job writes to, which the caller must be allowed to push to.
-    pub(crate) fn dest_name(&self) -> &str {
-        &self.dest.name
-    }
-}
+use crate::sync_jobs::{SyncJob, SyncProgress, SyncState};
 
 fn invalid(why: impl Into<String>) -> RegistryError {
     RegistryError::new(Code::Invalid, why)
 }
 
 /// The job with live byte counts when it is running.
-pub(crate) fn view(app: &App, mut job: SyncJob) -> serde_json::Value {
+pub(crate) fn view(app: &App, mut job: SyncJob) -> api::SyncJob {
     if job.state == SyncState::Running {
         if let Some(r) = app.syncs.running(&job.id) {
             job.progress.bytes_done = r.bytes_done.load(Ordering::Relaxed);
@@ -49,7 +30,7 @@ pub(crate) fn view(app: &App, mut job: SyncJob) -> serde_json::Value {
     job.view()
 }
 
-pub(crate) async fn create(app: &App, body: CreateBody) -> Result<serde_json::Value> {
+pub(crate) async fn create(app: &App, body: api::SyncRequest) -> Result<api::SyncJob> {
     sealvol_sync::open(&body.source, &SourceOptions::default()).map_err(|e| invalid(e.message))?;
     if let Some(why) = app
         .syncs
@@ -73,7 +54,8 @@ pub(crate) async fn create(app: &App, body: CreateBody) -> Result<serde_json::Va
         }
     }
     Filter::new(&body.include, &body.exclude).map_err(|e| invalid(e.to_string()))?;
-    if let Some(s) = &body.secret {
+    let secret = body.secret.map(String::from);
+    if let Some(s) = &secret {
         let n = s.clone();
         if app.meta(move |m| m.secret(&n)).await?.is_none() {
             return Err(RegistryError::new(
@@ -93,7 +75,7 @@ pub(crate) async fn create(app: &App, body: CreateBody) -> Result<serde_json::Va
         dest: body.dest,
         include: body.include,
         exclude: body.exclude,
-        secret: body.secret,
+        secret,
         progress: SyncProgress::default(),
         attempts: 0,
         retries: 0,
@@ -109,7 +91,7 @@ pub(crate) async fn create(app: &App, body: CreateBody) -> Result<serde_json::Va
     Ok(job.view())
 }
 
-pub(crate) async fn cancel(app: &App, id: String) -> Result<serde_json::Value> {
+pub(crate) async fn cancel(app: &App, id: String) -> Result<api::Canceled> {
     let _commit = app.syncs.commit.lock().await;
     let now = app.now();
     let i = id.clone();
@@ -132,7 +114,10 @@ pub(crate) async fn cancel(app: &App, id: String) -> Result<serde_json::Value> {
     if let Some(r) = app.syncs.running(&id) {
         r.cancel.store(true, Ordering::Relaxed);
     }
-    Ok(serde_json::json!({ "changed": changed, "sync": view(app, job) }))
+    Ok(api::Canceled {
+        changed,
+        sync: view(app, job),
+    })
 }
 
 pub(crate) fn unknown_sync(id: &str) -> RegistryError {

@@ -7,9 +7,8 @@ use std::collections::HashMap;
 
 use redb::{ReadableDatabase as _, ReadableTable, TableDefinition, WriteTransaction};
 use sealvol_spec::chain::{self, PieceCv};
-use sealvol_spec::{B3Digest, ChunkRef};
+use sealvol_spec::{api, B3Digest, ChunkRef};
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
 
 use crate::meta::{key, prefix, MetaError, MetaStore, Result};
 use crate::volumes::rfc3339;
@@ -28,61 +27,9 @@ pub(crate) fn create_tables(tx: &WriteTransaction) -> std::result::Result<(), Me
     Ok(())
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
-pub enum SyncState {
-    Queued,
-    Running,
-    Ready,
-    Failed,
-    Canceled,
-}
-
-impl SyncState {
-    pub fn is_finished(self) -> bool {
-        matches!(
-            self,
-            SyncState::Ready | SyncState::Failed | SyncState::Canceled
-        )
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SyncState::Queued => "QUEUED",
-            SyncState::Running => "RUNNING",
-            SyncState::Ready => "READY",
-            SyncState::Failed => "FAILED",
-            SyncState::Canceled => "CANCELED",
-        }
-    }
-}
-
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Dest {
-    pub name: String,
-    pub tag: Option<String>,
-}
-
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SyncProgress {
-    pub files_done: u64,
-    pub files_total: u64,
-    pub bytes_done: u64,
-    pub bytes_total: u64,
-    pub bytes_stored: u64,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SyncedVersion {
-    pub digest: String,
-    pub index_digest: String,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct JobError {
-    pub code: String,
-    pub message: String,
-}
+// A stored job holds these as the API writes them; the storage format is
+// therefore theirs too, which `stored_jobs_still_read` pins.
+pub use sealvol_spec::api::{JobError, SyncDest, SyncProgress, SyncState, SyncedVersion};
 
 /// A job as stored; [`SyncJob::view`] is its API form (SPEC.md §8.2).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -96,7 +43,7 @@ pub struct SyncJob {
     /// commit); later runs of the job read this.
     #[serde(default)]
     pub pinned_source: Option<String>,
-    pub dest: Dest,
+    pub dest: SyncDest,
     pub include: Vec<String>,
     pub exclude: Vec<String>,
     pub secret: Option<String>,
@@ -115,27 +62,27 @@ pub struct SyncJob {
 }
 
 impl SyncJob {
-    pub fn view(&self) -> Value {
-        let t = |v: Option<u64>| v.map(rfc3339);
-        json!({
-            "id": self.id,
-            "state": self.state,
-            "source": self.source,
-            "pinned_source": self.pinned_source,
-            "dest": self.dest,
-            "include": self.include,
-            "exclude": self.exclude,
-            "secret": self.secret,
-            "progress": self.progress,
-            "attempts": self.attempts,
-            "retries": self.retries,
-            "retrying": self.retrying,
-            "created_at": rfc3339(self.created_at),
-            "started_at": t(self.started_at),
-            "finished_at": t(self.finished_at),
-            "version": self.version,
-            "error": self.error,
-        })
+    /// The job as the API shows it: times in RFC 3339, no `seq`.
+    pub fn view(self) -> api::SyncJob {
+        api::SyncJob {
+            id: self.id,
+            state: self.state,
+            source: self.source,
+            pinned_source: self.pinned_source,
+            dest: self.dest,
+            include: self.include,
+            exclude: self.exclude,
+            secret: self.secret,
+            progress: self.progress,
+            attempts: self.attempts,
+            retries: self.retries,
+            retrying: self.retrying,
+            created_at: Some(rfc3339(self.created_at)),
+            started_at: self.started_at.map(rfc3339),
+            finished_at: self.finished_at.map(rfc3339),
+            version: self.version,
+            error: self.error,
+        }
     }
 }
 
@@ -382,7 +329,7 @@ impl MetaStore {
         }
         tx.open_table(SYNC_FILES)?
             .insert(key(&[id, path]).as_str(), file.encode()?.as_slice())?;
-        job.progress = progress.clone();
+        job.progress = *progress;
         put_job(&tx, &job)?;
         tx.commit()?;
         Ok(())
@@ -447,20 +394,11 @@ impl MetaStore {
     }
 }
 
-/// A secret name: 1–64 of `[A-Za-z0-9._-]` (SPEC.md §8.3).
-pub fn valid_secret_name(name: &str) -> bool {
-    (1..=64).contains(&name.len())
-        && name != "."
-        && name != ".."
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use sealvol_spec::tree::EntryData;
+    use serde_json::{json, Value};
 
     fn done(data: &[u8]) -> FileDone {
         let EntryData::File {
@@ -480,6 +418,35 @@ mod tests {
             chunks,
             pieces,
         }
+    }
+
+    /// A job as the registry has stored it since sync jobs exist: the
+    /// API's types inside it must keep reading it, and write it back as
+    /// it was.
+    #[test]
+    fn stored_jobs_still_read() {
+        let stored = json!({
+            "id": "sync-0123456789abcdef", "seq": 4, "state": "READY",
+            "source": "hf://Qwen/Qwen3-8B", "pinned_source": null,
+            "dest": {"name": "weights/qwen3-8b", "tag": "prod"},
+            "include": ["*.json"], "exclude": [], "secret": "hf-token",
+            "progress": {"files_done": 7, "files_total": 7, "bytes_done": 70,
+                         "bytes_total": 70, "bytes_stored": 60},
+            "attempts": 1, "retries": 2, "retrying": null,
+            "created_at": 1_796_169_600u64, "started_at": 1_796_169_601u64,
+            "finished_at": 1_796_169_613u64,
+            "version": {"digest": format!("b3:{}", "ab".repeat(32)),
+                        "index_digest": format!("sha256:{}", "cd".repeat(32))},
+            "error": {"code": "SOURCE_DENIED", "message": "no"}
+        });
+        let job: SyncJob = serde_json::from_value(stored.clone()).unwrap();
+        assert_eq!(job.state, SyncState::Ready);
+        assert_eq!(serde_json::to_value(&job).unwrap(), stored);
+        let view = serde_json::to_value(job.view()).unwrap();
+        assert_eq!(view["created_at"], "2026-12-02T00:00:00Z");
+        assert_eq!(view["finished_at"], "2026-12-02T00:00:13Z");
+        assert_eq!(view.get("seq"), None);
+        assert_eq!(view["version"], stored["version"]);
     }
 
     #[test]

@@ -21,7 +21,9 @@ use sealvol_sync::{ChunkSink, ErrorKind, Object, SourceOptions, SyncError};
 use tokio::sync::Notify;
 
 use crate::api::App;
-use crate::sync_jobs::{Dest, FileDone, JobError, SyncJob, SyncProgress, SyncState, SyncedVersion};
+use crate::sync_jobs::{
+    FileDone, JobError, SyncDest, SyncJob, SyncProgress, SyncState, SyncedVersion,
+};
 
 /// Objects of one job read at once: enough to keep a slow source's
 /// connections busy while the CPU hashes, bounded so memory stays small
@@ -568,7 +570,7 @@ async fn execute(
     let stored_before = running.bytes_stored.load(Ordering::Relaxed);
     progress.bytes_stored = stored_before;
     {
-        let (id, p) = (job.id.clone(), progress.clone());
+        let (id, p) = (job.id.clone(), progress);
         app.meta(move |m| {
             m.update_sync(&id, |j| {
                 j.progress = p;
@@ -620,7 +622,7 @@ async fn execute(
                     s.0.bytes_done = running.bytes_done.load(Ordering::Relaxed);
                     s.0.bytes_stored = running.bytes_stored.load(Ordering::Relaxed);
                     s.1.insert(o.path.clone(), file.clone());
-                    s.0.clone()
+                    s.0
                 };
                 let (id, path) = (job.id.clone(), o.path.clone());
                 app.meta(move |m| m.sync_file_done(&id, &path, &file, &p))
@@ -808,7 +810,7 @@ async fn commit(
 /// this job's format 2 tree (SPEC.md §7.1), which changes no sequence.
 async fn publish(
     app: &Arc<App>,
-    dest: &Dest,
+    dest: &SyncDest,
     tree: &TreeIndex,
     source: &str,
 ) -> std::result::Result<SyncedVersion, SyncError> {
@@ -896,8 +898,8 @@ async fn publish(
                 .unwrap_or_else(|| built.index.digest().to_string());
             let d = store(reference, bytes.clone(), crate::api::OCI_INDEX.into()).await?;
             return Ok(SyncedVersion {
-                digest: digest.to_string(),
-                index_digest: d.to_string(),
+                digest,
+                index_digest: d,
             });
         }
     };
@@ -905,8 +907,8 @@ async fn publish(
         store(tag.clone(), index_bytes, crate::api::OCI_INDEX.into()).await?;
     }
     Ok(SyncedVersion {
-        digest: digest.to_string(),
-        index_digest: index_digest.to_string(),
+        digest,
+        index_digest,
     })
 }
 

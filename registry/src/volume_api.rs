@@ -7,8 +7,8 @@ use std::sync::Arc;
 use axum::extract::{Request, State};
 use axum::http::{header, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
+use sealvol_spec::api;
 use serde::Deserialize;
-use serde_json::{json, Value};
 
 use crate::access::Action;
 use crate::api::App;
@@ -175,27 +175,6 @@ fn parse_time(t: Option<&str>) -> Result<Option<u64>> {
     ))
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ExpiryBody {
-    expires_at: Option<String>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct TagBody {
-    digest: String,
-    #[serde(default)]
-    expires_at: Option<String>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ClaimBody {
-    #[serde(default)]
-    holder: String,
-}
-
 /// The one handler behind every `/api/v1` path.
 pub async fn dispatch(State(app): State<Arc<App>>, req: Request) -> Response {
     let result = match route(req.uri().path()) {
@@ -214,23 +193,23 @@ async fn handle(app: &Arc<App>, route: Route, req: Request) -> Result<Response> 
     let retention = app.policy.retention_seconds;
     let now = app.now();
     match (route, method) {
-        (Route::Root, Method::GET) => ok(json!({
-            "api": "sealvol.volumes.v1",
-            "retention_seconds": retention,
-            "gc_grace_seconds": app.policy.gc_grace_seconds,
-            "claim_ttl_seconds": app.policy.claim_ttl_seconds,
-        })),
+        (Route::Root, Method::GET) => ok(api::ApiInfo {
+            api: api::API.to_string(),
+            retention_seconds: retention,
+            gc_grace_seconds: app.policy.gc_grace_seconds,
+            claim_ttl_seconds: app.policy.claim_ttl_seconds,
+        }),
         (Route::Namespaces, Method::GET) => {
             let caller = crate::auth::caller(&req);
-            let ns = lifecycle(app, move |m| m.namespaces(|v| caller.sees(v))).await?;
-            ok(json!({ "namespaces": ns }))
+            let namespaces = lifecycle(app, move |m| m.namespaces(|v| caller.sees(v))).await?;
+            ok(api::NamespaceList { namespaces })
         }
         (Route::Volumes, Method::GET) => {
             let ns = query_value(&req, "namespace");
             let caller = crate::auth::caller(&req);
-            let mut v = lifecycle(app, move |m| m.volumes(ns.as_deref())).await?;
-            v.retain(|v| caller.sees(&v.name));
-            ok(json!({ "volumes": v }))
+            let mut volumes = lifecycle(app, move |m| m.volumes(ns.as_deref())).await?;
+            volumes.retain(|v| caller.sees(&v.name));
+            ok(api::VolumeList { volumes })
         }
         (Route::Gc, Method::POST) => {
             let dry_run = query_flag(&req, "dry_run");
@@ -241,13 +220,14 @@ async fn handle(app: &Arc<App>, route: Route, req: Request) -> Result<Response> 
             match m {
                 Method::GET => ok(lifecycle(app, move |m| m.volume(&name)).await?),
                 Method::PATCH => {
-                    let b: ExpiryBody = body(req).await?;
+                    let b: api::VolumePatch = body(req).await?;
                     let at = parse_time(b.expires_at.as_deref())?;
                     ok(lifecycle(app, move |m| m.set_volume_expiry(&name, at, now)).await?)
                 }
                 Method::DELETE => {
-                    let v = lifecycle(app, move |m| m.delete_volume(&name, now, retention)).await?;
-                    ok(json!({ "tombstoned": v }))
+                    let tombstoned =
+                        lifecycle(app, move |m| m.delete_volume(&name, now, retention)).await?;
+                    ok(api::Tombstoned { tombstoned })
                 }
                 _ => unsupported(),
             }
@@ -255,8 +235,8 @@ async fn handle(app: &Arc<App>, route: Route, req: Request) -> Result<Response> 
         (Route::Versions(name), Method::GET) => {
             check_name(&name)?;
             let all = query_flag(&req, "include_tombstoned");
-            let v = lifecycle(app, move |m| m.versions(&name, all, retention)).await?;
-            ok(json!({ "versions": v }))
+            let versions = lifecycle(app, move |m| m.versions(&name, all, retention)).await?;
+            ok(api::VersionList { versions })
         }
         (Route::Version(name, d), m) => {
             check_name(&name)?;
@@ -286,7 +266,7 @@ async fn handle(app: &Arc<App>, route: Route, req: Request) -> Result<Response> 
                 .map_err(|e| invalid(e.to_string()))?;
             match m {
                 Method::PUT => {
-                    let b: TagBody = body(req).await?;
+                    let b: api::TagRequest = body(req).await?;
                     check_digest(&b.digest)?;
                     let at = parse_time(b.expires_at.as_deref())?;
                     ok(lifecycle(app, move |m| m.set_tag(&name, &tag, &b.digest, at, now)).await?)
@@ -300,10 +280,10 @@ async fn handle(app: &Arc<App>, route: Route, req: Request) -> Result<Response> 
         }
         (Route::Claim(name), Method::POST) => {
             check_name(&name)?;
-            let b: ClaimBody = body(req).await?;
+            let b: api::ClaimRequest = body(req).await?;
             let ttl = app.policy.claim_ttl_seconds;
             match app.claims.acquire(&name, &b.holder, now, ttl) {
-                Ok(c) => json_response(StatusCode::CREATED, claim_json(&c, ttl)),
+                Ok(c) => json_response(StatusCode::CREATED, claim_view(c, ttl)),
                 Err(held) => Err(RegistryError::new(
                     Code::PushInProgress,
                     format!(
@@ -323,7 +303,7 @@ async fn handle(app: &Arc<App>, route: Route, req: Request) -> Result<Response> 
             let ttl = app.policy.claim_ttl_seconds;
             match m {
                 Method::PUT => match app.claims.renew(&name, &token, now, ttl) {
-                    Some(c) => ok(claim_json(&c, ttl)),
+                    Some(c) => ok(claim_view(c, ttl)),
                     None => Err(RegistryError::new(
                         Code::ClaimUnknown,
                         format!("the push claim on {name} lapsed or was never held"),
@@ -338,20 +318,20 @@ async fn handle(app: &Arc<App>, route: Route, req: Request) -> Result<Response> 
         }
         (Route::Syncs, Method::POST) => {
             let caller = crate::auth::caller(&req);
-            let b: crate::sync_api::CreateBody = body(req).await?;
-            caller.check(b.dest_name(), Action::Push)?;
+            let b: api::SyncRequest = body(req).await?;
+            caller.check(&b.dest.name, Action::Push)?;
             json_response(StatusCode::CREATED, crate::sync_api::create(app, b).await?)
         }
         (Route::Syncs, Method::GET) => {
             let dest = query_value(&req, "dest").map(|d| percent_decode(&d));
             let caller = crate::auth::caller(&req);
             let jobs = app.meta(move |m| m.syncs(dest.as_deref())).await?;
-            let views: Vec<Value> = jobs
+            let syncs = jobs
                 .into_iter()
                 .filter(|j| caller.sees(&j.dest.name))
                 .map(|j| crate::sync_api::view(app, j))
                 .collect();
-            ok(json!({ "syncs": views }))
+            ok(api::SyncList { syncs })
         }
         (Route::Sync(id), Method::GET) => {
             let i = id.clone();
@@ -371,15 +351,14 @@ async fn handle(app: &Arc<App>, route: Route, req: Request) -> Result<Response> 
             ok(crate::sync_api::cancel(app, id).await?)
         }
         (Route::Secrets, Method::GET) => {
-            let names = app.meta(|m| m.secret_names()).await?;
-            ok(json!({ "secrets": names }))
+            let secrets = app.meta(|m| m.secret_names()).await?;
+            ok(api::SecretList { secrets })
         }
         (Route::Secret(name), m) => {
-            if !crate::sync_jobs::valid_secret_name(&name) {
-                return Err(invalid(format!(
-                    "invalid secret name {name:?}: 1-64 of A-Z a-z 0-9 . _ -"
-                )));
-            }
+            let name = name
+                .parse::<api::SecretName>()
+                .map_err(|e| invalid(e.to_string()))?
+                .to_string();
             match m {
                 Method::PUT => {
                     let value = axum::body::to_bytes(req.into_body(), MAX_SECRET)
@@ -418,13 +397,13 @@ fn percent_decode(s: &str) -> String {
         .into_owned()
 }
 
-fn claim_json(c: &crate::claims::Claim, ttl: u64) -> Value {
-    json!({
-        "token": c.token,
-        "holder": c.holder,
-        "expires_at": rfc3339(c.expires_at),
-        "ttl_seconds": ttl,
-    })
+fn claim_view(c: crate::claims::Claim, ttl: u64) -> api::Claim {
+    api::Claim {
+        token: c.token,
+        holder: c.holder,
+        expires_at: Some(rfc3339(c.expires_at)),
+        ttl_seconds: ttl,
+    }
 }
 
 fn unsupported() -> Result<Response> {

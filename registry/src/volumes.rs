@@ -14,7 +14,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use redb::{ReadableDatabase as _, ReadableTable, TableDefinition, WriteTransaction};
-use sealvol_spec::TreeFormat;
+use sealvol_spec::{api, B3Digest, Sha256Digest, TreeFormat};
 use serde::{Deserialize, Serialize};
 
 use crate::meta::{key, prefix, MetaError, MetaStore, MANIFESTS, REPOS, TAGS};
@@ -48,12 +48,9 @@ pub struct VolumeRecord {
     pub expires_at: Option<u64>,
 }
 
-#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
-pub enum Lifecycle {
-    Alive,
-    Tombstoned,
-}
+/// A stored version's lifecycle is written as the API writes it (`ALIVE`,
+/// `TOMBSTONED`); `stored_records_still_read` pins that.
+pub use sealvol_spec::api::Lifecycle;
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub struct VersionRecord {
@@ -553,51 +550,6 @@ pub fn rfc3339(secs: u64) -> String {
         .to_string()
 }
 
-#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
-pub struct VersionView {
-    pub digest: String,
-    pub index_digest: String,
-    pub sequence: u64,
-    pub lifecycle: Lifecycle,
-    pub is_head: bool,
-    pub tags: Vec<String>,
-    pub size: Option<u64>,
-    pub files: Option<u64>,
-    pub created_at: Option<String>,
-    pub tombstoned_at: Option<String>,
-    pub restorable_until: Option<String>,
-}
-
-#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
-pub struct TagView {
-    pub tag: String,
-    /// The version it names; `None` when it names a manifest that is not
-    /// a version.
-    pub digest: Option<String>,
-    pub index_digest: String,
-    pub expires_at: Option<String>,
-}
-
-#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
-pub struct HeadView {
-    pub digest: Option<String>,
-    pub index_digest: String,
-}
-
-#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
-pub struct VolumeView {
-    pub name: String,
-    pub namespace: String,
-    pub head: Option<HeadView>,
-    pub tags: Vec<TagView>,
-    pub alive: u64,
-    pub tombstoned: u64,
-    pub untagged: u64,
-    pub sequence: u64,
-    pub updated_at: Option<String>,
-    pub expires_at: Option<String>,
-}
-
 /// Everything about one volume, read in one transaction.
 struct Snapshot {
     volume: VolumeRecord,
@@ -657,10 +609,15 @@ impl Snapshot {
             .collect()
     }
 
-    fn version_view(&self, name: &str, r: &VersionRecord, retention: u64) -> VersionView {
-        VersionView {
-            digest: name.to_string(),
-            index_digest: r.index_digest.clone(),
+    fn version_view(
+        &self,
+        name: &str,
+        r: &VersionRecord,
+        retention: u64,
+    ) -> Result<api::Version, MetaError> {
+        Ok(api::Version {
+            digest: b3(name)?,
+            index_digest: sha256(&r.index_digest)?,
             sequence: r.sequence,
             lifecycle: r.lifecycle,
             is_head: r.lifecycle == Lifecycle::Alive
@@ -673,20 +630,45 @@ impl Snapshot {
             restorable_until: r
                 .tombstoned_at
                 .map(|t| rfc3339(t.saturating_add(retention))),
-        }
+        })
     }
 
-    fn volume_view(&self, repo: &str) -> VolumeView {
+    /// The version whose index a tag names, as `head` and tags show it;
+    /// `None` for a manifest that is not a version's index (SPEC.md §7.3).
+    fn named_version(&self, index: &str) -> Result<Option<api::Head>, MetaError> {
+        let Some(version) = self.version_of.get(index) else {
+            return Ok(None);
+        };
+        Ok(Some(api::Head {
+            digest: b3(version)?,
+            index_digest: sha256(index)?,
+        }))
+    }
+
+    fn volume_view(&self, repo: &str) -> Result<api::Volume, MetaError> {
         let alive: Vec<&VersionRecord> = self
             .versions
             .iter()
             .map(|(_, r)| r)
             .filter(|r| r.lifecycle == Lifecycle::Alive)
             .collect();
-        let head = self.head().map(|h| HeadView {
-            digest: self.version_of.get(h).cloned(),
-            index_digest: h.clone(),
-        });
+        let head = match self.head() {
+            Some(h) => self.named_version(h)?,
+            None => None,
+        };
+        // User tags on versions; one on a manifest that is not a version
+        // is the OCI view's only.
+        let mut tags = Vec::new();
+        for (t, (d, exp)) in self.tags.iter().filter(|(t, _)| !is_reserved(t)) {
+            if let Some(v) = self.named_version(d)? {
+                tags.push(api::TagInfo {
+                    tag: t.clone(),
+                    digest: v.digest,
+                    index_digest: v.index_digest,
+                    expires_at: exp.map(rfc3339),
+                });
+            }
+        }
         let untagged = alive
             .iter()
             .filter(|r| {
@@ -694,29 +676,31 @@ impl Snapshot {
                     && !self.head().is_some_and(|h| r.indexes.contains(h))
             })
             .count() as u64;
-        VolumeView {
+        Ok(api::Volume {
             name: repo.to_string(),
             namespace: namespace_of(repo),
             head,
-            tags: self
-                .tags
-                .iter()
-                .filter(|(t, _)| !is_reserved(t))
-                .map(|(t, (d, exp))| TagView {
-                    tag: t.clone(),
-                    digest: self.version_of.get(d).cloned(),
-                    index_digest: d.clone(),
-                    expires_at: exp.map(rfc3339),
-                })
-                .collect(),
+            tags,
             alive: alive.len() as u64,
             tombstoned: (self.versions.len() - alive.len()) as u64,
             untagged,
             sequence: self.volume.sequence,
             updated_at: Some(rfc3339(self.volume.updated_at)),
             expires_at: self.volume.expires_at.map(rfc3339),
-        }
+        })
     }
+}
+
+/// A stored `b3:` digest, typed for the API; a record that holds anything
+/// else is damaged.
+fn b3(s: &str) -> Result<B3Digest, MetaError> {
+    s.parse()
+        .map_err(|e| MetaError(format!("stored version record: {e}")))
+}
+
+fn sha256(s: &str) -> Result<Sha256Digest, MetaError> {
+    s.parse()
+        .map_err(|e| MetaError(format!("stored version record: {e}")))
 }
 
 /// A version named by `b3:<hex>` or by one of its indexes' `sha256:<hex>`.
@@ -760,14 +744,14 @@ fn unknown_version(repo: &str, digest: &str) -> LifecycleError {
 }
 
 impl MetaStore {
-    pub fn volume(&self, repo: &str) -> Result<VolumeView> {
+    pub fn volume(&self, repo: &str) -> Result<api::Volume> {
         let tx = self.db.begin_read()?;
         let snap = Snapshot::read(&tx, repo)?.ok_or_else(|| unknown_volume(repo))?;
-        Ok(snap.volume_view(repo))
+        Ok(snap.volume_view(repo)?)
     }
 
     /// Every volume, or those of one namespace, by name.
-    pub fn volumes(&self, namespace: Option<&str>) -> Result<Vec<VolumeView>> {
+    pub fn volumes(&self, namespace: Option<&str>) -> Result<Vec<api::Volume>> {
         let tx = self.db.begin_read()?;
         let mut out = Vec::new();
         for row in tx.open_table(VOLUMES)?.range::<&str>(..)? {
@@ -777,7 +761,7 @@ impl MetaStore {
                 continue;
             }
             if let Some(s) = Snapshot::read(&tx, &repo)? {
-                out.push(s.volume_view(&repo));
+                out.push(s.volume_view(&repo)?);
             }
         }
         Ok(out)
@@ -807,7 +791,7 @@ impl MetaStore {
         repo: &str,
         include_tombstoned: bool,
         retention: u64,
-    ) -> Result<Vec<VersionView>> {
+    ) -> Result<Vec<api::Version>> {
         let tx = self.db.begin_read()?;
         let snap = Snapshot::read(&tx, repo)?.ok_or_else(|| unknown_volume(repo))?;
         Ok(snap
@@ -815,10 +799,10 @@ impl MetaStore {
             .iter()
             .filter(|(_, r)| include_tombstoned || r.lifecycle == Lifecycle::Alive)
             .map(|(n, r)| snap.version_view(n, r, retention))
-            .collect())
+            .collect::<Result<_, _>>()?)
     }
 
-    pub fn version(&self, repo: &str, digest: &str, retention: u64) -> Result<VersionView> {
+    pub fn version(&self, repo: &str, digest: &str, retention: u64) -> Result<api::Version> {
         let tx = self.db.begin_read()?;
         let snap = Snapshot::read(&tx, repo)?.ok_or_else(|| unknown_volume(repo))?;
         let name = version_name(&tx, repo, digest)?.ok_or_else(|| unknown_version(repo, digest))?;
@@ -827,7 +811,7 @@ impl MetaStore {
             .iter()
             .find(|(n, _)| *n == name)
             .ok_or_else(|| unknown_version(repo, digest))?;
-        Ok(snap.version_view(n, r, retention))
+        Ok(snap.version_view(n, r, retention)?)
     }
 
     /// Runs `f` in a write transaction on an existing volume and commits,
@@ -838,7 +822,7 @@ impl MetaStore {
         digest: &str,
         retention: u64,
         f: impl FnOnce(&WriteTransaction, &str) -> Result<VersionRecord>,
-    ) -> Result<VersionView> {
+    ) -> Result<api::Version> {
         let tx = self.db.begin_write()?;
         if volume_row(&tx.open_table(VOLUMES)?, repo)?.is_none() {
             return Err(unknown_volume(repo));
@@ -855,7 +839,7 @@ impl MetaStore {
         digest: &str,
         now: u64,
         retention: u64,
-    ) -> Result<VersionView> {
+    ) -> Result<api::Version> {
         self.change_version(repo, digest, retention, |tx, name| {
             tombstone(tx, repo, name, now)
         })
@@ -867,14 +851,14 @@ impl MetaStore {
         digest: &str,
         now: u64,
         retention: u64,
-    ) -> Result<VersionView> {
+    ) -> Result<api::Version> {
         self.change_version(repo, digest, retention, |tx, name| {
             restore(tx, repo, name, now, retention)
         })
     }
 
     /// Deletes every alive version of a volume; returns them.
-    pub fn delete_volume(&self, repo: &str, now: u64, retention: u64) -> Result<Vec<VersionView>> {
+    pub fn delete_volume(&self, repo: &str, now: u64, retention: u64) -> Result<Vec<api::Version>> {
         let tx = self.db.begin_write()?;
         if volume_row(&tx.open_table(VOLUMES)?, repo)?.is_none() {
             return Err(unknown_volume(repo));
@@ -892,7 +876,7 @@ impl MetaStore {
         repo: &str,
         expires_at: Option<u64>,
         now: u64,
-    ) -> Result<VolumeView> {
+    ) -> Result<api::Volume> {
         let tx = self.db.begin_write()?;
         {
             let mut t = tx.open_table(VOLUMES)?;
@@ -914,7 +898,7 @@ impl MetaStore {
         digest: &str,
         expires_at: Option<u64>,
         now: u64,
-    ) -> Result<TagView> {
+    ) -> Result<api::TagInfo> {
         if is_reserved(tag) {
             return Err(LifecycleError::TagReserved(tag.to_string()));
         }
@@ -928,10 +912,10 @@ impl MetaStore {
             .ok_or_else(|| unknown_version(repo, digest))?;
         put_tag(&tx, repo, tag, &rec.index_digest, expires_at, now)?;
         tx.commit()?;
-        Ok(TagView {
+        Ok(api::TagInfo {
             tag: tag.to_string(),
-            digest: Some(name),
-            index_digest: rec.index_digest,
+            digest: b3(&name)?,
+            index_digest: sha256(&rec.index_digest)?,
             expires_at: expires_at.map(rfc3339),
         })
     }
@@ -980,4 +964,25 @@ pub(crate) fn repo_names(tx: &redb::ReadTransaction) -> Result<Vec<String>, Meta
         out.push(row?.0.value().to_string());
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Version records embed the API's lifecycle; whatever the API does
+    /// next, records already stored must read as they were written.
+    #[test]
+    fn stored_records_still_read() {
+        let stored = r#"{"index_digest":"sha256:aa","indexes":["sha256:aa"],"sequence":3,"size":10,"files":2,"created_at":100,"lifecycle":"TOMBSTONED","tombstoned_at":200}"#;
+        let r: VersionRecord = serde_json::from_str(stored).unwrap();
+        assert_eq!(r.lifecycle, Lifecycle::Tombstoned);
+        assert_eq!(serde_json::to_string(&r).unwrap(), stored);
+        let alive = stored.replace(
+            r#""TOMBSTONED","tombstoned_at":200"#,
+            r#""ALIVE","tombstoned_at":null"#,
+        );
+        let r: VersionRecord = serde_json::from_str(&alive).unwrap();
+        assert_eq!(r.lifecycle, Lifecycle::Alive);
+    }
 }

@@ -14,6 +14,7 @@ use metrics_exporter_prometheus::PrometheusBuilder;
 use proptest::prelude::*;
 use sealvol_registry::api::{App, Policy};
 use sealvol_registry::server::{open_app, router, Config};
+use sealvol_spec::api;
 use sealvol_spec::oci::{build_version, build_version_with_blob, VersionMeta, MT_TREE_BLOB_V1};
 use sealvol_spec::tree::{Entry, EntryData};
 use sealvol_spec::{ChunkingParams, Sha256Digest, TreeFormat, TreeIndex};
@@ -240,7 +241,18 @@ impl Reg {
             return Vec::new();
         }
         assert_eq!(s, StatusCode::OK, "{v}");
+        // What the client reads (SPEC.md §7.3).
+        serde_json::from_value::<api::VersionList>(v.clone()).unwrap();
         v["versions"].as_array().unwrap().clone()
+    }
+
+    /// The volume record, checked to be what the client reads.
+    async fn volume(&self) -> api::Volume {
+        let (s, v) = self
+            .api(Method::GET, &format!("/volumes/{REPO}"), None)
+            .await;
+        assert_eq!(s, StatusCode::OK, "{v}");
+        serde_json::from_value(v.clone()).unwrap_or_else(|e| panic!("{e}: {v}"))
     }
 
     async fn manifest_status(&self, reference: &str) -> StatusCode {
@@ -258,6 +270,7 @@ impl Reg {
         let q = if dry_run { "?dry_run=true" } else { "" };
         let (s, v) = self.api(Method::POST, &format!("/gc{q}"), None).await;
         assert_eq!(s, StatusCode::OK, "{v}");
+        serde_json::from_value::<api::GcReport>(v.clone()).unwrap();
         v
     }
 
@@ -1063,5 +1076,60 @@ fn a_deleted_version_pushed_again_is_a_new_seal() {
         assert_eq!(reg.tag_target(&b3tag(&a)).await, Some(a2.index.clone()));
         // Its first index is back in the OCI view too.
         assert_eq!(reg.manifest_status(&a.index).await, StatusCode::OK);
+    });
+}
+
+/// SPEC.md §7.3: a plain OCI client may tag a manifest that is not a
+/// version, `head` even; the volume's record leaves such a tag out (and
+/// shows no head while `head` names one), so every `Tag` and `head` names
+/// a version. The OCI view keeps the tag.
+#[test]
+fn tags_on_manifests_that_are_not_versions_are_not_the_volumes() {
+    rt().block_on(async {
+        let reg = Reg::new(policy());
+        let v1 = build(&[b"a".to_vec()]);
+        reg.push(&v1).await;
+        let (s, _) = reg
+            .api(
+                Method::PUT,
+                &format!("/volumes/{REPO}/-/tags/prod"),
+                Some(json!({"digest": v1.b3})),
+            )
+            .await;
+        assert_eq!(s, StatusCode::OK);
+        // The tree manifest: OCI content of the volume, not a version.
+        let (_, media_type, bytes) = v1.manifests[0].clone();
+        for tag in ["extra", "head"] {
+            let (s, _) = reg
+                .call(
+                    Method::PUT,
+                    &format!("/v2/{REPO}/manifests/{tag}"),
+                    Some(&media_type),
+                    bytes.clone(),
+                )
+                .await;
+            assert_eq!(s, StatusCode::CREATED, "{tag}");
+            let vol = reg.volume().await;
+            let tags: Vec<&str> = vol.tags.iter().map(|t| t.tag.as_str()).collect();
+            assert_eq!(tags, ["prod"], "{tag}");
+            assert_eq!(vol.tags[0].digest.to_string(), v1.b3);
+            assert_eq!(vol.tags[0].index_digest.to_string(), v1.index);
+            if tag == "extra" {
+                let head = vol.head.expect("head still names v1");
+                assert_eq!(head.digest.to_string(), v1.b3);
+            } else {
+                assert_eq!(vol.head, None);
+                assert_eq!(reg.versions(false).await[0]["is_head"], false);
+            }
+        }
+        let (s, listed) = reg
+            .call(Method::GET, &format!("/v2/{REPO}/tags/list"), None, vec![])
+            .await;
+        assert_eq!(s, StatusCode::OK);
+        let listed: Value = serde_json::from_slice(&listed).unwrap();
+        assert!(
+            listed["tags"].as_array().unwrap().contains(&json!("extra")),
+            "{listed}"
+        );
     });
 }

@@ -2,8 +2,9 @@
 //!
 //! This crate is the format and nothing else: parsing refs and digests,
 //! the tree index and its encoding, the version digest, the chunking
-//! parameters and cut points, and the layout of a version as OCI content.
-//! It does no I/O: reading directories and talking to registries belong to
+//! parameters and cut points, the layout of a version as OCI content, and
+//! the JSON bodies of the registry's `/api/v1` ([`api`]). It does no I/O:
+//! reading directories and talking to registries belong to
 //! `sealvol-client`, serving them to `sealvol-registry`.
 //!
 //! ```
@@ -18,6 +19,7 @@
 //! assert_eq!(TreeIndex::decode(&tree.encode().unwrap()).unwrap(), tree);
 //! ```
 
+pub mod api;
 pub mod chain;
 pub mod chunking;
 pub mod digest;
