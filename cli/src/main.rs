@@ -8,6 +8,7 @@ use anyhow::Context as _;
 use clap::{Parser, Subcommand, ValueEnum};
 use sealvol_client::{ReadMode, SealOptions};
 
+mod admin;
 mod lifecycle;
 mod mount;
 mod progress;
@@ -311,6 +312,11 @@ enum Command {
     Secret {
         #[command(subcommand)]
         action: sync::SecretAction,
+    },
+    /// Registry administration: API keys
+    Admin {
+        #[command(subcommand)]
+        action: admin::AdminAction,
     },
     /// Store credentials for a registry in docker's config.json
     Login {
@@ -616,6 +622,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Umount { mountpoint, lazy } => mount::umount(&mountpoint, lazy),
         Command::Sync { action } => sync::run(action),
         Command::Secret { action } => sync::run_secret(action),
+        Command::Admin { action } => admin::run(action),
         Command::Login {
             registry,
             username,

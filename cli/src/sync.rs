@@ -124,8 +124,13 @@ impl Ask {
             .unwrap_or_else(VolumeRef::default_registry)
     }
 
+    /// How to print the answer.
+    pub fn output(&self) -> Output {
+        self.output
+    }
+
     /// The registry asked, and a connection to it.
-    fn connect(&self) -> anyhow::Result<(String, Remote)> {
+    pub fn connect(&self) -> anyhow::Result<(String, Remote)> {
         let registry = self.registry();
         let remote = Remote::connect(&registry, self.conn.insecure)?;
         Ok((registry, remote))

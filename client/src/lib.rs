@@ -21,6 +21,7 @@ pub mod credentials;
 
 pub mod filestate;
 pub mod inspect;
+pub mod keys;
 pub mod lifecycle;
 pub mod pull;
 pub mod push;

@@ -6,31 +6,10 @@
 //! [`crate::auth::Caller::may`].
 
 use axum::http::Method;
-use serde::{Deserialize, Serialize};
 
 use crate::{api, volume_api};
 
-/// What a caller may do to a repository (SPEC.md §7.5).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Action {
-    /// Read blobs, manifests, tags, versions.
-    Pull,
-    /// Upload, put manifests and tags, move tags, hold push claims, sync.
-    Push,
-    /// Delete manifests and tags, delete, restore and expire versions.
-    Delete,
-}
-
-impl Action {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Action::Pull => "pull",
-            Action::Push => "push",
-            Action::Delete => "delete",
-        }
-    }
-}
+pub use sealvol_spec::api::Action;
 
 /// The permission a request needs.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -88,7 +67,7 @@ pub fn need(method: &Method, path: &str) -> Need {
             R::Syncs => Need::NewSync,
             R::Sync(_) => Need::SyncJob(Pull),
             R::SyncCancel(_) => Need::SyncJob(Push),
-            R::Gc | R::Secrets | R::Secret(_) => Need::Admin,
+            R::Gc | R::Secrets | R::Secret(_) | R::Keys | R::Key(_) => Need::Admin,
             R::Namespaces | R::Volumes => Need::Nothing,
             R::Volume(n) | R::Versions(n) | R::Version(n, _) | R::Tag(n, _) if read => {
                 repo(n, Pull)
@@ -176,6 +155,9 @@ mod tests {
         assert_eq!(n(Method::POST, "/api/v1/gc"), Need::Admin);
         assert_eq!(n(Method::GET, "/api/v1/secrets"), Need::Admin);
         assert_eq!(n(Method::PUT, "/api/v1/secrets/s"), Need::Admin);
+        assert_eq!(n(Method::GET, "/api/v1/keys"), Need::Admin);
+        assert_eq!(n(Method::POST, "/api/v1/keys"), Need::Admin);
+        assert_eq!(n(Method::DELETE, "/api/v1/keys/svk_00"), Need::Admin);
         assert_eq!(n(Method::GET, "/api/v1/syncs"), Need::Listing);
         assert_eq!(n(Method::POST, "/api/v1/syncs"), Need::NewSync);
         assert_eq!(n(Method::GET, "/api/v1/syncs/j"), Need::SyncJob(Pull));

@@ -32,7 +32,10 @@ use tokio::sync::Semaphore;
 use crate::access::{self, Action, Need};
 use crate::authz::{AccessEntry, Policy, Subject};
 use crate::error::{Code, RegistryError};
+use crate::keys::KeyGrant;
+use crate::meta::MetaStore;
 use crate::token::{Grant, Issuer};
+use sealvol_spec::api::API_KEY_PREFIX;
 
 /// How long a successful password check is remembered.
 const VERIFIED_TTL: Duration = Duration::from_secs(60);
@@ -121,6 +124,12 @@ impl Htpasswd {
                     i + 1
                 ));
             }
+            if user.starts_with(API_KEY_PREFIX) {
+                return Err(format!(
+                    "line {}: user names starting with {API_KEY_PREFIX} are API keys'",
+                    i + 1
+                ));
+            }
             users.insert(user.to_string(), hash.to_string());
         }
         Ok(Htpasswd(users))
@@ -128,12 +137,13 @@ impl Htpasswd {
 }
 
 /// The authentication and authorization state every request consults.
-#[derive(Debug)]
 pub struct Auth {
     policy: Policy,
     users: Option<Htpasswd>,
     /// The token server; `None` on an open registry.
     issuer: Option<Issuer>,
+    /// Where API keys live; `None` on an open registry.
+    meta: Option<Arc<MetaStore>>,
     /// The `Origin`s that may write to `/api/v1`.
     origins: Vec<String>,
     /// sha256(user, password) of recent successful checks -> when.
@@ -149,6 +159,16 @@ pub struct Caller {
     /// policy and the token must both allow an action.
     grant: Option<Grant>,
     auth: Arc<Auth>,
+}
+
+impl std::fmt::Debug for Auth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Auth")
+            .field("policy", &self.policy)
+            .field("issuer", &self.issuer)
+            .field("origins", &self.origins)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Caller {
@@ -198,7 +218,7 @@ pub fn caller(req: &Request) -> Caller {
     req.extensions().get::<Caller>().cloned().unwrap_or(Caller {
         subject: Subject::Anonymous,
         grant: None,
-        auth: Arc::new(Auth::new(Policy::default(), None, None, Vec::new())),
+        auth: Arc::new(Auth::new(Policy::default(), None, None, None, Vec::new())),
     })
 }
 
@@ -216,12 +236,14 @@ impl Auth {
         policy: Policy,
         users: Option<Htpasswd>,
         issuer: Option<Issuer>,
+        meta: Option<Arc<MetaStore>>,
         origins: Vec<String>,
     ) -> Auth {
         Auth {
             policy,
             users,
             issuer,
+            meta,
             origins,
             verified: Mutex::new(HashMap::new()),
             bcrypt: Semaphore::new(BCRYPT_AT_ONCE),
@@ -229,14 +251,16 @@ impl Auth {
     }
 
     /// From `[auth]` for a registry listening on `addr` (with TLS when
-    /// `tls`) with its data in `root`. Without `[auth]`, `open` says what
-    /// anyone may do: the open loopback registry, or anonymous writes.
+    /// `tls`) with its data in `root` and its API keys in `meta`. Without
+    /// `[auth]`, `open` says what anyone may do: the open loopback
+    /// registry, or anonymous writes.
     pub fn from_config(
         config: Option<&AuthConfig>,
         open: Policy,
         addr: SocketAddr,
         tls: bool,
         root: &Path,
+        meta: Arc<MetaStore>,
     ) -> Result<Auth, AuthError> {
         let scheme = if tls { "https" } else { "http" };
         let mut origins = vec![format!("{scheme}://{addr}")];
@@ -244,7 +268,7 @@ impl Auth {
             origins.push(format!("{scheme}://localhost:{}", addr.port()));
         }
         let Some(config) = config else {
-            return Ok(Auth::new(open, None, None, origins));
+            return Ok(Auth::new(open, None, None, None, origins));
         };
         let public = match &config.public_url {
             Some(url) => origin_of(url).ok_or_else(|| AuthError::PublicUrl(url.clone()))?,
@@ -279,6 +303,7 @@ impl Auth {
             policy,
             Some(users.unwrap_or_default()),
             Some(issuer),
+            Some(meta),
             origins,
         ))
     }
@@ -297,9 +322,20 @@ impl Auth {
             .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"));
         match (bearer, &self.issuer) {
             (Some((_, token)), Some(issuer)) => {
-                let grant = issuer
+                let mut grant = issuer
                     .verify(token.trim(), unix_now())
                     .ok_or("invalid or expired token")?;
+                // A key's token lives only as long as the key: a revoked
+                // or expired key's tokens stop working at once.
+                if let Subject::User(id) = &grant.subject {
+                    if id.starts_with(API_KEY_PREFIX) {
+                        let key = self
+                            .key(id, None)
+                            .await
+                            .ok_or("the token's API key was revoked or has expired")?;
+                        grant.subject = Subject::Key(key);
+                    }
+                }
                 Ok((grant.subject.clone(), Some(grant)))
             }
             _ => Ok((self.authenticate(headers).await?, None)),
@@ -330,6 +366,12 @@ impl Auth {
         let (user, password) = decoded
             .split_once(':')
             .ok_or("malformed Basic credentials")?;
+        if user.starts_with(API_KEY_PREFIX) {
+            return match self.key(user, Some(password)).await {
+                Some(k) => Ok(Subject::Key(k)),
+                None => Err(self.failed(user).await),
+            };
+        }
         let key: [u8; 32] = Sha256::new()
             .chain_update(user.len().to_le_bytes())
             .chain_update(user)
@@ -355,11 +397,7 @@ impl Auth {
             None => false,
         };
         if !ok {
-            metrics::counter!("sealvol_auth_failed_logins_total").increment(1);
-            tracing::warn!(user, "failed login");
-            // An async sleep: the delay holds no worker thread.
-            tokio::time::sleep(FAILED_LOGIN_DELAY).await;
-            return Err("wrong user name or password");
+            return Err(self.failed(user).await);
         }
         let mut verified = self.verified.lock().expect("verified lock");
         if verified.len() >= MAX_VERIFIED {
@@ -370,6 +408,30 @@ impl Auth {
         }
         verified.insert(key, now);
         Ok(Subject::User(user.to_string()))
+    }
+}
+
+impl Auth {
+    /// Counts, logs (the user name only) and delays a failed login.
+    async fn failed(&self, user: &str) -> &'static str {
+        metrics::counter!("sealvol_auth_failed_logins_total").increment(1);
+        tracing::warn!(user, "failed login");
+        // An async sleep: the delay holds no worker thread.
+        tokio::time::sleep(FAILED_LOGIN_DELAY).await;
+        "wrong user name or password"
+    }
+
+    /// The API key `id`, alive and with `secret` when given.
+    async fn key(&self, id: &str, secret: Option<&str>) -> Option<Arc<KeyGrant>> {
+        let meta = Arc::clone(self.meta.as_ref()?);
+        let (id, secret) = (id.to_string(), secret.map(str::to_string));
+        tokio::task::spawn_blocking(move || meta.key_grant(&id, secret.as_deref(), unix_now()))
+            .await
+            .ok()?
+            .unwrap_or_else(|e| {
+                tracing::error!("reading API keys: {e}");
+                None
+            })
     }
 }
 
@@ -433,11 +495,12 @@ pub async fn authorize(State(auth): State<Arc<Auth>>, mut req: Request, next: Ne
         denied_line(&subject, repository, action);
         match subject {
             Subject::Anonymous => auth.unauthorized("authentication required", &need),
-            Subject::User(_) if retry => auth.unauthorized("the token does not grant this", &need),
-            Subject::User(ref u) => {
-                RegistryError::new(Code::Denied, format!("{u} may not {action} {repository}"))
-                    .into_response()
-            }
+            _ if retry => auth.unauthorized("the token does not grant this", &need),
+            _ => RegistryError::new(
+                Code::Denied,
+                format!("{} may not {action} {repository}", subject.name()),
+            )
+            .into_response(),
         }
     };
     match &need {
@@ -649,7 +712,7 @@ mod tests {
     async fn basic_credentials_are_checked_and_cached() {
         let hash = bcrypt::hash("s3cret", 4).unwrap();
         let users = Htpasswd::parse(&format!("alice:{hash}")).unwrap();
-        let auth = Auth::new(Policy::default(), Some(users), None, vec![]);
+        let auth = Auth::new(Policy::default(), Some(users), None, None, vec![]);
         let basic = |u: &str, p: &str| {
             let mut h = HeaderMap::new();
             let v = base64::engine::general_purpose::STANDARD.encode(format!("{u}:{p}"));

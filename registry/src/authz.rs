@@ -13,7 +13,10 @@
 use globset::{Glob, GlobBuilder, GlobMatcher};
 use serde::Deserialize;
 
+use std::sync::Arc;
+
 use crate::access::Action;
+use crate::keys::KeyGrant;
 
 /// One `[[auth.access]]` entry as written in `registry.toml`.
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -39,6 +42,8 @@ pub struct AccessEntry {
 pub enum Subject {
     Anonymous,
     User(String),
+    /// An API key: its own scope, never admin, whatever the policy says.
+    Key(Arc<KeyGrant>),
 }
 
 impl Subject {
@@ -46,6 +51,7 @@ impl Subject {
         match self {
             Subject::Anonymous => "anonymous",
             Subject::User(u) => u,
+            Subject::Key(k) => &k.id,
         }
     }
 }
@@ -120,12 +126,18 @@ impl Policy {
     }
 
     pub fn is_admin(&self, subject: &Subject) -> bool {
-        self.everyone_admin
-            || matches!(subject, Subject::User(u) if self.admins.iter().any(|a| a == u))
+        match subject {
+            Subject::Key(_) => false,
+            Subject::User(u) => self.everyone_admin || self.admins.iter().any(|a| a == u),
+            Subject::Anonymous => self.everyone_admin,
+        }
     }
 
     /// Whether `subject` may do `action` to `repository`.
     pub fn allows(&self, subject: &Subject, repository: &str, action: Action) -> bool {
+        if let Subject::Key(k) = subject {
+            return k.allows(repository, action);
+        }
         if self.is_admin(subject) {
             return true;
         }
@@ -139,7 +151,7 @@ impl Policy {
         let Some(longest) = longest else {
             let global = match subject {
                 Subject::Anonymous => &self.anonymous,
-                Subject::User(_) => &self.default,
+                Subject::User(_) | Subject::Key(_) => &self.default,
             };
             return global.contains(&action);
         };
@@ -153,7 +165,7 @@ impl Policy {
             .any(|(_, e)| {
                 e.anonymous.contains(&action)
                     || match subject {
-                        Subject::Anonymous => false,
+                        Subject::Anonymous | Subject::Key(_) => false,
                         Subject::User(u) => {
                             e.default.contains(&action)
                                 || (e.users.iter().any(|x| x == u) && e.actions.contains(&action))
@@ -166,7 +178,7 @@ impl Policy {
     /// and see (filtered) listings.
     pub fn knows(&self, subject: &Subject) -> bool {
         match subject {
-            Subject::User(_) => true,
+            Subject::User(_) | Subject::Key(_) => true,
             Subject::Anonymous => {
                 !self.anonymous.is_empty()
                     || self.entries.iter().any(|(_, e)| !e.anonymous.is_empty())

@@ -22,7 +22,8 @@ fn default_status(code: Code) -> StatusCode {
         | Code::TagUnknown
         | Code::ClaimUnknown
         | Code::SyncUnknown
-        | Code::SecretUnknown => StatusCode::NOT_FOUND,
+        | Code::SecretUnknown
+        | Code::KeyUnknown => StatusCode::NOT_FOUND,
         Code::BlobUploadInvalid
         | Code::DigestInvalid
         | Code::ManifestBlobUnknown

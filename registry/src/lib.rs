@@ -27,6 +27,7 @@ pub mod claims;
 pub mod clock;
 pub mod error;
 pub mod gc;
+pub mod keys;
 pub mod meta;
 pub mod server;
 pub mod sync_api;

@@ -155,6 +155,7 @@ impl MetaStore {
         tx.open_table(LINK_TIMES)?;
         crate::volumes::create_tables(&tx)?;
         crate::sync_jobs::create_tables(&tx)?;
+        crate::keys::create_tables(&tx)?;
         tx.commit()?;
         Ok(MetaStore { db })
     }

@@ -152,8 +152,9 @@ impl Config {
         }
     }
 
-    /// The authentication state for a registry bound to `addr`.
-    pub fn auth(&self, addr: SocketAddr) -> Result<Arc<Auth>, ServeError> {
+    /// The authentication state for a registry bound to `addr`, its API
+    /// keys in `meta`.
+    pub fn auth(&self, addr: SocketAddr, meta: Arc<MetaStore>) -> Result<Arc<Auth>, ServeError> {
         let open = self.exposure()?;
         if self.auth.is_none() && !addr.ip().is_loopback() {
             tracing::warn!(
@@ -166,6 +167,7 @@ impl Config {
             addr,
             self.tls.is_some(),
             &self.root,
+            meta,
         )?))
     }
 
@@ -337,7 +339,7 @@ pub async fn serve(config: Config, ready: impl FnOnce(SocketAddr)) -> Result<(),
     let addr = listener
         .local_addr()
         .map_err(|e| ServeError::Serve(e.to_string()))?;
-    let auth = config.auth(addr)?;
+    let auth = config.auth(addr, Arc::clone(&app.meta))?;
     let stop = shutdown_signal().map_err(|e| ServeError::Serve(e.to_string()))?;
     ready(addr);
     let collector = (config.gc_interval_seconds > 0).then(|| {

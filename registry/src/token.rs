@@ -218,6 +218,7 @@ impl Issuer {
             sub: match subject {
                 Subject::Anonymous => String::new(),
                 Subject::User(u) => u.clone(),
+                Subject::Key(k) => k.id.clone(),
             },
             aud: self.service.clone(),
             exp: now + self.ttl,

@@ -13,6 +13,7 @@ use serde::Deserialize;
 use crate::access::Action;
 use crate::api::App;
 use crate::error::{Code, RegistryError, Result};
+use crate::keys::KeyError;
 use crate::volumes::{rfc3339, LifecycleError};
 
 /// Largest request body the API reads.
@@ -36,6 +37,8 @@ pub(crate) enum Route {
     SyncCancel(String),
     Secrets,
     Secret(String),
+    Keys,
+    Key(String),
 }
 
 pub(crate) fn route(path: &str) -> Option<Route> {
@@ -49,6 +52,7 @@ pub(crate) fn route(path: &str) -> Option<Route> {
         "gc" => Route::Gc,
         "syncs" => Route::Syncs,
         "secrets" => Route::Secrets,
+        "keys" => Route::Keys,
         _ if rest.starts_with("syncs/") => {
             let sub = &rest["syncs/".len()..];
             match sub.split_once('/') {
@@ -56,6 +60,13 @@ pub(crate) fn route(path: &str) -> Option<Route> {
                 Some((id, "cancel")) => Route::SyncCancel(id.to_string()),
                 Some(_) => return None,
             }
+        }
+        _ if rest.starts_with("keys/") => {
+            let id = &rest["keys/".len()..];
+            if id.contains('/') {
+                return None;
+            }
+            Route::Key(id.to_string())
         }
         _ if rest.starts_with("secrets/") => {
             let name = &rest["secrets/".len()..];
@@ -350,6 +361,20 @@ async fn handle(app: &Arc<App>, route: Route, req: Request) -> Result<Response> 
             crate::auth::caller(&req).check(&job.dest.name, Action::Push)?;
             ok(crate::sync_api::cancel(app, id).await?)
         }
+        (Route::Keys, Method::GET) => ok(api::ApiKeyList {
+            keys: keys(app, |m| m.keys()).await?,
+        }),
+        (Route::Keys, Method::POST) => {
+            let by = crate::auth::caller(&req).subject.name().to_string();
+            let b: api::ApiKeyRequest = body(req).await?;
+            let expires = parse_time(b.expires_at.as_deref())?;
+            let key = keys(app, move |m| m.create_key(&b, expires, &by, now)).await?;
+            json_response(StatusCode::CREATED, key)
+        }
+        (Route::Key(id), Method::DELETE) => {
+            keys(app, move |m| m.delete_key(&id)).await?;
+            Ok(StatusCode::NO_CONTENT.into_response())
+        }
         (Route::Secrets, Method::GET) => {
             let secrets = app.meta(|m| m.secret_names()).await?;
             ok(api::SecretList { secrets })
@@ -423,6 +448,21 @@ async fn lifecycle<T: Send + 'static>(
         .await
         .map_err(RegistryError::internal)?
         .map_err(RegistryError::from)
+}
+
+async fn keys<T: Send + 'static>(
+    app: &App,
+    f: impl FnOnce(&crate::meta::MetaStore) -> std::result::Result<T, KeyError> + Send + 'static,
+) -> Result<T> {
+    let m = Arc::clone(&app.meta);
+    tokio::task::spawn_blocking(move || f(&m))
+        .await
+        .map_err(RegistryError::internal)?
+        .map_err(|e| match e {
+            KeyError::Invalid(why) => invalid(why),
+            KeyError::Unknown(_) => RegistryError::new(Code::KeyUnknown, e.to_string()),
+            KeyError::Meta(m) => RegistryError::internal(m),
+        })
 }
 
 #[cfg(test)]

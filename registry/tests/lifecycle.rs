@@ -123,7 +123,7 @@ impl Reg {
         let app = Arc::new(open_app(dir.path(), policy).unwrap());
         let handle = PrometheusBuilder::new().build_recorder().handle();
         let config = Config::default();
-        let auth = config.auth(config.addr).unwrap();
+        let auth = config.auth(config.addr, Arc::clone(&app.meta)).unwrap();
         let router = router(Arc::clone(&app), auth, &config, handle);
         Reg {
             app,

@@ -38,7 +38,7 @@ impl Reg {
         let app = Arc::new(open_app(dir.path(), Policy::default()).unwrap());
         let handle = PrometheusBuilder::new().build_recorder().handle();
         let config = Config::default();
-        let auth = config.auth(config.addr).unwrap();
+        let auth = config.auth(config.addr, Arc::clone(&app.meta)).unwrap();
         let router = router(Arc::clone(&app), auth, &config, handle);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();

@@ -489,6 +489,85 @@ pub struct SecretList {
     pub secrets: Vec<String>,
 }
 
+// ---- access and API keys (§7.5) ----------------------------------------------
+
+/// What a subject may do to a repository (SPEC.md §7.5).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Action {
+    /// Read blobs, manifests, tags, versions.
+    Pull,
+    /// Upload, put manifests and tags, move tags, hold push claims, sync.
+    Push,
+    /// Delete manifests and tags, delete, restore and expire versions.
+    Delete,
+}
+
+impl Action {
+    pub const ALL: [Action; 3] = [Action::Pull, Action::Push, Action::Delete];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::Pull => "pull",
+            Action::Push => "push",
+            Action::Delete => "delete",
+        }
+    }
+}
+
+impl FromStr for Action {
+    type Err = RequestError;
+    fn from_str(s: &str) -> Result<Action, RequestError> {
+        Action::ALL
+            .into_iter()
+            .find(|a| a.as_str() == s)
+            .ok_or_else(|| RequestError(format!("unknown action {s:?}: pull, push or delete")))
+    }
+}
+
+/// The prefix of an API key's id, which is its user name in Basic auth;
+/// no htpasswd user may start with it.
+pub const API_KEY_PREFIX: &str = "svk_";
+
+/// An API key as listed (SPEC.md §7.5): never its secret.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ApiKey {
+    /// `svk_` and 16 hex digits: the user name the key logs in with.
+    pub id: String,
+    /// Globs over repository names, as in the policy.
+    pub repositories: Vec<String>,
+    pub actions: Vec<Action>,
+    /// Who created it.
+    pub created_by: String,
+    pub created_at: String,
+    /// When it stops working; `null` never.
+    pub expires_at: Option<String>,
+}
+
+/// `POST /api/v1/keys`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ApiKeyRequest {
+    pub repositories: Vec<String>,
+    pub actions: Vec<Action>,
+    #[serde(default)]
+    pub expires_at: Option<String>,
+}
+
+/// The answer to `POST /api/v1/keys`: the only time the secret is shown.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NewApiKey {
+    #[serde(flatten)]
+    pub key: ApiKey,
+    /// The password to log in with, user name `id`.
+    pub secret: String,
+}
+
+/// `GET /api/v1/keys`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ApiKeyList {
+    pub keys: Vec<ApiKey>,
+}
+
 // ---- errors (§7.2, §8.3) ----------------------------------------------------
 
 /// Every code the registry puts in an error body: those of the OCI
@@ -496,6 +575,7 @@ pub struct SecretList {
 /// `/api/v1` shares (`UNSUPPORTED` for a path or method it lacks), then
 /// those of SPEC.md §7.2 and §8.3. HTTP statuses are the registry's
 /// business; SPEC.md's tables give them.
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum ErrorCode {
@@ -528,11 +608,13 @@ pub enum ErrorCode {
     // Sync jobs and secrets (SPEC.md §8.3).
     SyncUnknown,
     SecretUnknown,
+    // API keys (SPEC.md §7.5).
+    KeyUnknown,
 }
 
 impl ErrorCode {
     /// Every code, for parsing and tests.
-    pub const ALL: [ErrorCode; 25] = [
+    pub const ALL: [ErrorCode; 26] = [
         ErrorCode::BlobUnknown,
         ErrorCode::BlobUploadInvalid,
         ErrorCode::BlobUploadUnknown,
@@ -558,6 +640,7 @@ impl ErrorCode {
         ErrorCode::RetentionExpired,
         ErrorCode::SyncUnknown,
         ErrorCode::SecretUnknown,
+        ErrorCode::KeyUnknown,
     ];
 
     /// The code as it is written on the wire (as serde writes it).
@@ -588,6 +671,7 @@ impl ErrorCode {
             ErrorCode::RetentionExpired => "RETENTION_EXPIRED",
             ErrorCode::SyncUnknown => "SYNC_UNKNOWN",
             ErrorCode::SecretUnknown => "SECRET_UNKNOWN",
+            ErrorCode::KeyUnknown => "KEY_UNKNOWN",
         }
     }
 

@@ -117,10 +117,33 @@ fn authorization_matrix_over_every_endpoint() {
         assert_eq!(st, 201, "admin monolithic upload to {repo}");
     }
 
-    let users: [(&str, Option<String>); 5] = [
+    // An API key that may pull weights/** and nothing else, made by the
+    // admin with the CLI; its line is `id:secret`.
+    let line = ok(
+        admin.sealvol(
+            &reg,
+            &[
+                "admin",
+                "key",
+                "create",
+                "--repositories",
+                "weights/**",
+                "--actions",
+                "pull",
+                "--expires",
+                "1d",
+                "--registry",
+                &reg,
+            ],
+        ),
+        "admin key create",
+    );
+    let (key_id, key_secret) = line.trim().split_once(':').expect("id:secret");
+    let users: [(&str, Option<String>); 6] = [
         ("admin", Some(basic("admin", PASSWORD))),
         ("writer", Some(basic("writer", PASSWORD))),
         ("reader", Some(basic("reader", PASSWORD))),
+        ("apikey", Some(basic(key_id, key_secret))),
         ("anonymous", None),
         ("wrong-password", Some(basic("writer", "nope"))),
     ];
@@ -128,7 +151,7 @@ fn authorization_matrix_over_every_endpoint() {
     // where allowed-to is the action needed on the repository, "admin",
     // or "any" (anyone known).
     let zero = format!("sha256:{}", "0".repeat(64));
-    let mut table = String::from("| endpoint | repo | admin | writer | reader | anonymous | wrong-password |\n|---|---|---|---|---|---|---|\n");
+    let mut table = String::from("| endpoint | repo | admin | writer | reader | apikey | anonymous | wrong-password |\n|---|---|---|---|---|---|---|---|\n");
     let mut failures = Vec::new();
     for repo in ["weights/a", "other/b"] {
         let v = &b3[repo];
@@ -156,6 +179,8 @@ fn authorization_matrix_over_every_endpoint() {
             ("GET", "/api/v1/syncs".into(), None, "any", 200),
             ("POST", "/api/v1/gc?dry_run=true".into(), None, "admin", 200),
             ("GET", "/api/v1/secrets".into(), None, "admin", 200),
+            ("GET", "/api/v1/keys".into(), None, "admin", 200),
+            ("DELETE", "/api/v1/keys/svk_0000000000000000".into(), None, "admin", 404),
         ];
         for (method, path, body, need, success) in endpoints {
             if repo == "other/b" && !path.contains(repo) && need != "push" {
@@ -175,7 +200,7 @@ fn authorization_matrix_over_every_endpoint() {
                     (_, "any") => true,
                     (_, "admin") => false,
                     ("writer", _) => repo == "weights/a",
-                    ("reader", n) => repo == "weights/a" && n == "pull",
+                    ("reader" | "apikey", n) => repo == "weights/a" && n == "pull",
                     _ => unreachable!(),
                 };
                 let expected = if allowed {
@@ -721,4 +746,125 @@ fn tokens_expired_for_another_audience_or_tampered_are_refused() {
         .json()
         .unwrap();
     assert_eq!(status(v["token"].as_str().unwrap(), "GET", "/v2/"), 401);
+}
+
+#[test]
+fn api_keys_are_scoped_shown_once_and_revocable() {
+    let sb = Sandbox::new();
+    let server = start(&sb);
+    let reg = host(&server);
+    let admin = Sandbox::new();
+    login(&admin, &reg, "admin");
+    let d = sb.path().join("model");
+    model(&d, 3);
+    ok(
+        admin.sealvol(&reg, &["push", s(&d), "bdn:weights/k"]),
+        "admin push",
+    );
+
+    let created = sealvol_tests::json(
+        admin.sealvol(
+            &reg,
+            &[
+                "admin",
+                "key",
+                "create",
+                "--repositories",
+                "weights/*",
+                "--actions",
+                "pull",
+                "--registry",
+                &reg,
+                "--output",
+                "json",
+            ],
+        ),
+        "key create",
+    );
+    let id = created["id"].as_str().unwrap().to_string();
+    let secret = created["secret"].as_str().unwrap().to_string();
+    // Listed without its secret.
+    let listed = sealvol_tests::json(
+        admin.sealvol(
+            &reg,
+            &[
+                "admin",
+                "key",
+                "list",
+                "--registry",
+                &reg,
+                "--output",
+                "json",
+            ],
+        ),
+        "key list",
+    );
+    assert_eq!(listed["keys"][0]["id"], id.as_str());
+    assert!(
+        !listed.to_string().contains(&secret),
+        "a listing must not show the secret"
+    );
+    // Only admins manage keys.
+    let writer = Sandbox::new();
+    login(&writer, &reg, "writer");
+    fails(
+        writer.sealvol(&reg, &["admin", "key", "list", "--registry", &reg]),
+        "writer key list",
+    );
+
+    // A GPU node logs in with the key: it pulls, and may not push.
+    let node = Sandbox::new();
+    ok(
+        node.sealvol_stdin(
+            &reg,
+            &["login", &reg, "-u", &id, "--password-stdin"],
+            secret.as_bytes(),
+        ),
+        "login with the key",
+    );
+    ok(
+        node.sealvol(&reg, &["pull", "bdn:weights/k", s(&node.path().join("p"))]),
+        "key pull",
+    );
+    fails(
+        node.sealvol(&reg, &["push", s(&d), "bdn:weights/other"]),
+        "key push",
+    );
+    // A token it got stops working once the key is revoked.
+    let client = reqwest::blocking::Client::new();
+    let v: Value = client
+        .get(format!(
+            "{}/token?scope=repository:weights/k:pull",
+            server.url
+        ))
+        .basic_auth(&id, Some(&secret))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    let token = v["token"].as_str().unwrap().to_string();
+    let tags = |t: &str| {
+        client
+            .get(format!("{}/v2/weights/k/tags/list", server.url))
+            .bearer_auth(t)
+            .send()
+            .unwrap()
+            .status()
+            .as_u16()
+    };
+    assert_eq!(tags(&token), 200);
+    ok(
+        admin.sealvol(&reg, &["admin", "key", "revoke", &id, "--registry", &reg]),
+        "revoke",
+    );
+    assert_eq!(tags(&token), 401);
+    fails(
+        node.sealvol(&reg, &["pull", "bdn:weights/k", s(&node.path().join("q"))]),
+        "pull after revoke",
+    );
+    let line = fails(
+        admin.sealvol(&reg, &["admin", "key", "revoke", &id, "--registry", &reg]),
+        "revoke twice",
+    );
+    assert!(line.contains("not found"), "{line}");
 }
