@@ -478,6 +478,24 @@ impl Auth {
         }
         resp
     }
+
+    /// 403 `DENIED`, with the `insufficient_scope` challenge of RFC 6750
+    /// where the registry issues tokens: clients that answer any 401 or
+    /// 403 by asking for a token (oras-py) then see the refusal at once
+    /// instead of retrying.
+    fn forbidden(&self, why: String, need: &Need) -> Response {
+        let mut resp = RegistryError::new(Code::Denied, why).into_response();
+        if let Some(i) = &self.issuer {
+            let challenge = format!(
+                "{},error=\"insufficient_scope\"",
+                i.challenge(scope_of(need).as_deref())
+            );
+            if let Ok(v) = HeaderValue::from_str(&challenge) {
+                resp.headers_mut().insert(header::WWW_AUTHENTICATE, v);
+            }
+        }
+        resp
+    }
 }
 
 /// The auth layer: authenticate, decide what the route needs, hand the
@@ -496,11 +514,10 @@ pub async fn authorize(State(auth): State<Arc<Auth>>, mut req: Request, next: Ne
         match subject {
             Subject::Anonymous => auth.unauthorized("authentication required", &need),
             _ if retry => auth.unauthorized("the token does not grant this", &need),
-            _ => RegistryError::new(
-                Code::Denied,
+            _ => auth.forbidden(
                 format!("{} may not {action} {repository}", subject.name()),
-            )
-            .into_response(),
+                &need,
+            ),
         }
     };
     match &need {

@@ -868,3 +868,88 @@ fn api_keys_are_scoped_shown_once_and_revocable() {
     );
     assert!(line.contains("not found"), "{line}");
 }
+
+/// oras-py with a user name and password: lists tags and reads the index
+/// of a version through the token flow; a denied namespace fails.
+const ORAS_LOGIN_SCRIPT: &str = r#"
+import json, sys
+import oras.client
+
+host, user, password, repo, denied = sys.argv[1:6]
+client = oras.client.OrasClient(hostname=host, insecure=True)
+# login() would also call a docker daemon; this is the part that
+# authenticates the client.
+client.auth.set_basic_auth(user, password)
+tags = client.get_tags(f"{host}/{repo}")
+index = client.get_manifest(
+    f"{host}/{repo}:head",
+    allowed_media_type=["application/vnd.oci.image.index.v1+json"],
+)
+try:
+    client.get_tags(f"{host}/{denied}")
+    refused = False
+except Exception:
+    refused = True
+print(json.dumps({"tags": tags, "artifactType": index.get("artifactType"), "refused": refused}))
+"#;
+
+#[test]
+fn oras_py_logs_in_and_mount_reads_through_auth() {
+    let sb = Sandbox::new();
+    let server = start(&sb);
+    let reg = host(&server);
+    let admin = Sandbox::new();
+    login(&admin, &reg, "admin");
+    let d = sb.path().join("model");
+    model(&d, 5);
+    let pushed = ok(
+        admin.sealvol(&reg, &["push", s(&d), "bdn:weights/o"]),
+        "push",
+    );
+    ok(
+        admin.sealvol(&reg, &["push", s(&d), "bdn:other/o"]),
+        "push other",
+    );
+
+    let script = sb.path().join("oras_login.py");
+    std::fs::write(&script, ORAS_LOGIN_SCRIPT).unwrap();
+    let out = sb
+        .command(sealvol_tests::venv_bin("python"))
+        .arg(&script)
+        .args([reg.as_str(), "reader", PASSWORD, "weights/o", "other/o"])
+        .output()
+        .expect("run the venv's python (scripts/deps.sh sets it up)");
+    let seen = sealvol_tests::json(out, "oras-py with a login");
+    assert!(
+        seen["tags"].as_array().unwrap().iter().any(|t| t == "head"),
+        "{seen}"
+    );
+    assert_eq!(
+        seen["artifactType"],
+        sealvol_spec::oci::MT_VERSION,
+        "{seen}"
+    );
+    assert_eq!(seen["refused"], true, "{seen}");
+
+    // A GPU node with the reader's login mounts the version and reads it;
+    // without a login the mount is refused before anything is served.
+    let node = Sandbox::new();
+    let digest = pushed.trim().rsplit('@').next().unwrap().to_string();
+    let r = format!("bdn:weights/o@{digest}");
+    let anon_mnt = sealvol_tests::fuse::mountpoint(&node, "anon");
+    let refused = sealvol_tests::fuse::Mounted::try_start(
+        &node,
+        &reg,
+        &["mount", &r, s(&anon_mnt)],
+        &[&anon_mnt],
+    );
+    assert!(refused.is_err(), "a mount without credentials must fail");
+    login(&node, &reg, "reader");
+    let mnt = sealvol_tests::fuse::mountpoint(&node, "mnt");
+    let mut m = sealvol_tests::fuse::Mounted::start(&node, &reg, &["mount", &r, s(&mnt)], &[&mnt]);
+    assert_eq!(
+        sealvol_tests::fuse::read(&mnt.join("w.bin")).unwrap(),
+        std::fs::read(d.join("w.bin")).unwrap()
+    );
+    assert!(m.stop().success());
+}
