@@ -9,6 +9,9 @@
 //! registry_bench manifests URL REPO COUNT RUNS SALT
 //! ```
 //!
+//! With `REGISTRY_BENCH_TOKEN` set, every request carries it as a bearer
+//! token (a registry with auth on).
+//!
 //! Blobs are pushed as POST (empty) then one PUT `?digest=` carrying the
 //! whole body: distribution 2.8 ignores the body of a single
 //! `POST ...?digest=` and answers 202, so that form is not comparable.
@@ -27,9 +30,17 @@ const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
 const OCI_CONFIG: &str = "application/vnd.oci.image.config.v1+json";
 
 fn client() -> Res<reqwest::blocking::Client> {
+    let mut headers = reqwest::header::HeaderMap::new();
+    if let Ok(token) = std::env::var("REGISTRY_BENCH_TOKEN") {
+        headers.insert(
+            reqwest::header::AUTHORIZATION,
+            format!("Bearer {token}").parse()?,
+        );
+    }
     Ok(reqwest::blocking::Client::builder()
         .timeout(Duration::from_secs(600))
         .pool_max_idle_per_host(1)
+        .default_headers(headers)
         .build()?)
 }
 
