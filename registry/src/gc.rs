@@ -17,8 +17,9 @@ use redb::{ReadableDatabase, ReadableTable};
 
 use sealvol_spec::api::GcReport;
 
-use crate::api::{parse_manifest, App};
+use crate::app::App;
 use crate::error::Result;
+use crate::manifests::parse_manifest;
 use crate::meta::{
     drop_manifest, key, prefix, MetaError, MetaStore, BLOB_LINKS, LINK_TIMES, MANIFESTS, TAGS,
     UPLOADS,

@@ -9,7 +9,12 @@
 //! ([`claims`]), online garbage collection ([`gc`]) and durable sync jobs
 //! that copy a Hugging Face repository or a bucket into a new version
 //! ([`sync_jobs`], run by [`sync_runner`] through `sealvol-sync`, served by
-//! [`sync_api`]). It is not a client, a cache or an authentication server.
+//! [`sync_api`]). Every request passes the auth layers first ([`auth`]:
+//! htpasswd users, API keys ([`keys`]) and the registry's own token server
+//! ([`token`]); [`access`] says what a route needs, [`authz`] whether the
+//! caller has it). The state every handler and job shares is [`app::App`];
+//! manifests are stored through [`manifests`], by the `/v2` handlers
+//! ([`api`]) and the sync runner alike. It is not a client or a cache.
 //!
 //! ```no_run
 //! # async fn run() -> Result<(), sealvol_registry::ServeError> {
@@ -20,6 +25,7 @@
 
 pub mod access;
 pub mod api;
+pub mod app;
 pub mod auth;
 pub mod authz;
 pub mod blobs;
@@ -28,6 +34,7 @@ pub mod clock;
 pub mod error;
 pub mod gc;
 pub mod keys;
+pub mod manifests;
 pub mod meta;
 pub mod server;
 pub mod sync_api;

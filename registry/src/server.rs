@@ -19,7 +19,8 @@ use tower_http::set_header::SetResponseHeaderLayer;
 use tower_http::timeout::TimeoutLayer;
 use tower_http::trace::TraceLayer;
 
-use crate::api::{dispatch, App, Policy};
+use crate::api::dispatch;
+use crate::app::{App, Policy};
 use crate::auth::{Auth, AuthConfig, AuthError};
 use crate::authz;
 use crate::blobs::FsBlobStore;

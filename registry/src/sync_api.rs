@@ -11,7 +11,7 @@ use sealvol_spec::filter::Filter;
 use sealvol_spec::Tag;
 use sealvol_sync::SourceOptions;
 
-use crate::api::App;
+use crate::app::App;
 use crate::error::{Code, RegistryError, Result};
 use crate::sync_jobs::{SyncJob, SyncProgress, SyncState};
 

@@ -20,7 +20,7 @@ use sealvol_spec::{ChunkingParams, Entry, EntryData, Sha256Digest, Tag, TreeInde
 use sealvol_sync::{ChunkSink, ErrorKind, Object, SourceOptions, SyncError};
 use tokio::sync::Notify;
 
-use crate::api::App;
+use crate::app::App;
 use crate::sync_jobs::{
     FileDone, JobError, SyncDest, SyncJob, SyncProgress, SyncState, SyncedVersion,
 };
@@ -818,7 +818,7 @@ async fn publish(
     let digest = tree.version_digest();
     let digest_tag = Tag::for_digest(&digest);
     let store = |reference: String, bytes: Bytes, media_type: String| async move {
-        crate::api::store_manifest(app, repo, &reference, bytes, Some(&media_type))
+        crate::manifests::store_manifest(app, repo, &reference, bytes, Some(&media_type))
             .await
             .map(|(d, _)| d)
             .map_err(|e| internal(e.to_string()))
@@ -836,7 +836,7 @@ async fn publish(
                 Some(bytes) => match VersionIndex::parse(&bytes) {
                     Ok(ix)
                         if ix.digest == digest
-                            && crate::api::tree_format(app, &ix).await
+                            && crate::manifests::tree_format(app, &ix).await
                                 != Some(sealvol_spec::TreeFormat::V1) =>
                     {
                         Some((bytes, d))
@@ -896,7 +896,7 @@ async fn publish(
                 .tag
                 .clone()
                 .unwrap_or_else(|| built.index.digest().to_string());
-            let d = store(reference, bytes.clone(), crate::api::OCI_INDEX.into()).await?;
+            let d = store(reference, bytes.clone(), crate::manifests::OCI_INDEX.into()).await?;
             return Ok(SyncedVersion {
                 digest,
                 index_digest: d,
@@ -904,7 +904,7 @@ async fn publish(
         }
     };
     if let Some(tag) = &dest.tag {
-        store(tag.clone(), index_bytes, crate::api::OCI_INDEX.into()).await?;
+        store(tag.clone(), index_bytes, crate::manifests::OCI_INDEX.into()).await?;
     }
     Ok(SyncedVersion {
         digest,

@@ -11,7 +11,7 @@ use sealvol_spec::api;
 use serde::Deserialize;
 
 use crate::access::Action;
-use crate::api::App;
+use crate::app::App;
 use crate::error::{Code, RegistryError, Result};
 use crate::keys::KeyError;
 use crate::volumes::{rfc3339, LifecycleError};

@@ -12,7 +12,7 @@ use axum::body::Body;
 use axum::http::{Method, Request, StatusCode};
 use metrics_exporter_prometheus::PrometheusBuilder;
 use proptest::prelude::*;
-use sealvol_registry::api::{App, Policy};
+use sealvol_registry::app::{App, Policy};
 use sealvol_registry::server::{open_app, router, Config};
 use sealvol_spec::api;
 use sealvol_spec::oci::{build_version, build_version_with_blob, VersionMeta, MT_TREE_BLOB_V1};

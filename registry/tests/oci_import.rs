@@ -10,7 +10,7 @@ use std::time::Duration;
 use axum::body::Body;
 use axum::http::{Method, Request, StatusCode};
 use metrics_exporter_prometheus::PrometheusBuilder;
-use sealvol_registry::api::{App, Policy};
+use sealvol_registry::app::{App, Policy};
 use sealvol_registry::server::{open_app, router, Config};
 use sealvol_spec::chain::PIECE;
 use sealvol_spec::oci::{

@@ -1,0 +1,256 @@
+//! Manifests as the registry stores them, with no HTTP in it: parsing and
+//! checking what a manifest references, storing it under a digest or a tag
+//! in one transaction, and sealing a version when it is a version index
+//! (SPEC.md §7.1). The `/v2` manifest PUT and the sync runner both store
+//! through [`store_manifest`].
+
+use bytes::Bytes;
+use sealvol_spec::Sha256Digest;
+use serde_json::Value;
+use sha2::{Digest as _, Sha256};
+
+use crate::app::App;
+use crate::error::{Code, RegistryError, Result};
+use crate::meta::{ManifestRecord, References};
+
+/// Largest manifest accepted, as CNCF distribution and zot.
+pub const MAX_MANIFEST: usize = 4 << 20;
+
+const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
+pub(crate) const OCI_INDEX: &str = "application/vnd.oci.image.index.v1+json";
+const DOCKER_MANIFEST: &str = "application/vnd.docker.distribution.manifest.v2+json";
+const DOCKER_LIST: &str = "application/vnd.docker.distribution.manifest.list.v2+json";
+
+pub(crate) fn parse_digest(s: &str) -> Result<Sha256Digest> {
+    s.parse().map_err(|_| {
+        RegistryError::new(
+            Code::DigestInvalid,
+            format!("{s:?} is not a sha256:<64 hex> digest"),
+        )
+    })
+}
+
+pub(crate) fn check_tag(s: &str) -> Result<()> {
+    s.parse::<sealvol_spec::Tag>()
+        .map(|_| ())
+        .map_err(|e| RegistryError::new(Code::ManifestInvalid, e.to_string()))
+}
+
+/// The descriptors a manifest references: blobs for an image manifest,
+/// child manifests for an index.
+pub(crate) struct Parsed {
+    pub media_type: String,
+    pub blobs: Vec<Sha256Digest>,
+    pub children: Vec<Sha256Digest>,
+    pub subject: Option<Sha256Digest>,
+    pub artifact_type: Option<String>,
+    pub annotations: Option<Value>,
+}
+
+fn descriptor_digest(d: &Value, what: &str) -> Result<Sha256Digest> {
+    let invalid = |why: String| RegistryError::new(Code::ManifestInvalid, why);
+    let s = d
+        .get("digest")
+        .and_then(Value::as_str)
+        .ok_or_else(|| invalid(format!("{what} has no digest")))?;
+    if d.get("mediaType").and_then(Value::as_str).is_none()
+        || d.get("size").and_then(Value::as_u64).is_none()
+    {
+        return Err(invalid(format!("{what} needs mediaType, digest and size")));
+    }
+    s.parse().map_err(|_| {
+        RegistryError::new(
+            Code::DigestInvalid,
+            format!("{what} digest {s:?} is not sha256:<64 hex>"),
+        )
+    })
+}
+
+pub(crate) fn parse_manifest(bytes: &[u8], content_type: Option<&str>) -> Result<Parsed> {
+    let invalid = |why: &str| RegistryError::new(Code::ManifestInvalid, why.to_string());
+    let v: Value = serde_json::from_slice(bytes).map_err(|e| invalid(&format!("not JSON: {e}")))?;
+    if v.get("schemaVersion").and_then(Value::as_u64) != Some(2) {
+        return Err(invalid("schemaVersion must be 2"));
+    }
+    let declared = v.get("mediaType").and_then(Value::as_str);
+    let media_type = match (declared, content_type) {
+        (Some(d), Some(c)) if d != c => {
+            return Err(invalid(&format!(
+                "mediaType {d} differs from Content-Type {c}"
+            )));
+        }
+        (Some(d), _) => d.to_string(),
+        (None, Some(c)) => c.to_string(),
+        (None, None) if v.get("manifests").is_some() => OCI_INDEX.to_string(),
+        (None, None) => OCI_MANIFEST.to_string(),
+    };
+    let mut p = Parsed {
+        media_type,
+        blobs: Vec::new(),
+        children: Vec::new(),
+        subject: None,
+        artifact_type: v
+            .get("artifactType")
+            .and_then(Value::as_str)
+            .map(str::to_string),
+        annotations: v.get("annotations").cloned(),
+    };
+    match p.media_type.as_str() {
+        OCI_MANIFEST | DOCKER_MANIFEST => {
+            let config = v
+                .get("config")
+                .ok_or_else(|| invalid("image manifest has no config"))?;
+            p.blobs.push(descriptor_digest(config, "config")?);
+            if p.artifact_type.is_none() {
+                p.artifact_type = config
+                    .get("mediaType")
+                    .and_then(Value::as_str)
+                    .map(str::to_string);
+            }
+            let layers = v
+                .get("layers")
+                .and_then(Value::as_array)
+                .ok_or_else(|| invalid("image manifest has no layers array"))?;
+            for (i, l) in layers.iter().enumerate() {
+                // Non-distributable layers with URLs live elsewhere.
+                if l.get("urls").is_none() {
+                    p.blobs.push(descriptor_digest(l, &format!("layer {i}"))?);
+                }
+            }
+        }
+        OCI_INDEX | DOCKER_LIST => {
+            let manifests = v
+                .get("manifests")
+                .and_then(Value::as_array)
+                .ok_or_else(|| invalid("index has no manifests array"))?;
+            for (i, m) in manifests.iter().enumerate() {
+                p.children
+                    .push(descriptor_digest(m, &format!("manifest {i}"))?);
+            }
+        }
+        other => return Err(invalid(&format!("unsupported manifest media type {other}"))),
+    }
+    if let Some(s) = v.get("subject") {
+        p.subject = Some(descriptor_digest(s, "subject")?);
+    }
+    Ok(p)
+}
+
+/// Stores a manifest under `reference` (its digest or a tag) in `name`, as
+/// a PUT does: checks it, requires what it references to be in the
+/// repository, seals a version index. Answers its digest and subject.
+pub(crate) async fn store_manifest(
+    app: &App,
+    name: &str,
+    reference: &str,
+    bytes: Bytes,
+    content_type: Option<&str>,
+) -> Result<(Sha256Digest, Option<Sha256Digest>)> {
+    let digest = Sha256Digest(Sha256::digest(&bytes).into());
+    let tag = if reference.contains(':') {
+        if parse_digest(reference)? != digest {
+            return Err(RegistryError::new(
+                Code::DigestInvalid,
+                format!("manifest digest is {digest}, not {reference}"),
+            ));
+        }
+        None
+    } else {
+        check_tag(reference)?;
+        Some(reference.to_string())
+    };
+    let parsed = parse_manifest(&bytes, content_type)?;
+
+    let subject_descriptor = parsed.subject.map(|_| {
+        let mut d = serde_json::json!({
+            "mediaType": parsed.media_type,
+            "digest": digest.to_string(),
+            "size": bytes.len(),
+        });
+        if let Some(t) = &parsed.artifact_type {
+            d["artifactType"] = Value::String(t.clone());
+        }
+        if let Some(a) = &parsed.annotations {
+            d["annotations"] = a.clone();
+        }
+        d.to_string()
+    });
+    // A version index seals a version of the volume (SPEC.md §7.1), or
+    // re-publishes one the volume holds, whose tree's format decides which
+    // index stays current.
+    let sealed = match parsed.children.is_empty() {
+        true => None,
+        false => match sealvol_spec::oci::VersionIndex::parse(&bytes) {
+            Ok(ix) => Some(crate::volumes::Sealed::new(
+                &ix,
+                tree_format(app, &ix).await,
+            )),
+            Err(_) => None,
+        },
+    };
+    let refs = References {
+        blobs: parsed.blobs.iter().map(ToString::to_string).collect(),
+        children: parsed.children.iter().map(ToString::to_string).collect(),
+    };
+    let record = ManifestRecord {
+        media_type: parsed.media_type,
+        size: bytes.len() as u64,
+        subject: subject_descriptor,
+        stored_at: app.now(),
+    };
+    // Every referenced blob and child manifest must already be in this
+    // repository; they are checked in the transaction that records the
+    // manifest, with garbage collection's sweep held off.
+    let _sweep = app.sweep.read().await;
+    app.blobs.put(&digest, bytes.clone()).await?;
+    let (repo, d, subject) = (
+        name.to_string(),
+        digest.to_string(),
+        parsed.subject.map(|s| s.to_string()),
+    );
+    let now = app.now();
+    let stored = app
+        .meta(move |m| {
+            m.put_manifest(
+                &repo,
+                &d,
+                &record,
+                &refs,
+                tag.as_deref(),
+                subject.as_deref(),
+                sealed.as_ref(),
+                now,
+            )
+        })
+        .await?;
+    drop(_sweep);
+    if let Err(what) = stored {
+        return Err(RegistryError::new(
+            Code::ManifestBlobUnknown,
+            format!("{what} is not in repository {name}; push it first"),
+        ));
+    }
+    Ok((digest, parsed.subject))
+}
+
+/// The format of the tree index a version index's tree manifest holds, by
+/// the media type of its one layer (SPEC.md §5.6); `None` when the tree
+/// manifest is not stored (the index is then refused) or is not a tree
+/// manifest of a format this registry knows.
+pub(crate) async fn tree_format(
+    app: &App,
+    ix: &sealvol_spec::oci::VersionIndex,
+) -> Option<sealvol_spec::TreeFormat> {
+    use sealvol_spec::oci::{artifact_layers, sha256_of, MT_TREE_BLOB, MT_TREE_BLOB_V1};
+    let d = sha256_of(&ix.tree_manifest)?;
+    let bytes = app.blobs.get(&d).await.ok()??;
+    let layers = artifact_layers(&bytes, sealvol_spec::oci::MT_TREE_MANIFEST).ok()?;
+    let [layer] = layers.as_slice() else {
+        return None;
+    };
+    match layer.media_type().to_string().as_str() {
+        MT_TREE_BLOB => Some(sealvol_spec::TreeFormat::V2),
+        MT_TREE_BLOB_V1 => Some(sealvol_spec::TreeFormat::V1),
+        _ => None,
+    }
+}
