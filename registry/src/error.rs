@@ -103,6 +103,17 @@ impl From<crate::volumes::LifecycleError> for RegistryError {
     }
 }
 
+impl From<crate::keys::KeyError> for RegistryError {
+    fn from(e: crate::keys::KeyError) -> Self {
+        use crate::keys::KeyError as K;
+        match e {
+            K::Invalid(why) => RegistryError::new(Code::Invalid, why),
+            K::Unknown(_) => RegistryError::new(Code::KeyUnknown, e.to_string()),
+            K::Meta(m) => RegistryError::internal(m),
+        }
+    }
+}
+
 impl From<crate::meta::MetaError> for RegistryError {
     fn from(e: crate::meta::MetaError) -> Self {
         RegistryError::internal(e)

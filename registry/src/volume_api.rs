@@ -13,8 +13,7 @@ use serde::Deserialize;
 use crate::access::Action;
 use crate::app::App;
 use crate::error::{Code, RegistryError, Result};
-use crate::keys::KeyError;
-use crate::volumes::{rfc3339, LifecycleError};
+use crate::volumes::rfc3339;
 
 /// Largest request body the API reads.
 const MAX_BODY: usize = 64 << 10;
@@ -362,17 +361,17 @@ async fn handle(app: &Arc<App>, route: Route, req: Request) -> Result<Response> 
             ok(crate::sync_api::cancel(app, id).await?)
         }
         (Route::Keys, Method::GET) => ok(api::ApiKeyList {
-            keys: keys(app, |m| m.keys()).await?,
+            keys: lifecycle(app, |m| m.keys()).await?,
         }),
         (Route::Keys, Method::POST) => {
             let by = crate::auth::caller(&req).subject.name().to_string();
             let b: api::ApiKeyRequest = body(req).await?;
             let expires = parse_time(b.expires_at.as_deref())?;
-            let key = keys(app, move |m| m.create_key(&b, expires, &by, now)).await?;
+            let key = lifecycle(app, move |m| m.create_key(&b, expires, &by, now)).await?;
             json_response(StatusCode::CREATED, key)
         }
         (Route::Key(id), Method::DELETE) => {
-            keys(app, move |m| m.delete_key(&id)).await?;
+            lifecycle(app, move |m| m.delete_key(&id)).await?;
             Ok(StatusCode::NO_CONTENT.into_response())
         }
         (Route::Secrets, Method::GET) => {
@@ -438,31 +437,16 @@ fn unsupported() -> Result<Response> {
     ))
 }
 
-/// Runs a volume operation off the async threads.
-async fn lifecycle<T: Send + 'static>(
+/// Runs a metadata operation (volumes, keys) off the async threads.
+async fn lifecycle<T: Send + 'static, E: Into<RegistryError> + Send + 'static>(
     app: &App,
-    f: impl FnOnce(&crate::meta::MetaStore) -> std::result::Result<T, LifecycleError> + Send + 'static,
+    f: impl FnOnce(&crate::meta::MetaStore) -> std::result::Result<T, E> + Send + 'static,
 ) -> Result<T> {
     let m = Arc::clone(&app.meta);
     tokio::task::spawn_blocking(move || f(&m))
         .await
         .map_err(RegistryError::internal)?
-        .map_err(RegistryError::from)
-}
-
-async fn keys<T: Send + 'static>(
-    app: &App,
-    f: impl FnOnce(&crate::meta::MetaStore) -> std::result::Result<T, KeyError> + Send + 'static,
-) -> Result<T> {
-    let m = Arc::clone(&app.meta);
-    tokio::task::spawn_blocking(move || f(&m))
-        .await
-        .map_err(RegistryError::internal)?
-        .map_err(|e| match e {
-            KeyError::Invalid(why) => invalid(why),
-            KeyError::Unknown(_) => RegistryError::new(Code::KeyUnknown, e.to_string()),
-            KeyError::Meta(m) => RegistryError::internal(m),
-        })
+        .map_err(Into::into)
 }
 
 #[cfg(test)]

@@ -479,6 +479,14 @@ fn an_exposed_address_needs_tls_and_auth() {
     );
 }
 
+/// `skopeo ARGS` in the sandbox's environment.
+fn skopeo_in(sb: &Sandbox, args: &[&str]) -> std::process::Output {
+    sb.command("skopeo")
+        .args(args)
+        .output()
+        .expect("run skopeo (installed by scripts/deps.sh)")
+}
+
 /// A test CA and a certificate it signed for 127.0.0.1, in `dir`:
 /// (CA certificate, server certificate, server key).
 fn test_ca(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf, std::path::PathBuf) {
@@ -597,26 +605,25 @@ fn tls_with_a_certificate_the_clients_are_told_to_trust() {
         sb.sealvol(&host(&open), &["push", s(&d), "bdn:weights/m"]),
         "push to the open registry",
     );
-    let out = sb
-        .command("skopeo")
-        .args([
+    let out = skopeo_in(
+        &sb,
+        &[
             "copy",
             "--all",
             "--src-tls-verify=false",
             &format!("docker://{}/weights/m:head", host(&open)),
             &format!("oci:{}:m", s(&layout)),
-        ])
-        .output()
-        .unwrap();
+        ],
+    );
     assert!(
         out.status.success(),
         "skopeo copy to a layout: {}",
         stderr(&out)
     );
     let dest = format!("docker://{}/weights/m:head", host(&server));
-    let out = sb
-        .command("skopeo")
-        .args([
+    let out = skopeo_in(
+        &sb,
+        &[
             "copy",
             "--all",
             "--dest-cert-dir",
@@ -625,17 +632,16 @@ fn tls_with_a_certificate_the_clients_are_told_to_trust() {
             &format!("writer:{PASSWORD}"),
             &format!("oci:{}:m", s(&layout)),
             &dest,
-        ])
-        .output()
-        .unwrap();
+        ],
+    );
     assert!(
         out.status.success(),
         "skopeo copy over TLS: {}",
         stderr(&out)
     );
-    let out = sb
-        .command("skopeo")
-        .args([
+    let out = skopeo_in(
+        &sb,
+        &[
             "inspect",
             "--raw",
             "--cert-dir",
@@ -643,26 +649,24 @@ fn tls_with_a_certificate_the_clients_are_told_to_trust() {
             "--creds",
             &format!("writer:{PASSWORD}"),
             &dest,
-        ])
-        .output()
-        .unwrap();
+        ],
+    );
     assert!(
         out.status.success(),
         "skopeo inspect over TLS: {}",
         stderr(&out)
     );
     // Without being told to trust it, skopeo refuses the certificate.
-    let out = sb
-        .command("skopeo")
-        .args([
+    let out = skopeo_in(
+        &sb,
+        &[
             "inspect",
             "--raw",
             "--creds",
             &format!("writer:{PASSWORD}"),
             &dest,
-        ])
-        .output()
-        .unwrap();
+        ],
+    );
     assert!(
         !out.status.success(),
         "an untrusted certificate must be refused"
