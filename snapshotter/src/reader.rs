@@ -23,7 +23,7 @@
 //! Chunks are fetched whole even when a read needs a few bytes of one: a
 //! chunk is one blob, checked against its sha256 as it downloads.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::hash::Hash;
 use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -217,6 +217,11 @@ pub(crate) struct ReaderStats {
 struct State {
     memory: Lru<Sha256Digest, Fetched>,
     inflight: HashMap<(Sha256Digest, Check), SharedFetch>,
+    /// Fetches under way that a request wants kept in memory. The fetch
+    /// puts its result there itself, under the lock that unregisters it:
+    /// were the waiting request to do it after, a read in between would
+    /// find the chunk neither in flight nor in memory and fetch it again.
+    keep: HashSet<(Sha256Digest, Check)>,
 }
 
 /// Serves chunks to reads; see the module documentation.
@@ -244,6 +249,7 @@ impl ChunkReader {
             state: Mutex::new(State {
                 memory: Lru::new(memory_bytes),
                 inflight: HashMap::new(),
+                keep: HashSet::new(),
             }),
             rt,
             check,
@@ -278,35 +284,34 @@ impl ChunkReader {
             }
             // A checked fetch under way serves an unchecked request too.
             let joined = match check {
-                Check::Chain => st
-                    .inflight
-                    .get(&(c.sha256, Check::Chain))
-                    .or_else(|| st.inflight.get(&(c.sha256, Check::Sha256))),
-                Check::Sha256 => st.inflight.get(&(c.sha256, Check::Sha256)),
+                Check::Chain => [(c.sha256, Check::Chain), (c.sha256, Check::Sha256)]
+                    .into_iter()
+                    .find(|k| st.inflight.contains_key(k)),
+                Check::Sha256 => {
+                    Some((c.sha256, Check::Sha256)).filter(|k| st.inflight.contains_key(k))
+                }
             };
-            match joined {
-                Some(f) => {
+            let (key, f) = match joined {
+                Some(key) => {
                     self.stats.joined.fetch_add(1, Ordering::Relaxed);
-                    f.clone()
+                    (key, st.inflight[&key].clone())
                 }
                 None => {
                     // Registered under the lock the task needs to finish, so
                     // it cannot finish before it is registered.
                     let f = self.spawn_fetch(c, check);
                     st.inflight.insert((c.sha256, check), f.clone());
-                    f
+                    ((c.sha256, check), f)
                 }
+            };
+            if keep == Keep::Memory {
+                st.keep.insert(key);
             }
+            f
         };
         let result = fetch.await;
-        match &result {
-            Ok(f) if keep == Keep::Memory => {
-                self.state().memory.insert(c.sha256, f.clone());
-            }
-            Ok(_) => {}
-            Err(_) => {
-                self.stats.failures.fetch_add(1, Ordering::Relaxed);
-            }
+        if result.is_err() {
+            self.stats.failures.fetch_add(1, Ordering::Relaxed);
         }
         result
     }
@@ -317,7 +322,14 @@ impl ChunkReader {
         let me = Arc::clone(self);
         let task = self.rt.spawn(async move {
             let result = Arc::clone(&me.source).fetch(c, check).await;
-            me.state().inflight.remove(&(c.sha256, check));
+            let mut st = me.state();
+            st.inflight.remove(&(c.sha256, check));
+            if st.keep.remove(&(c.sha256, check)) {
+                if let Ok(f) = &result {
+                    st.memory.insert(c.sha256, f.clone());
+                }
+            }
+            drop(st);
             result
         });
         async move {
@@ -401,9 +413,11 @@ impl ChunkReader {
             let result = Arc::clone(&me.source).fetch(c, Check::Sha256).await;
             let mut st = me.state();
             st.inflight.remove(&(c.sha256, Check::Sha256));
+            st.keep.remove(&(c.sha256, Check::Sha256));
             if let Ok(f) = &result {
                 st.memory.insert(c.sha256, f.clone());
             }
+            drop(st);
             result
         });
         async move {
