@@ -34,7 +34,7 @@ use crate::authz::{AccessEntry, Policy, Subject};
 use crate::error::{Code, RegistryError};
 use crate::keys::KeyGrant;
 use crate::meta::MetaStore;
-use crate::token::{Grant, Issuer};
+use crate::token::{External, ExternalConfig, Grant, Issuer};
 use sealvol_spec::api::API_KEY_PREFIX;
 
 /// How long a successful password check is remembered.
@@ -72,6 +72,8 @@ pub struct AuthConfig {
     /// The key tokens are signed with (hex, 32+ bytes); default
     /// `token.key` in the data folder, created at first start.
     pub signing_key_file: Option<PathBuf>,
+    /// `[auth.token]`: also accept tokens of this external issuer.
+    pub token: Option<ExternalConfig>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -142,6 +144,8 @@ pub struct Auth {
     users: Option<Htpasswd>,
     /// The token server; `None` on an open registry.
     issuer: Option<Issuer>,
+    /// An external token issuer whose tokens are accepted too.
+    external: Option<External>,
     /// Where API keys live; `None` on an open registry.
     meta: Option<Arc<MetaStore>>,
     /// The `Origin`s that may write to `/api/v1`.
@@ -243,6 +247,7 @@ impl Auth {
             policy,
             users,
             issuer,
+            external: None,
             meta,
             origins,
             verified: Mutex::new(HashMap::new()),
@@ -299,13 +304,15 @@ impl Auth {
             format!("{public}/token"),
             config.token_ttl_seconds.unwrap_or(300),
         );
-        Ok(Auth::new(
+        let mut auth = Auth::new(
             policy,
             Some(users.unwrap_or_default()),
             Some(issuer),
             Some(meta),
             origins,
-        ))
+        );
+        auth.external = config.token.as_ref().map(External::load).transpose()?;
+        Ok(auth)
     }
 
     /// Who sent `headers`, and what their bearer token grants:
@@ -322,8 +329,10 @@ impl Auth {
             .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"));
         match (bearer, &self.issuer) {
             (Some((_, token)), Some(issuer)) => {
+                let (token, now) = (token.trim(), unix_now());
                 let mut grant = issuer
-                    .verify(token.trim(), unix_now())
+                    .verify(token, now)
+                    .or_else(|| self.external.as_ref()?.verify(token, now))
                     .ok_or("invalid or expired token")?;
                 // A key's token lives only as long as the key: a revoked
                 // or expired key's tokens stop working at once.

@@ -6,13 +6,16 @@
 //! intersection of what it asked and what the policy allows. Tokens are
 //! HS256 with a key from `signing_key_file` (generated 0600 in the data
 //! folder at first start, so replicas can share one file); a verified
-//! token is cached until it expires.
+//! token is cached until it expires. Tokens of an external issuer (an OIDC
+//! provider, `[auth.token]`) are accepted too, checked against its JWK set
+//! ([`External`]).
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
+use jsonwebtoken::jwk::JwkSet;
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -65,14 +68,19 @@ pub enum TokenError {
 #[derive(Clone, Debug)]
 pub struct Grant {
     pub subject: Subject,
-    access: Vec<ResourceAccess>,
+    /// `None`: a token of an external issuer without an `access` claim,
+    /// which leaves the decision to the policy alone.
+    access: Option<Vec<ResourceAccess>>,
     exp: u64,
 }
 
 impl Grant {
     /// Whether the token grants `action` on repository `name`.
     pub fn grants(&self, name: &str, action: Action) -> bool {
-        self.access.iter().any(|a| {
+        let Some(access) = &self.access else {
+            return true;
+        };
+        access.iter().any(|a| {
             a.kind == "repository"
                 && a.name == name
                 && a.actions.iter().any(|x| x == action.as_str() || x == "*")
@@ -254,7 +262,7 @@ impl Issuer {
             } else {
                 Subject::User(c.sub)
             },
-            access: c.access,
+            access: Some(c.access),
             exp: c.exp,
         };
         let mut cache = self.verified.lock().expect("token cache");
@@ -281,10 +289,133 @@ impl Issuer {
     }
 }
 
+/// `[auth.token]`: accept tokens of an external issuer (an OIDC provider
+/// in front of the registry), checked against its published keys.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExternalConfig {
+    /// The tokens' `iss`.
+    pub issuer: String,
+    /// The tokens' `aud`.
+    pub audience: String,
+    /// The issuer's JSON Web Key Set (its `jwks_uri` document), as a file.
+    pub jwks_file: PathBuf,
+}
+
+/// Largest JWKS file read.
+const MAX_JWKS: u64 = 1 << 20;
+
+/// Tokens of an external issuer: asymmetric signatures only (so a key
+/// meant for verifying can never be used as an HMAC secret), `iss`, `aud`,
+/// `exp` and `nbf` checked. Their `sub` is the subject the policy decides
+/// for; an `access` claim, where the issuer adds one, narrows it further.
+pub struct External {
+    keys: JwkSet,
+    issuer: String,
+    audience: String,
+    verified: Mutex<HashMap<[u8; 32], Grant>>,
+}
+
+impl std::fmt::Debug for External {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("External")
+            .field("issuer", &self.issuer)
+            .field("audience", &self.audience)
+            .field("keys", &self.keys.keys.len())
+            .finish()
+    }
+}
+
+#[derive(Deserialize)]
+struct ExternalClaims {
+    sub: String,
+    exp: u64,
+    #[serde(default)]
+    access: Option<Vec<ResourceAccess>>,
+}
+
+impl External {
+    pub fn load(config: &ExternalConfig) -> Result<External, TokenError> {
+        let err = |message: String| TokenError::Key {
+            path: config.jwks_file.clone(),
+            message,
+        };
+        let len = std::fs::metadata(&config.jwks_file)
+            .map_err(|e| err(e.to_string()))?
+            .len();
+        if len > MAX_JWKS {
+            return Err(err(format!("larger than {MAX_JWKS} bytes")));
+        }
+        let text = std::fs::read(&config.jwks_file).map_err(|e| err(e.to_string()))?;
+        let keys: JwkSet =
+            serde_json::from_slice(&text).map_err(|e| err(format!("not a JWK set: {e}")))?;
+        if keys.keys.is_empty() {
+            return Err(err("the JWK set holds no key".into()));
+        }
+        Ok(External {
+            keys,
+            issuer: config.issuer.clone(),
+            audience: config.audience.clone(),
+            verified: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// Checks a bearer token of the external issuer, once per token until
+    /// it expires; `None` for anything that does not check out.
+    pub fn verify(&self, token: &str, now: u64) -> Option<Grant> {
+        let key: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+        if let Some(g) = self.verified.lock().expect("token cache").get(&key) {
+            if g.exp > now {
+                return Some(g.clone());
+            }
+        }
+        let header = jsonwebtoken::decode_header(token).ok()?;
+        if matches!(
+            header.alg,
+            Algorithm::HS256 | Algorithm::HS384 | Algorithm::HS512
+        ) {
+            return None;
+        }
+        let jwk = match &header.kid {
+            Some(kid) => self.keys.find(kid)?,
+            None if self.keys.keys.len() == 1 => &self.keys.keys[0],
+            None => return None,
+        };
+        let decoding = DecodingKey::from_jwk(jwk).ok()?;
+        let mut validation = Validation::new(header.alg);
+        validation.set_issuer(&[&self.issuer]);
+        validation.set_audience(&[&self.audience]);
+        validation.validate_nbf = true;
+        validation.leeway = 5;
+        validation.set_required_spec_claims(&["exp", "iss", "aud", "sub"]);
+        let c = jsonwebtoken::decode::<ExternalClaims>(token, &decoding, &validation)
+            .ok()?
+            .claims;
+        if c.sub.is_empty() || c.sub.starts_with(sealvol_spec::api::API_KEY_PREFIX) {
+            return None;
+        }
+        let grant = Grant {
+            subject: Subject::User(c.sub),
+            access: c.access,
+            exp: c.exp,
+        };
+        let mut cache = self.verified.lock().expect("token cache");
+        if cache.len() >= MAX_CACHED {
+            cache.retain(|_, g| g.exp > now);
+            if cache.len() >= MAX_CACHED {
+                cache.clear();
+            }
+        }
+        cache.insert(key, grant.clone());
+        Some(grant)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::authz::AccessEntry;
+    use jsonwebtoken::jwk::Jwk;
 
     fn policy() -> Policy {
         Policy::new(
@@ -339,6 +470,107 @@ mod tests {
         parts[1] = parts[1].replace('a', "b");
         assert!(fresh.verify(&parts.join("."), now).is_none());
         assert!(i.issue(&policy(), &w, &["nonsense".into()], 1).is_err());
+    }
+
+    /// A P-256 key of the tests' own "external issuer".
+    const EXTERNAL_KEY: &str = "-----BEGIN PRIVATE KEY-----
+MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQgB8Clw8N6iSGH0hjk
+lxQii+Se+Fm/l7AEGfMMW1WyxQChRANCAAT5OPRXrw5UR0Ljb+witTte9i9EbTjM
+Ol8KGwuBBb5wDE4dj7gx3opTkylSfO8Xix/U+vFN7EC46AD24AzlUPtw
+-----END PRIVATE KEY-----";
+    const OTHER_KEY: &str = "-----BEGIN PRIVATE KEY-----
+MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQgypJq2hV7SJm3LaCk
+79AyfKtj6KwZfAwTI2kUd5DbkiShRANCAATRqSjHB5Iy3+lxsYCo1ri/rgOswueJ
+gdUN+aiDEAsK0j1KWXeGCDXYj8nc88kpUL/XTWd0aSUfiKnTZWTxFyMd
+-----END PRIVATE KEY-----";
+
+    /// The PKCS#8 key a PEM block holds (its body is the DER in base64).
+    fn ec_key(pem: &str) -> EncodingKey {
+        use base64::Engine as _;
+        let body: String = pem.lines().filter(|l| !l.starts_with("-----")).collect();
+        let der = base64::engine::general_purpose::STANDARD
+            .decode(body)
+            .unwrap();
+        EncodingKey::from_ec_der(&der)
+    }
+
+    #[test]
+    fn external_tokens_are_checked_against_the_issuers_keys() {
+        let now = jsonwebtoken::get_current_timestamp();
+        let signing = ec_key(EXTERNAL_KEY);
+        let mut jwk = Jwk::from_encoding_key(&signing, Algorithm::ES256).unwrap();
+        jwk.common.key_id = Some("k1".into());
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("jwks.json");
+        std::fs::write(
+            &file,
+            serde_json::to_vec(&JwkSet { keys: vec![jwk] }).unwrap(),
+        )
+        .unwrap();
+        let ext = External::load(&ExternalConfig {
+            issuer: "https://idp.example".into(),
+            audience: "sealvol".into(),
+            jwks_file: file,
+        })
+        .unwrap();
+        let sign = |key: &EncodingKey, kid: &str, claims: serde_json::Value| {
+            let mut h = Header::new(Algorithm::ES256);
+            h.kid = Some(kid.into());
+            jsonwebtoken::encode(&h, &claims, key).unwrap()
+        };
+        let claims = |iss: &str, aud: &str, exp: u64| serde_json::json!({"iss": iss, "aud": aud, "sub": "alice", "exp": exp, "nbf": now - 10});
+        let good = sign(
+            &signing,
+            "k1",
+            claims("https://idp.example", "sealvol", now + 60),
+        );
+        let g = ext.verify(&good, now).unwrap();
+        assert_eq!(g.subject, Subject::User("alice".into()));
+        assert!(
+            g.grants("any/repo", Action::Push),
+            "no access claim: the policy decides"
+        );
+        // Another issuer, another audience, expired, another key, no such kid.
+        for bad in [
+            sign(&signing, "k1", claims("https://evil", "sealvol", now + 60)),
+            sign(
+                &signing,
+                "k1",
+                claims("https://idp.example", "other", now + 60),
+            ),
+            sign(
+                &signing,
+                "k1",
+                claims("https://idp.example", "sealvol", now - 600),
+            ),
+            sign(
+                &ec_key(OTHER_KEY),
+                "k1",
+                claims("https://idp.example", "sealvol", now + 60),
+            ),
+            sign(
+                &signing,
+                "k2",
+                claims("https://idp.example", "sealvol", now + 60),
+            ),
+        ] {
+            assert!(ext.verify(&bad, now).is_none());
+        }
+        // An access claim narrows what the token may do.
+        let mut c = claims("https://idp.example", "sealvol", now + 60);
+        c["access"] =
+            serde_json::json!([{"type": "repository", "name": "w/a", "actions": ["pull"]}]);
+        let g = ext.verify(&sign(&signing, "k1", c), now).unwrap();
+        assert!(g.grants("w/a", Action::Pull));
+        assert!(!g.grants("w/a", Action::Push));
+        // An HMAC token keyed with anything is refused outright.
+        let hs = jsonwebtoken::encode(
+            &Header::new(Algorithm::HS256),
+            &claims("https://idp.example", "sealvol", now + 60),
+            &EncodingKey::from_secret(b"x"),
+        )
+        .unwrap();
+        assert!(ext.verify(&hs, now).is_none());
     }
 
     #[test]

@@ -957,3 +957,76 @@ fn oras_py_logs_in_and_mount_reads_through_auth() {
     );
     assert!(m.stop().success());
 }
+
+/// A P-256 key of the test's "OIDC provider" (PKCS#8, PEM).
+const IDP_KEY: &str = "-----BEGIN PRIVATE KEY-----
+MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQgB8Clw8N6iSGH0hjk
+lxQii+Se+Fm/l7AEGfMMW1WyxQChRANCAAT5OPRXrw5UR0Ljb+witTte9i9EbTjM
+Ol8KGwuBBb5wDE4dj7gx3opTkylSfO8Xix/U+vFN7EC46AD24AzlUPtw
+-----END PRIVATE KEY-----";
+
+#[test]
+fn tokens_of_an_external_issuer_are_accepted_for_their_subject() {
+    use jsonwebtoken::{jwk, Algorithm, EncodingKey, Header};
+    let sb = Sandbox::new();
+    let body: String = IDP_KEY
+        .lines()
+        .filter(|l| !l.starts_with("-----"))
+        .collect();
+    let der = base64::engine::general_purpose::STANDARD
+        .decode(body)
+        .unwrap();
+    let key = EncodingKey::from_ec_der(&der);
+    let mut public = jwk::Jwk::from_encoding_key(&key, Algorithm::ES256).unwrap();
+    public.common.key_id = Some("idp-1".into());
+    let jwks = sb.path().join("jwks.json");
+    std::fs::write(
+        &jwks,
+        serde_json::to_vec(&jwk::JwkSet { keys: vec![public] }).unwrap(),
+    )
+    .unwrap();
+    let htpasswd = sb.path().join("htpasswd");
+    std::fs::write(&htpasswd, "").unwrap();
+    let config = format!(
+        "[auth]\nhtpasswd = {:?}\n[auth.token]\nissuer = \"https://idp.example\"\naudience = \"sealvol\"\njwks_file = {:?}\n\
+         [[auth.access]]\nrepositories = [\"weights/**\"]\nusers = [\"alice@example.com\"]\nactions = [\"pull\", \"push\"]\n",
+        s(&htpasswd),
+        s(&jwks)
+    );
+    let server = Server::start_config_env(&sb.path().join("registry"), &config, &[]);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let token = |sub: &str, aud: &str| {
+        let mut h = Header::new(Algorithm::ES256);
+        h.kid = Some("idp-1".into());
+        let claims = json!({"iss": "https://idp.example", "aud": aud, "sub": sub, "exp": now + 300, "nbf": now - 5});
+        jsonwebtoken::encode(&h, &claims, &key).unwrap()
+    };
+    let status = |t: &str, method: &str, path: &str| {
+        reqwest::blocking::Client::new()
+            .request(method.parse().unwrap(), format!("{}{path}", server.url))
+            .bearer_auth(t)
+            .send()
+            .unwrap()
+            .status()
+            .as_u16()
+    };
+    let alice = token("alice@example.com", "sealvol");
+    assert_eq!(status(&alice, "POST", "/v2/weights/a/blobs/uploads/"), 202);
+    assert_eq!(status(&alice, "POST", "/v2/other/a/blobs/uploads/"), 403);
+    // Another subject has no entry; another audience is not ours.
+    assert_eq!(
+        status(
+            &token("bob@example.com", "sealvol"),
+            "POST",
+            "/v2/weights/a/blobs/uploads/"
+        ),
+        403
+    );
+    assert_eq!(
+        status(&token("alice@example.com", "elsewhere"), "GET", "/v2/"),
+        401
+    );
+}
