@@ -1030,3 +1030,114 @@ fn tokens_of_an_external_issuer_are_accepted_for_their_subject() {
         401
     );
 }
+
+/// A containerd of the test's own (root, state and socket in a temporary
+/// folder), killed when dropped.
+struct Containerd {
+    child: std::process::Child,
+    dir: tempfile::TempDir,
+}
+
+impl Containerd {
+    fn start() -> Containerd {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        std::fs::write(
+            d.join("config.toml"),
+            format!(
+                "version = 2\nroot = {:?}\nstate = {:?}\n[grpc]\n  address = {:?}\n\
+                 [plugins.\"io.containerd.grpc.v1.cri\"]\n  disable_tcp_service = true\n",
+                s(&d.join("root")),
+                s(&d.join("state")),
+                s(&d.join("c.sock"))
+            ),
+        )
+        .unwrap();
+        let log = std::fs::File::create(d.join("log")).unwrap();
+        let child = std::process::Command::new("containerd")
+            .arg("--config")
+            .arg(d.join("config.toml"))
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("run containerd (installed by scripts/deps.sh)");
+        let c = Containerd { child, dir };
+        for _ in 0..100 {
+            if c.ctr(&["version"]).status.success() {
+                return c;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        panic!(
+            "containerd did not answer within 10 s; its log:\n{}",
+            std::fs::read_to_string(c.dir.path().join("log")).unwrap_or_default()
+        );
+    }
+
+    fn ctr(&self, args: &[&str]) -> std::process::Output {
+        std::process::Command::new("ctr")
+            .arg("--address")
+            .arg(self.dir.path().join("c.sock"))
+            .args(args)
+            .output()
+            .expect("run ctr (installed with containerd by scripts/deps.sh)")
+    }
+}
+
+impl Drop for Containerd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn containerd_pulls_with_a_user_through_the_token_flow() {
+    let sb = Sandbox::new();
+    let server = start(&sb);
+    let reg = host(&server);
+    let admin = Sandbox::new();
+    login(&admin, &reg, "admin");
+    let d = sb.path().join("model");
+    model(&d, 6);
+    ok(
+        admin.sealvol(&reg, &["push", s(&d), "bdn:weights/c"]),
+        "push",
+    );
+    ok(
+        admin.sealvol(&reg, &["push", s(&d), "bdn:other/c"]),
+        "push other",
+    );
+
+    let ctd = Containerd::start();
+    let pull = |user: Option<&str>, repo: &str| {
+        let image = format!("{reg}/{repo}:head");
+        let mut args = vec!["images", "pull", "--plain-http"];
+        let creds;
+        if let Some(u) = user {
+            creds = format!("{u}:{PASSWORD}");
+            args.extend(["--user", creds.as_str()]);
+        }
+        args.push(&image);
+        ctd.ctr(&args)
+    };
+    let out = pull(Some("reader"), "weights/c");
+    assert!(
+        out.status.success(),
+        "ctr pull as the reader: {}",
+        stderr(&out)
+    );
+    let listed = ctd.ctr(&["images", "ls", "-q"]);
+    assert!(
+        String::from_utf8_lossy(&listed.stdout).contains(&format!("{reg}/weights/c:head")),
+        "{listed:?}"
+    );
+    assert!(
+        !pull(None, "weights/c").status.success(),
+        "anonymous ctr pull"
+    );
+    assert!(
+        !pull(Some("reader"), "other/c").status.success(),
+        "a namespace the reader may not pull"
+    );
+}
