@@ -1,7 +1,10 @@
 //! The sync API's handlers (SPEC.md §8.3): creating a job checks all it
 //! can without the source (URI, destination, globs, secret, `dir://`
 //! policy) so a typo is a 400 rather than a failed job; cancel takes the
-//! commit lock so a job is either sealed or canceled, never both. Routing
+//! commit lock so a job is either sealed or canceled, never both. A job is
+//! read with `pull` and created or canceled with `push` on its destination
+//! (SPEC.md §7.5), decided here since the destination is in the body or
+//! the record; secrets are admin-only, decided by the auth layer. Routing
 //! is `volume_api`'s; running jobs is [`crate::sync_runner`]'s.
 
 use std::sync::atomic::Ordering;
@@ -11,7 +14,9 @@ use sealvol_spec::filter::Filter;
 use sealvol_spec::Tag;
 use sealvol_sync::SourceOptions;
 
+use crate::access::Action;
 use crate::app::App;
+use crate::auth::Caller;
 use crate::error::{Code, RegistryError, Result};
 use crate::sync_jobs::{SyncJob, SyncProgress, SyncState};
 
@@ -30,7 +35,13 @@ pub(crate) fn view(app: &App, mut job: SyncJob) -> api::SyncJob {
     job.view()
 }
 
-pub(crate) async fn create(app: &App, body: api::SyncRequest) -> Result<api::SyncJob> {
+/// `POST /api/v1/syncs`.
+pub(crate) async fn create(
+    app: &App,
+    caller: &Caller,
+    body: api::SyncRequest,
+) -> Result<api::SyncJob> {
+    caller.check(&body.dest.name, Action::Push)?;
     sealvol_sync::open(&body.source, &SourceOptions::default()).map_err(|e| invalid(e.message))?;
     if let Some(why) = app
         .syncs
@@ -91,7 +102,39 @@ pub(crate) async fn create(app: &App, body: api::SyncRequest) -> Result<api::Syn
     Ok(job.view())
 }
 
-pub(crate) async fn cancel(app: &App, id: String) -> Result<api::Canceled> {
+/// `GET /api/v1/syncs[?dest=NAME]`: the jobs whose destination the caller
+/// may pull, newest first.
+pub(crate) async fn list(
+    app: &App,
+    caller: &Caller,
+    dest: Option<String>,
+) -> Result<api::SyncList> {
+    let jobs = app.meta(move |m| m.syncs(dest.as_deref())).await?;
+    let syncs = jobs
+        .into_iter()
+        .filter(|j| caller.sees(&j.dest.name))
+        .map(|j| view(app, j))
+        .collect();
+    Ok(api::SyncList { syncs })
+}
+
+/// The job `id`, if the caller may do `action` to its destination.
+async fn job_for(app: &App, caller: &Caller, id: &str, action: Action) -> Result<SyncJob> {
+    let i = id.to_string();
+    let job = app.meta(move |m| m.sync(&i)).await?;
+    let job = job.ok_or_else(|| unknown_sync(id))?;
+    caller.check(&job.dest.name, action)?;
+    Ok(job)
+}
+
+/// `GET /api/v1/syncs/ID`.
+pub(crate) async fn describe(app: &App, caller: &Caller, id: &str) -> Result<api::SyncJob> {
+    Ok(view(app, job_for(app, caller, id, Action::Pull).await?))
+}
+
+/// `POST /api/v1/syncs/ID/cancel`.
+pub(crate) async fn cancel(app: &App, caller: &Caller, id: String) -> Result<api::Canceled> {
+    job_for(app, caller, &id, Action::Push).await?;
     let _commit = app.syncs.commit.lock().await;
     let now = app.now();
     let i = id.clone();
@@ -118,6 +161,49 @@ pub(crate) async fn cancel(app: &App, id: String) -> Result<api::Canceled> {
         changed,
         sync: view(app, job),
     })
+}
+
+/// Largest secret value (SPEC.md §8.3).
+const MAX_SECRET: usize = 64 << 10;
+
+/// `GET /api/v1/secrets`: names only.
+pub(crate) async fn list_secrets(app: &App) -> Result<api::SecretList> {
+    let secrets = app.meta(|m| m.secret_names()).await?;
+    Ok(api::SecretList { secrets })
+}
+
+fn secret_name(name: &str) -> Result<String> {
+    Ok(name
+        .parse::<api::SecretName>()
+        .map_err(|e| invalid(e.to_string()))?
+        .to_string())
+}
+
+/// `PUT /api/v1/secrets/NAME`: the value is the body, at most 64 KiB.
+pub(crate) async fn set_secret(app: &App, name: &str, body: axum::body::Body) -> Result<()> {
+    let name = secret_name(name)?;
+    let value = axum::body::to_bytes(body, MAX_SECRET)
+        .await
+        .map_err(|_| invalid(format!("a secret is at most {MAX_SECRET} bytes")))?;
+    if value.is_empty() {
+        return Err(invalid("a secret cannot be empty"));
+    }
+    app.meta(move |m| m.set_secret(&name, &value)).await?;
+    Ok(())
+}
+
+/// `DELETE /api/v1/secrets/NAME`.
+pub(crate) async fn delete_secret(app: &App, name: &str) -> Result<()> {
+    let name = secret_name(name)?;
+    let n = name.clone();
+    if app.meta(move |m| m.delete_secret(&n)).await? {
+        Ok(())
+    } else {
+        Err(RegistryError::new(
+            Code::SecretUnknown,
+            format!("secret {name} is not on this registry"),
+        ))
+    }
 }
 
 pub(crate) fn unknown_sync(id: &str) -> RegistryError {

@@ -10,7 +10,6 @@ use axum::response::{IntoResponse, Response};
 use sealvol_spec::api;
 use serde::Deserialize;
 
-use crate::access::Action;
 use crate::app::App;
 use crate::error::{Code, RegistryError, Result};
 use crate::volumes::rfc3339;
@@ -329,36 +328,20 @@ async fn handle(app: &Arc<App>, route: Route, req: Request) -> Result<Response> 
         (Route::Syncs, Method::POST) => {
             let caller = crate::auth::caller(&req);
             let b: api::SyncRequest = body(req).await?;
-            caller.check(&b.dest.name, Action::Push)?;
-            json_response(StatusCode::CREATED, crate::sync_api::create(app, b).await?)
+            json_response(
+                StatusCode::CREATED,
+                crate::sync_api::create(app, &caller, b).await?,
+            )
         }
         (Route::Syncs, Method::GET) => {
             let dest = query_value(&req, "dest").map(|d| percent_decode(&d));
-            let caller = crate::auth::caller(&req);
-            let jobs = app.meta(move |m| m.syncs(dest.as_deref())).await?;
-            let syncs = jobs
-                .into_iter()
-                .filter(|j| caller.sees(&j.dest.name))
-                .map(|j| crate::sync_api::view(app, j))
-                .collect();
-            ok(api::SyncList { syncs })
+            ok(crate::sync_api::list(app, &crate::auth::caller(&req), dest).await?)
         }
         (Route::Sync(id), Method::GET) => {
-            let i = id.clone();
-            match app.meta(move |m| m.sync(&i)).await? {
-                Some(j) => {
-                    crate::auth::caller(&req).check(&j.dest.name, Action::Pull)?;
-                    ok(crate::sync_api::view(app, j))
-                }
-                None => Err(crate::sync_api::unknown_sync(&id)),
-            }
+            ok(crate::sync_api::describe(app, &crate::auth::caller(&req), &id).await?)
         }
         (Route::SyncCancel(id), Method::POST) => {
-            let i = id.clone();
-            let job = app.meta(move |m| m.sync(&i)).await?;
-            let job = job.ok_or_else(|| crate::sync_api::unknown_sync(&id))?;
-            crate::auth::caller(&req).check(&job.dest.name, Action::Push)?;
-            ok(crate::sync_api::cancel(app, id).await?)
+            ok(crate::sync_api::cancel(app, &crate::auth::caller(&req), id).await?)
         }
         (Route::Keys, Method::GET) => ok(api::ApiKeyList {
             keys: lifecycle(app, |m| m.keys()).await?,
@@ -374,46 +357,18 @@ async fn handle(app: &Arc<App>, route: Route, req: Request) -> Result<Response> 
             lifecycle(app, move |m| m.delete_key(&id)).await?;
             Ok(StatusCode::NO_CONTENT.into_response())
         }
-        (Route::Secrets, Method::GET) => {
-            let secrets = app.meta(|m| m.secret_names()).await?;
-            ok(api::SecretList { secrets })
+        (Route::Secrets, Method::GET) => ok(crate::sync_api::list_secrets(app).await?),
+        (Route::Secret(name), Method::PUT) => {
+            crate::sync_api::set_secret(app, &name, req.into_body()).await?;
+            Ok(StatusCode::NO_CONTENT.into_response())
         }
-        (Route::Secret(name), m) => {
-            let name = name
-                .parse::<api::SecretName>()
-                .map_err(|e| invalid(e.to_string()))?
-                .to_string();
-            match m {
-                Method::PUT => {
-                    let value = axum::body::to_bytes(req.into_body(), MAX_SECRET)
-                        .await
-                        .map_err(|_| invalid(format!("a secret is at most {MAX_SECRET} bytes")))?;
-                    if value.is_empty() {
-                        return Err(invalid("a secret cannot be empty"));
-                    }
-                    app.meta(move |m| m.set_secret(&name, &value)).await?;
-                    Ok(StatusCode::NO_CONTENT.into_response())
-                }
-                Method::DELETE => {
-                    let n = name.clone();
-                    if app.meta(move |m| m.delete_secret(&n)).await? {
-                        Ok(StatusCode::NO_CONTENT.into_response())
-                    } else {
-                        Err(RegistryError::new(
-                            Code::SecretUnknown,
-                            format!("secret {name} is not on this registry"),
-                        ))
-                    }
-                }
-                _ => unsupported(),
-            }
+        (Route::Secret(name), Method::DELETE) => {
+            crate::sync_api::delete_secret(app, &name).await?;
+            Ok(StatusCode::NO_CONTENT.into_response())
         }
         _ => unsupported(),
     }
 }
-
-/// Largest secret value (SPEC.md §8.3).
-const MAX_SECRET: usize = 64 << 10;
 
 fn percent_decode(s: &str) -> String {
     percent_encoding::percent_decode_str(s)
