@@ -362,6 +362,22 @@ fn real_clients_log_in_push_pull_and_copy() {
             .expect("run skopeo (installed by scripts/deps.sh)")
     };
     let src = format!("docker://{reg}/weights/m:head");
+    // skopeo with --authfile: the config.json `sealvol login` wrote (the
+    // writer's), read by skopeo alone.
+    let authfile = sb.docker_config().join("config.json");
+    let out = Sandbox::new()
+        .command("skopeo")
+        .args([
+            "inspect",
+            "--raw",
+            "--tls-verify=false",
+            "--authfile",
+            s(&authfile),
+            &src,
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "skopeo --authfile: {}", stderr(&out));
     let dst = format!("docker://{reg}/copies/m:head");
     let out = skopeo(&[
         "copy",
