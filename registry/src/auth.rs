@@ -219,11 +219,27 @@ impl Caller {
 /// layer (never in `sealvol serve`) gets an anonymous caller with no
 /// rights, so a missing layer fails closed.
 pub fn caller(req: &Request) -> Caller {
-    req.extensions().get::<Caller>().cloned().unwrap_or(Caller {
+    caller_of(req.extensions())
+}
+
+fn caller_of(extensions: &axum::http::Extensions) -> Caller {
+    extensions.get::<Caller>().cloned().unwrap_or(Caller {
         subject: Subject::Anonymous,
         grant: None,
         auth: Arc::new(Auth::new(Policy::default(), None, None, None, Vec::new())),
     })
+}
+
+/// Handlers take the caller as an extractor.
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Caller {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        _: &S,
+    ) -> Result<Caller, Self::Rejection> {
+        Ok(caller_of(&parts.extensions))
+    }
 }
 
 fn denied_line(subject: &Subject, repository: &str, action: &str) {

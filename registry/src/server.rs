@@ -11,7 +11,7 @@ use axum::extract::{DefaultBodyLimit, Request};
 use axum::http::HeaderValue;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{any, get};
+use axum::routing::get;
 use axum::Router;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use serde::Deserialize;
@@ -231,8 +231,7 @@ pub fn router(
             "/metrics",
             get(move || async move { prometheus.render().into_response() }),
         )
-        .route("/api/v1", any(crate::volume_api::dispatch))
-        .route("/api/v1/{*rest}", any(crate::volume_api::dispatch))
+        .merge(crate::volume_api::router())
         .fallback(dispatch)
         .with_state(app)
         .route(

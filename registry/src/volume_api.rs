@@ -4,19 +4,26 @@
 
 use std::sync::Arc;
 
-use axum::extract::{Request, State};
+use axum::body::Body;
+use axum::extract::{FromRequestParts, Path, RawQuery, State};
+use axum::http::request::Parts;
 use axum::http::{header, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
+use axum::routing::{any, delete, get, post, put, MethodRouter};
+use axum::Router;
 use sealvol_spec::api;
 use serde::Deserialize;
 
 use crate::app::App;
+use crate::auth::Caller;
 use crate::error::{Code, RegistryError, Result};
 use crate::volumes::rfc3339;
 
 /// Largest request body the API reads.
 const MAX_BODY: usize = 64 << 10;
 
+/// The endpoint a path names, for the access table
+/// ([`crate::access::need`]); the router above serves the same paths.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Route {
     Root,
@@ -74,20 +81,15 @@ pub(crate) fn route(path: &str) -> Option<Route> {
             Route::Secret(name.to_string())
         }
         _ => {
-            let vol = rest.strip_prefix("volumes/")?;
-            let Some((name, sub)) = vol.split_once("/-/") else {
-                return Some(Route::Volume(vol.to_string()));
-            };
-            let name = name.to_string();
-            let segs: Vec<&str> = sub.split('/').collect();
-            match segs.as_slice() {
-                ["versions"] => Route::Versions(name),
-                ["versions", d] => Route::Version(name, d.to_string()),
-                ["versions", d, "restore"] => Route::Restore(name, d.to_string()),
-                ["tags", t] => Route::Tag(name, t.to_string()),
-                ["claim"] => Route::Claim(name),
-                ["claim", t] => Route::ClaimToken(name, t.to_string()),
-                _ => return None,
+            let (name, sub) = split_volume_path(rest.strip_prefix("volumes/")?)?;
+            match sub {
+                RawSub::Volume => Route::Volume(name),
+                RawSub::Versions => Route::Versions(name),
+                RawSub::Version(d) => Route::Version(name, d),
+                RawSub::Restore(d) => Route::Restore(name, d),
+                RawSub::Tag(t) => Route::Tag(name, t),
+                RawSub::Claim => Route::Claim(name),
+                RawSub::ClaimToken(t) => Route::ClaimToken(name, t),
             }
         }
     })
@@ -136,15 +138,15 @@ fn check_digest(d: &str) -> Result<()> {
     }
 }
 
-fn query_flag(req: &Request, key: &str) -> bool {
-    req.uri().query().is_some_and(|q| {
+fn query_flag(query: Option<&str>, key: &str) -> bool {
+    query.is_some_and(|q| {
         q.split('&')
             .any(|kv| kv == key || kv == format!("{key}=true") || kv == format!("{key}=1"))
     })
 }
 
-fn query_value(req: &Request, key: &str) -> Option<String> {
-    req.uri().query()?.split('&').find_map(|kv| {
+fn query_value(query: Option<&str>, key: &str) -> Option<String> {
+    query?.split('&').find_map(|kv| {
         kv.split_once('=')
             .filter(|(k, _)| *k == key)
             .map(|(_, v)| v.to_string())
@@ -160,8 +162,8 @@ fn ok(v: impl serde::Serialize) -> Result<Response> {
     json_response(StatusCode::OK, v)
 }
 
-async fn body<T: for<'de> Deserialize<'de>>(req: Request) -> Result<T> {
-    let bytes = axum::body::to_bytes(req.into_body(), MAX_BODY)
+async fn body<T: for<'de> Deserialize<'de>>(req_body: Body) -> Result<T> {
+    let bytes = axum::body::to_bytes(req_body, MAX_BODY)
         .await
         .map_err(|_| invalid(format!("request body is larger than {MAX_BODY} bytes")))?;
     let bytes = if bytes.is_empty() {
@@ -184,112 +186,241 @@ fn parse_time(t: Option<&str>) -> Result<Option<u64>> {
     ))
 }
 
-/// The one handler behind every `/api/v1` path.
-pub async fn dispatch(State(app): State<Arc<App>>, req: Request) -> Response {
-    let result = match route(req.uri().path()) {
-        None => Err(RegistryError::with_status(
-            Code::Unsupported,
-            StatusCode::NOT_FOUND,
-            "no such endpoint",
-        )),
-        Some(r) => handle(&app, r, req).await,
-    };
-    result.unwrap_or_else(IntoResponse::into_response)
+/// The volume API's routes (SPEC.md §7.3, §8.3): each path and method to
+/// its handler. A path this API lacks answers 404 and a method a path does
+/// not take 405, both `UNSUPPORTED`, so a client can tell "no such API"
+/// from a refusal.
+pub fn router() -> Router<Arc<App>> {
+    let r = |m: MethodRouter<Arc<App>>| m.fallback(method_not_supported);
+    Router::new()
+        .route("/api/v1", r(get(api_info)))
+        .route("/api/v1/", r(get(api_info)))
+        .route("/api/v1/namespaces", r(get(namespaces)))
+        .route("/api/v1/volumes", r(get(volumes)))
+        .route("/api/v1/volumes/{*path}", any(volume))
+        .route("/api/v1/gc", r(post(gc)))
+        .route("/api/v1/keys", r(get(list_keys).post(create_key)))
+        .route("/api/v1/keys/{id}", r(delete(revoke_key)))
+        .route("/api/v1/syncs", r(get(list_syncs).post(create_sync)))
+        .route("/api/v1/syncs/{id}", r(get(describe_sync)))
+        .route("/api/v1/syncs/{id}/cancel", r(post(cancel_sync)))
+        .route("/api/v1/secrets", r(get(list_secrets)))
+        .route(
+            "/api/v1/secrets/{name}",
+            r(put(set_secret).delete(delete_secret)),
+        )
+        .route("/api/v1/{*rest}", any(no_such_endpoint))
 }
 
-async fn handle(app: &Arc<App>, route: Route, req: Request) -> Result<Response> {
-    let method = req.method().clone();
+async fn no_such_endpoint() -> RegistryError {
+    RegistryError::with_status(Code::Unsupported, StatusCode::NOT_FOUND, "no such endpoint")
+}
+
+async fn method_not_supported() -> RegistryError {
+    RegistryError::new(Code::Unsupported, "method not supported on this endpoint")
+}
+
+/// A volume's name from a path, checked once (SPEC.md §1.1:
+/// `namespace/volume`, each component a name component).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct VolumeName(String);
+
+impl std::str::FromStr for VolumeName {
+    type Err = RegistryError;
+    fn from_str(name: &str) -> Result<VolumeName> {
+        check_name(name)?;
+        Ok(VolumeName(name.to_string()))
+    }
+}
+
+impl std::ops::Deref for VolumeName {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+/// A version's digest in a path: `b3:<64 hex>` or `sha256:<64 hex>`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct VersionDigest(String);
+
+impl std::str::FromStr for VersionDigest {
+    type Err = RegistryError;
+    fn from_str(d: &str) -> Result<VersionDigest> {
+        check_digest(d)?;
+        Ok(VersionDigest(d.to_string()))
+    }
+}
+
+/// What follows a volume's name (after the `-` segment), typed.
+#[derive(Debug)]
+pub(crate) enum VolumeSub {
+    Volume,
+    Versions,
+    Version(VersionDigest),
+    Restore(VersionDigest),
+    Tag(sealvol_spec::Tag),
+    Claim,
+    ClaimToken(String),
+}
+
+/// `/api/v1/volumes/NAME[/-/…]`, parsed once: the name checked, digests
+/// and tags typed. The split is [`split_volume_path`]'s, which the access
+/// table uses too.
+pub(crate) struct VolumePath {
+    pub name: VolumeName,
+    pub sub: VolumeSub,
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for VolumePath {
+    type Rejection = RegistryError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<VolumePath> {
+        let Path(path) = Path::<String>::from_request_parts(parts, state)
+            .await
+            .map_err(|e| invalid(e.body_text()))?;
+        let Some((name, raw)) = split_volume_path(&path) else {
+            return Err(no_such_endpoint().await);
+        };
+        let sub = match raw {
+            RawSub::Volume => VolumeSub::Volume,
+            RawSub::Versions => VolumeSub::Versions,
+            RawSub::Version(d) => VolumeSub::Version(d.parse()?),
+            RawSub::Restore(d) => VolumeSub::Restore(d.parse()?),
+            RawSub::Tag(t) => VolumeSub::Tag(
+                t.parse()
+                    .map_err(|e: sealvol_spec::reference::RefError| invalid(e.to_string()))?,
+            ),
+            RawSub::Claim => VolumeSub::Claim,
+            RawSub::ClaimToken(t) => VolumeSub::ClaimToken(t),
+        };
+        Ok(VolumePath {
+            name: name.parse()?,
+            sub,
+        })
+    }
+}
+
+/// What follows a volume's name, as the path spells it.
+pub(crate) enum RawSub {
+    Volume,
+    Versions,
+    Version(String),
+    Restore(String),
+    Tag(String),
+    Claim,
+    ClaimToken(String),
+}
+
+/// Splits `NAME[/-/SUB]` (the part after `/api/v1/volumes/`): a name holds
+/// slashes, so the segment `-`, which no name component can be, ends it.
+pub(crate) fn split_volume_path(path: &str) -> Option<(String, RawSub)> {
+    let Some((name, sub)) = path.split_once("/-/") else {
+        return Some((path.to_string(), RawSub::Volume));
+    };
+    let segs: Vec<&str> = sub.split('/').collect();
+    let sub = match segs.as_slice() {
+        ["versions"] => RawSub::Versions,
+        ["versions", d] => RawSub::Version(d.to_string()),
+        ["versions", d, "restore"] => RawSub::Restore(d.to_string()),
+        ["tags", t] => RawSub::Tag(t.to_string()),
+        ["claim"] => RawSub::Claim,
+        ["claim", t] => RawSub::ClaimToken(t.to_string()),
+        _ => return None,
+    };
+    Some((name.to_string(), sub))
+}
+
+/// `GET /api/v1`.
+async fn api_info(State(app): State<Arc<App>>) -> Result<Response> {
+    ok(api::ApiInfo {
+        api: api::API.to_string(),
+        retention_seconds: app.policy.retention_seconds,
+        gc_grace_seconds: app.policy.gc_grace_seconds,
+        claim_ttl_seconds: app.policy.claim_ttl_seconds,
+    })
+}
+
+/// `GET /api/v1/namespaces`: those holding a volume the caller may pull.
+async fn namespaces(State(app): State<Arc<App>>, caller: Caller) -> Result<Response> {
+    let namespaces = lifecycle(&app, move |m| m.namespaces(|v| caller.sees(v))).await?;
+    ok(api::NamespaceList { namespaces })
+}
+
+/// `GET /api/v1/volumes[?namespace=NS]`: those the caller may pull.
+async fn volumes(
+    State(app): State<Arc<App>>,
+    caller: Caller,
+    RawQuery(q): RawQuery,
+) -> Result<Response> {
+    let ns = query_value(q.as_deref(), "namespace");
+    let mut volumes = lifecycle(&app, move |m| m.volumes(ns.as_deref())).await?;
+    volumes.retain(|v| caller.sees(&v.name));
+    ok(api::VolumeList { volumes })
+}
+
+/// `POST /api/v1/gc[?dry_run=true]`.
+async fn gc(State(app): State<Arc<App>>, RawQuery(q): RawQuery) -> Result<Response> {
+    let dry_run = query_flag(q.as_deref(), "dry_run");
+    ok(crate::gc::collect(&app, dry_run).await?)
+}
+
+/// Every `/api/v1/volumes/NAME[/-/…]` endpoint, by what follows the name
+/// and the method.
+async fn volume(
+    State(app): State<Arc<App>>,
+    VolumePath { name, sub }: VolumePath,
+    method: Method,
+    RawQuery(q): RawQuery,
+    req_body: Body,
+) -> Result<Response> {
+    let app = &app;
     let retention = app.policy.retention_seconds;
     let now = app.now();
-    match (route, method) {
-        (Route::Root, Method::GET) => ok(api::ApiInfo {
-            api: api::API.to_string(),
-            retention_seconds: retention,
-            gc_grace_seconds: app.policy.gc_grace_seconds,
-            claim_ttl_seconds: app.policy.claim_ttl_seconds,
-        }),
-        (Route::Namespaces, Method::GET) => {
-            let caller = crate::auth::caller(&req);
-            let namespaces = lifecycle(app, move |m| m.namespaces(|v| caller.sees(v))).await?;
-            ok(api::NamespaceList { namespaces })
+    let name = name.0;
+    match (sub, method) {
+        (VolumeSub::Volume, Method::GET) => ok(lifecycle(app, move |m| m.volume(&name)).await?),
+        (VolumeSub::Volume, Method::PATCH) => {
+            let b: api::VolumePatch = body(req_body).await?;
+            let at = parse_time(b.expires_at.as_deref())?;
+            ok(lifecycle(app, move |m| m.set_volume_expiry(&name, at, now)).await?)
         }
-        (Route::Volumes, Method::GET) => {
-            let ns = query_value(&req, "namespace");
-            let caller = crate::auth::caller(&req);
-            let mut volumes = lifecycle(app, move |m| m.volumes(ns.as_deref())).await?;
-            volumes.retain(|v| caller.sees(&v.name));
-            ok(api::VolumeList { volumes })
+        (VolumeSub::Volume, Method::DELETE) => {
+            let tombstoned =
+                lifecycle(app, move |m| m.delete_volume(&name, now, retention)).await?;
+            ok(api::Tombstoned { tombstoned })
         }
-        (Route::Gc, Method::POST) => {
-            let dry_run = query_flag(&req, "dry_run");
-            ok(crate::gc::collect(app, dry_run).await?)
-        }
-        (Route::Volume(name), m) => {
-            check_name(&name)?;
-            match m {
-                Method::GET => ok(lifecycle(app, move |m| m.volume(&name)).await?),
-                Method::PATCH => {
-                    let b: api::VolumePatch = body(req).await?;
-                    let at = parse_time(b.expires_at.as_deref())?;
-                    ok(lifecycle(app, move |m| m.set_volume_expiry(&name, at, now)).await?)
-                }
-                Method::DELETE => {
-                    let tombstoned =
-                        lifecycle(app, move |m| m.delete_volume(&name, now, retention)).await?;
-                    ok(api::Tombstoned { tombstoned })
-                }
-                _ => unsupported(),
-            }
-        }
-        (Route::Versions(name), Method::GET) => {
-            check_name(&name)?;
-            let all = query_flag(&req, "include_tombstoned");
+        (VolumeSub::Versions, Method::GET) => {
+            let all = query_flag(q.as_deref(), "include_tombstoned");
             let versions = lifecycle(app, move |m| m.versions(&name, all, retention)).await?;
             ok(api::VersionList { versions })
         }
-        (Route::Version(name, d), m) => {
-            check_name(&name)?;
-            check_digest(&d)?;
-            match m {
-                Method::GET => ok(lifecycle(app, move |m| m.version(&name, &d, retention)).await?),
-                Method::DELETE => {
-                    ok(
-                        lifecycle(app, move |m| m.delete_version(&name, &d, now, retention))
-                            .await?,
-                    )
-                }
-                _ => unsupported(),
-            }
+        (VolumeSub::Version(d), Method::GET) => {
+            ok(lifecycle(app, move |m| m.version(&name, &d.0, retention)).await?)
         }
-        (Route::Restore(name, d), Method::POST) => {
-            check_name(&name)?;
-            check_digest(&d)?;
+        (VolumeSub::Version(d), Method::DELETE) => {
+            ok(lifecycle(app, move |m| m.delete_version(&name, &d.0, now, retention)).await?)
+        }
+        (VolumeSub::Restore(d), Method::POST) => {
             // Restoring puts manifests back that garbage collection may be
             // sweeping; wait for it.
             let _sweep = app.sweep.read().await;
-            ok(lifecycle(app, move |m| m.restore_version(&name, &d, now, retention)).await?)
+            ok(lifecycle(app, move |m| m.restore_version(&name, &d.0, now, retention)).await?)
         }
-        (Route::Tag(name, tag), m) => {
-            check_name(&name)?;
-            tag.parse::<sealvol_spec::Tag>()
-                .map_err(|e| invalid(e.to_string()))?;
-            match m {
-                Method::PUT => {
-                    let b: api::TagRequest = body(req).await?;
-                    check_digest(&b.digest)?;
-                    let at = parse_time(b.expires_at.as_deref())?;
-                    ok(lifecycle(app, move |m| m.set_tag(&name, &tag, &b.digest, at, now)).await?)
-                }
-                Method::DELETE => {
-                    lifecycle(app, move |m| m.remove_user_tag(&name, &tag, now)).await?;
-                    Ok(StatusCode::NO_CONTENT.into_response())
-                }
-                _ => unsupported(),
-            }
+        (VolumeSub::Tag(tag), Method::PUT) => {
+            let b: api::TagRequest = body(req_body).await?;
+            check_digest(&b.digest)?;
+            let at = parse_time(b.expires_at.as_deref())?;
+            let tag = tag.to_string();
+            ok(lifecycle(app, move |m| m.set_tag(&name, &tag, &b.digest, at, now)).await?)
         }
-        (Route::Claim(name), Method::POST) => {
-            check_name(&name)?;
-            let b: api::ClaimRequest = body(req).await?;
+        (VolumeSub::Tag(tag), Method::DELETE) => {
+            let tag = tag.to_string();
+            lifecycle(app, move |m| m.remove_user_tag(&name, &tag, now)).await?;
+            Ok(StatusCode::NO_CONTENT.into_response())
+        }
+        (VolumeSub::Claim, Method::POST) => {
+            let b: api::ClaimRequest = body(req_body).await?;
             let ttl = app.policy.claim_ttl_seconds;
             match app.claims.acquire(&name, &b.holder, now, ttl) {
                 Ok(c) => json_response(StatusCode::CREATED, claim_view(c, ttl)),
@@ -307,67 +438,111 @@ async fn handle(app: &Arc<App>, route: Route, req: Request) -> Result<Response> 
                 )),
             }
         }
-        (Route::ClaimToken(name, token), m) => {
-            check_name(&name)?;
+        (VolumeSub::ClaimToken(token), Method::PUT) => {
             let ttl = app.policy.claim_ttl_seconds;
-            match m {
-                Method::PUT => match app.claims.renew(&name, &token, now, ttl) {
-                    Some(c) => ok(claim_view(c, ttl)),
-                    None => Err(RegistryError::new(
-                        Code::ClaimUnknown,
-                        format!("the push claim on {name} lapsed or was never held"),
-                    )),
-                },
-                Method::DELETE => {
-                    app.claims.release(&name, &token);
-                    Ok(StatusCode::NO_CONTENT.into_response())
-                }
-                _ => unsupported(),
+            match app.claims.renew(&name, &token, now, ttl) {
+                Some(c) => ok(claim_view(c, ttl)),
+                None => Err(RegistryError::new(
+                    Code::ClaimUnknown,
+                    format!("the push claim on {name} lapsed or was never held"),
+                )),
             }
         }
-        (Route::Syncs, Method::POST) => {
-            let caller = crate::auth::caller(&req);
-            let b: api::SyncRequest = body(req).await?;
-            json_response(
-                StatusCode::CREATED,
-                crate::sync_api::create(app, &caller, b).await?,
-            )
-        }
-        (Route::Syncs, Method::GET) => {
-            let dest = query_value(&req, "dest").map(|d| percent_decode(&d));
-            ok(crate::sync_api::list(app, &crate::auth::caller(&req), dest).await?)
-        }
-        (Route::Sync(id), Method::GET) => {
-            ok(crate::sync_api::describe(app, &crate::auth::caller(&req), &id).await?)
-        }
-        (Route::SyncCancel(id), Method::POST) => {
-            ok(crate::sync_api::cancel(app, &crate::auth::caller(&req), id).await?)
-        }
-        (Route::Keys, Method::GET) => ok(api::ApiKeyList {
-            keys: lifecycle(app, |m| m.keys()).await?,
-        }),
-        (Route::Keys, Method::POST) => {
-            let by = crate::auth::caller(&req).subject.name().to_string();
-            let b: api::ApiKeyRequest = body(req).await?;
-            let expires = parse_time(b.expires_at.as_deref())?;
-            let key = lifecycle(app, move |m| m.create_key(&b, expires, &by, now)).await?;
-            json_response(StatusCode::CREATED, key)
-        }
-        (Route::Key(id), Method::DELETE) => {
-            lifecycle(app, move |m| m.delete_key(&id)).await?;
+        (VolumeSub::ClaimToken(token), Method::DELETE) => {
+            app.claims.release(&name, &token);
             Ok(StatusCode::NO_CONTENT.into_response())
         }
-        (Route::Secrets, Method::GET) => ok(crate::sync_api::list_secrets(app).await?),
-        (Route::Secret(name), Method::PUT) => {
-            crate::sync_api::set_secret(app, &name, req.into_body()).await?;
-            Ok(StatusCode::NO_CONTENT.into_response())
-        }
-        (Route::Secret(name), Method::DELETE) => {
-            crate::sync_api::delete_secret(app, &name).await?;
-            Ok(StatusCode::NO_CONTENT.into_response())
-        }
-        _ => unsupported(),
+        _ => Err(method_not_supported().await),
     }
+}
+
+/// `GET /api/v1/keys`.
+async fn list_keys(State(app): State<Arc<App>>) -> Result<Response> {
+    ok(api::ApiKeyList {
+        keys: lifecycle(&app, |m| m.keys()).await?,
+    })
+}
+
+/// `POST /api/v1/keys`: the answer holds the secret, once.
+async fn create_key(
+    State(app): State<Arc<App>>,
+    caller: Caller,
+    req_body: Body,
+) -> Result<Response> {
+    let by = caller.subject.name().to_string();
+    let b: api::ApiKeyRequest = body(req_body).await?;
+    let expires = parse_time(b.expires_at.as_deref())?;
+    let now = app.now();
+    let key = lifecycle(&app, move |m| m.create_key(&b, expires, &by, now)).await?;
+    json_response(StatusCode::CREATED, key)
+}
+
+/// `DELETE /api/v1/keys/ID`.
+async fn revoke_key(State(app): State<Arc<App>>, Path(id): Path<String>) -> Result<Response> {
+    lifecycle(&app, move |m| m.delete_key(&id)).await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+/// `POST /api/v1/syncs`.
+async fn create_sync(
+    State(app): State<Arc<App>>,
+    caller: Caller,
+    req_body: Body,
+) -> Result<Response> {
+    let b: api::SyncRequest = body(req_body).await?;
+    json_response(
+        StatusCode::CREATED,
+        crate::sync_api::create(&app, &caller, b).await?,
+    )
+}
+
+/// `GET /api/v1/syncs[?dest=NAME]`.
+async fn list_syncs(
+    State(app): State<Arc<App>>,
+    caller: Caller,
+    RawQuery(q): RawQuery,
+) -> Result<Response> {
+    let dest = query_value(q.as_deref(), "dest").map(|d| percent_decode(&d));
+    ok(crate::sync_api::list(&app, &caller, dest).await?)
+}
+
+/// `GET /api/v1/syncs/ID`.
+async fn describe_sync(
+    State(app): State<Arc<App>>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Response> {
+    ok(crate::sync_api::describe(&app, &caller, &id).await?)
+}
+
+/// `POST /api/v1/syncs/ID/cancel`.
+async fn cancel_sync(
+    State(app): State<Arc<App>>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Response> {
+    ok(crate::sync_api::cancel(&app, &caller, id).await?)
+}
+
+/// `GET /api/v1/secrets`.
+async fn list_secrets(State(app): State<Arc<App>>) -> Result<Response> {
+    ok(crate::sync_api::list_secrets(&app).await?)
+}
+
+/// `PUT /api/v1/secrets/NAME`.
+async fn set_secret(
+    State(app): State<Arc<App>>,
+    Path(name): Path<String>,
+    req_body: Body,
+) -> Result<Response> {
+    crate::sync_api::set_secret(&app, &name, req_body).await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+/// `DELETE /api/v1/secrets/NAME`.
+async fn delete_secret(State(app): State<Arc<App>>, Path(name): Path<String>) -> Result<Response> {
+    crate::sync_api::delete_secret(&app, &name).await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
 }
 
 fn percent_decode(s: &str) -> String {
@@ -383,13 +558,6 @@ fn claim_view(c: crate::claims::Claim, ttl: u64) -> api::Claim {
         expires_at: Some(rfc3339(c.expires_at)),
         ttl_seconds: ttl,
     }
-}
-
-fn unsupported() -> Result<Response> {
-    Err(RegistryError::new(
-        Code::Unsupported,
-        "method not supported on this endpoint",
-    ))
 }
 
 /// Runs a metadata operation (volumes, keys) off the async threads.

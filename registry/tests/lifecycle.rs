@@ -1133,3 +1133,73 @@ fn tags_on_manifests_that_are_not_versions_are_not_the_volumes() {
         );
     });
 }
+
+/// The volume API's router answers paths it lacks with 404 and methods a
+/// path does not take with 405, both `UNSUPPORTED` (SPEC.md §7.2), and
+/// refuses a malformed name, digest or tag in a path before any handler
+/// runs.
+#[test]
+fn unknown_paths_methods_and_malformed_path_values_are_clear_errors() {
+    rt().block_on(async {
+        let reg = Reg::new(policy());
+        let code = |v: &Value| v["errors"][0]["code"].as_str().unwrap_or("").to_string();
+        let cases: [(Method, String, StatusCode, &str); 8] = [
+            (
+                Method::GET,
+                "/nonsense".into(),
+                StatusCode::NOT_FOUND,
+                "UNSUPPORTED",
+            ),
+            (
+                Method::GET,
+                "/volumes/w/a/-/nonsense".into(),
+                StatusCode::NOT_FOUND,
+                "UNSUPPORTED",
+            ),
+            (
+                Method::GET,
+                "/gc".into(),
+                StatusCode::METHOD_NOT_ALLOWED,
+                "UNSUPPORTED",
+            ),
+            (
+                Method::POST,
+                "/volumes/w/a".into(),
+                StatusCode::METHOD_NOT_ALLOWED,
+                "UNSUPPORTED",
+            ),
+            (
+                Method::GET,
+                "/volumes/onlyone".into(),
+                StatusCode::BAD_REQUEST,
+                "NAME_INVALID",
+            ),
+            (
+                Method::GET,
+                "/volumes/w/a/-/versions/b3:00".into(),
+                StatusCode::BAD_REQUEST,
+                "INVALID",
+            ),
+            (
+                Method::DELETE,
+                "/volumes/w/a/-/tags/bad%20tag".into(),
+                StatusCode::BAD_REQUEST,
+                "INVALID",
+            ),
+            (
+                Method::GET,
+                format!("/volumes/w/a/-/versions/b3:{}", "0".repeat(64)),
+                StatusCode::NOT_FOUND,
+                "VOLUME_UNKNOWN",
+            ),
+        ];
+        for (method, path, status, want) in cases {
+            let (s, v) = reg.api(method.clone(), &path, None).await;
+            assert_eq!(
+                (s, code(&v).as_str()),
+                (status, want),
+                "{method} {path}: {v}"
+            );
+        }
+    });
+}
