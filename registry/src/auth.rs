@@ -67,6 +67,9 @@ pub struct AuthConfig {
     pub default: Vec<Action>,
     #[serde(default)]
     pub access: Vec<AccessEntry>,
+    /// `[auth.groups]`: named sets of users that access entries grant to.
+    #[serde(default)]
+    pub groups: HashMap<String, Vec<String>>,
     /// Lifetime of the tokens `/token` issues (default 300).
     pub token_ttl_seconds: Option<u64>,
     /// The key tokens are signed with (hex, 32+ bytes); default
@@ -304,7 +307,8 @@ impl Auth {
             config.anonymous.clone(),
             config.default.clone(),
             config.access.clone(),
-        )?;
+        )?
+        .with_groups(config.groups.clone())?;
         let key_file = config
             .signing_key_file
             .clone()

@@ -13,6 +13,7 @@
 use globset::{Glob, GlobBuilder, GlobMatcher};
 use serde::Deserialize;
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::access::Action;
@@ -27,6 +28,9 @@ pub struct AccessEntry {
     pub repositories: Vec<String>,
     #[serde(default)]
     pub users: Vec<String>,
+    /// Groups of `[auth.groups]` whose members get `actions` too.
+    #[serde(default)]
+    pub groups: Vec<String>,
     #[serde(default)]
     pub actions: Vec<Action>,
     /// What any authenticated caller may do here (default: nothing).
@@ -57,10 +61,11 @@ impl Subject {
 }
 
 #[derive(Debug, thiserror::Error)]
-#[error("[auth.access] repository pattern {pattern:?}: {message}")]
-pub struct PolicyError {
-    pattern: String,
-    message: String,
+pub enum PolicyError {
+    #[error("[auth.access] repository pattern {pattern:?}: {message}")]
+    Pattern { pattern: String, message: String },
+    #[error("[auth.access] names group {0:?}, which [auth.groups] does not define")]
+    UnknownGroup(String),
 }
 
 /// The compiled policy.
@@ -72,6 +77,8 @@ pub struct Policy {
     entries: Vec<(Vec<(String, GlobMatcher)>, AccessEntry)>,
     /// Everyone is an admin: the registry without `[auth]` on loopback.
     everyone_admin: bool,
+    /// `[auth.groups]`: group name -> its users.
+    groups: HashMap<String, Vec<String>>,
 }
 
 impl Policy {
@@ -88,7 +95,7 @@ impl Policy {
                 let glob: Glob = GlobBuilder::new(pattern)
                     .literal_separator(true)
                     .build()
-                    .map_err(|e| PolicyError {
+                    .map_err(|e| PolicyError::Pattern {
                         pattern: pattern.clone(),
                         message: e.kind().to_string(),
                     })?;
@@ -102,7 +109,33 @@ impl Policy {
             default,
             entries,
             everyone_admin: false,
+            groups: HashMap::new(),
         })
+    }
+
+    /// The policy with `[auth.groups]`; an entry naming a group it does
+    /// not define is an error, not a silent denial.
+    pub fn with_groups(
+        mut self,
+        groups: HashMap<String, Vec<String>>,
+    ) -> Result<Policy, PolicyError> {
+        for (_, e) in &self.entries {
+            if let Some(g) = e.groups.iter().find(|g| !groups.contains_key(*g)) {
+                return Err(PolicyError::UnknownGroup(g.clone()));
+            }
+        }
+        self.groups = groups;
+        Ok(self)
+    }
+
+    /// Whether `user` is one of `entry`'s users, directly or by a group.
+    fn member(&self, entry: &AccessEntry, user: &str) -> bool {
+        entry.users.iter().any(|x| x == user)
+            || entry.groups.iter().any(|g| {
+                self.groups
+                    .get(g)
+                    .is_some_and(|m| m.iter().any(|x| x == user))
+            })
     }
 
     /// Everything to everyone: a registry without `[auth]` listening on
@@ -168,7 +201,7 @@ impl Policy {
                         Subject::Anonymous | Subject::Key(_) => false,
                         Subject::User(u) => {
                             e.default.contains(&action)
-                                || (e.users.iter().any(|x| x == u) && e.actions.contains(&action))
+                                || (self.member(e, u) && e.actions.contains(&action))
                         }
                     }
             })
@@ -252,6 +285,26 @@ mod tests {
         // `*` does not cross a slash.
         assert!(!p.allows(&Subject::Anonymous, "weights/public/x/y", Pull));
         assert!(p.knows(&Subject::Anonymous));
+    }
+
+    #[test]
+    fn groups_grant_their_members_and_must_exist() {
+        let entry = AccessEntry {
+            repositories: vec!["datasets/**".into()],
+            groups: vec!["ml".into()],
+            actions: vec![Pull, Push],
+            ..AccessEntry::default()
+        };
+        let p = Policy::new(vec![], vec![], vec![], vec![entry.clone()])
+            .unwrap()
+            .with_groups(HashMap::from([("ml".into(), vec!["carol".into()])]))
+            .unwrap();
+        assert!(p.allows(&user("carol"), "datasets/x", Push));
+        assert!(!p.allows(&user("dave"), "datasets/x", Pull));
+        let unknown = Policy::new(vec![], vec![], vec![], vec![entry])
+            .unwrap()
+            .with_groups(HashMap::new());
+        assert!(matches!(unknown, Err(PolicyError::UnknownGroup(g)) if g == "ml"));
     }
 
     #[test]

@@ -15,10 +15,11 @@ use serde_json::{json, Value};
 const PASSWORD: &str = "pa55:word with space";
 
 /// The users and their rights: admin everything; writer pull/push/delete
-/// and reader pull on `weights/**`; nothing else for anyone.
+/// and reader pull on `weights/**`, and so `grouped`, by its group;
+/// nothing else for anyone.
 fn start(sb: &Sandbox) -> Server {
     let mut lines = String::new();
-    for u in ["admin", "writer", "reader"] {
+    for u in ["admin", "writer", "reader", "grouped"] {
         lines.push_str(&htpasswd_line(u, PASSWORD));
     }
     let htpasswd = sb.path().join("htpasswd");
@@ -26,7 +27,8 @@ fn start(sb: &Sandbox) -> Server {
     let config = format!(
         "[auth]\nhtpasswd = {:?}\nadmins = [\"admin\"]\n\
          [[auth.access]]\nrepositories = [\"weights/**\"]\nusers = [\"writer\"]\nactions = [\"pull\", \"push\", \"delete\"]\n\
-         [[auth.access]]\nrepositories = [\"weights/**\"]\nusers = [\"reader\"]\nactions = [\"pull\"]\n",
+         [[auth.access]]\nrepositories = [\"weights/**\"]\nusers = [\"reader\"]\ngroups = [\"readers\"]\nactions = [\"pull\"]\n\
+         [auth.groups]\nreaders = [\"grouped\"]\n",
         s(&htpasswd)
     );
     Server::start_config_env(&sb.path().join("registry"), &config, &[])
@@ -139,10 +141,11 @@ fn authorization_matrix_over_every_endpoint() {
         "admin key create",
     );
     let (key_id, key_secret) = line.trim().split_once(':').expect("id:secret");
-    let users: [(&str, Option<String>); 6] = [
+    let users: [(&str, Option<String>); 7] = [
         ("admin", Some(basic("admin", PASSWORD))),
         ("writer", Some(basic("writer", PASSWORD))),
         ("reader", Some(basic("reader", PASSWORD))),
+        ("grouped", Some(basic("grouped", PASSWORD))),
         ("apikey", Some(basic(key_id, key_secret))),
         ("anonymous", None),
         ("wrong-password", Some(basic("writer", "nope"))),
@@ -151,7 +154,7 @@ fn authorization_matrix_over_every_endpoint() {
     // where allowed-to is the action needed on the repository, "admin",
     // or "any" (anyone known).
     let zero = format!("sha256:{}", "0".repeat(64));
-    let mut table = String::from("| endpoint | repo | admin | writer | reader | apikey | anonymous | wrong-password |\n|---|---|---|---|---|---|---|---|\n");
+    let mut table = String::from("| endpoint | repo | admin | writer | reader | grouped | apikey | anonymous | wrong-password |\n|---|---|---|---|---|---|---|---|---|\n");
     let mut failures = Vec::new();
     for repo in ["weights/a", "other/b"] {
         let v = &b3[repo];
@@ -200,7 +203,7 @@ fn authorization_matrix_over_every_endpoint() {
                     (_, "any") => true,
                     (_, "admin") => false,
                     ("writer", _) => repo == "weights/a",
-                    ("reader" | "apikey", n) => repo == "weights/a" && n == "pull",
+                    ("reader" | "grouped" | "apikey", n) => repo == "weights/a" && n == "pull",
                     _ => unreachable!(),
                 };
                 let expected = if allowed {
