@@ -88,6 +88,33 @@ impl Grant {
     }
 }
 
+/// Tokens already checked, by their SHA-256, until they expire: a token is
+/// verified once, not on every request it comes with.
+#[derive(Default)]
+struct Verified(Mutex<HashMap<[u8; 32], Grant>>);
+
+impl Verified {
+    fn key(token: &str) -> [u8; 32] {
+        Sha256::digest(token.as_bytes()).into()
+    }
+
+    fn get(&self, key: &[u8; 32], now: u64) -> Option<Grant> {
+        let cache = self.0.lock().expect("token cache");
+        cache.get(key).filter(|g| g.exp > now).cloned()
+    }
+
+    fn insert(&self, key: [u8; 32], grant: &Grant, now: u64) {
+        let mut cache = self.0.lock().expect("token cache");
+        if cache.len() >= MAX_CACHED {
+            cache.retain(|_, g| g.exp > now);
+            if cache.len() >= MAX_CACHED {
+                cache.clear();
+            }
+        }
+        cache.insert(key, grant.clone());
+    }
+}
+
 pub struct Issuer {
     encoding: EncodingKey,
     decoding: DecodingKey,
@@ -97,7 +124,7 @@ pub struct Issuer {
     /// Where clients ask for tokens.
     pub realm: String,
     ttl: u64,
-    verified: Mutex<HashMap<[u8; 32], Grant>>,
+    verified: Verified,
 }
 
 impl std::fmt::Debug for Issuer {
@@ -173,7 +200,7 @@ impl Issuer {
             service,
             realm,
             ttl: ttl.max(1),
-            verified: Mutex::new(HashMap::new()),
+            verified: Verified::default(),
         }
     }
 
@@ -248,11 +275,9 @@ impl Issuer {
     /// Checks a bearer token (signature, issuer, audience, times), once per
     /// token until it expires.
     pub fn verify(&self, token: &str, now: u64) -> Option<Grant> {
-        let key: [u8; 32] = Sha256::digest(token.as_bytes()).into();
-        if let Some(g) = self.verified.lock().expect("token cache").get(&key) {
-            if g.exp > now {
-                return Some(g.clone());
-            }
+        let key = Verified::key(token);
+        if let Some(g) = self.verified.get(&key, now) {
+            return Some(g);
         }
         let data = jsonwebtoken::decode::<Claims>(token, &self.decoding, &self.validation).ok()?;
         let c = data.claims;
@@ -265,14 +290,7 @@ impl Issuer {
             access: Some(c.access),
             exp: c.exp,
         };
-        let mut cache = self.verified.lock().expect("token cache");
-        if cache.len() >= MAX_CACHED {
-            cache.retain(|_, g| g.exp > now);
-            if cache.len() >= MAX_CACHED {
-                cache.clear();
-            }
-        }
-        cache.insert(key, grant.clone());
+        self.verified.insert(key, &grant, now);
         Some(grant)
     }
 
@@ -313,7 +331,7 @@ pub struct External {
     keys: JwkSet,
     issuer: String,
     audience: String,
-    verified: Mutex<HashMap<[u8; 32], Grant>>,
+    verified: Verified,
 }
 
 impl std::fmt::Debug for External {
@@ -356,18 +374,16 @@ impl External {
             keys,
             issuer: config.issuer.clone(),
             audience: config.audience.clone(),
-            verified: Mutex::new(HashMap::new()),
+            verified: Verified::default(),
         })
     }
 
     /// Checks a bearer token of the external issuer, once per token until
     /// it expires; `None` for anything that does not check out.
     pub fn verify(&self, token: &str, now: u64) -> Option<Grant> {
-        let key: [u8; 32] = Sha256::digest(token.as_bytes()).into();
-        if let Some(g) = self.verified.lock().expect("token cache").get(&key) {
-            if g.exp > now {
-                return Some(g.clone());
-            }
+        let key = Verified::key(token);
+        if let Some(g) = self.verified.get(&key, now) {
+            return Some(g);
         }
         let header = jsonwebtoken::decode_header(token).ok()?;
         if matches!(
@@ -399,14 +415,7 @@ impl External {
             access: c.access,
             exp: c.exp,
         };
-        let mut cache = self.verified.lock().expect("token cache");
-        if cache.len() >= MAX_CACHED {
-            cache.retain(|_, g| g.exp > now);
-            if cache.len() >= MAX_CACHED {
-                cache.clear();
-            }
-        }
-        cache.insert(key, grant.clone());
+        self.verified.insert(key, &grant, now);
         Some(grant)
     }
 }
