@@ -121,10 +121,13 @@ impl GcsSource {
             )));
         }
         let endpoint = match (&p.endpoint, std::env::var("STORAGE_EMULATOR_HOST")) {
-            (Some(e), _) => endpoint_url(uri, "?endpoint=", e)?,
-            (None, Ok(e)) if !e.trim().is_empty() => {
-                endpoint_url(uri, "STORAGE_EMULATOR_HOST", &emulator_endpoint(&e))?
-            }
+            (Some(e), _) => endpoint_url(uri, "?endpoint=", e, &opts.net)?,
+            (None, Ok(e)) if !e.trim().is_empty() => endpoint_url(
+                uri,
+                "STORAGE_EMULATOR_HOST",
+                &emulator_endpoint(&e),
+                &opts.net,
+            )?,
             _ => DEFAULT_ENDPOINT.to_string(),
         };
         Ok(GcsSource {
@@ -133,7 +136,7 @@ impl GcsSource {
             prefix: p.path,
             endpoint,
             token: bearer_token(uri, opts.secret.as_deref())?,
-            http: http::client(uri)?,
+            http: http::client(uri, &opts.net)?,
             verify_checksums: p.verify_checksums,
         })
     }
@@ -356,7 +359,11 @@ mod tests {
     use super::*;
 
     fn source(uri: &str) -> GcsSource {
-        GcsSource::new(uri, &SourceOptions::default()).unwrap()
+        let local = SourceOptions {
+            net: crate::NetPolicy::local(),
+            ..Default::default()
+        };
+        GcsSource::new(uri, &local).unwrap()
     }
 
     #[test]

@@ -214,7 +214,7 @@ impl HfSource {
     pub fn new(uri: &str, opts: &SourceOptions) -> Result<Self, SyncError> {
         let repo = parse_hf_uri(uri)?;
         let endpoint = match std::env::var("HF_ENDPOINT") {
-            Ok(e) if !e.trim().is_empty() => endpoint_url(uri, "HF_ENDPOINT", &e)?,
+            Ok(e) if !e.trim().is_empty() => endpoint_url(uri, "HF_ENDPOINT", &e, &opts.net)?,
             _ => DEFAULT_ENDPOINT.to_string(),
         };
         Ok(HfSource {
@@ -222,7 +222,7 @@ impl HfSource {
             repo,
             endpoint,
             token: bearer_token(uri, opts.secret.as_deref())?,
-            http: http::client(uri)?,
+            http: http::client(uri, &opts.net)?,
         })
     }
 
@@ -671,6 +671,7 @@ mod tests {
             "hf://org/repo",
             &SourceOptions {
                 secret: Some("hf_abc\n".into()),
+                ..Default::default()
             },
         )
         .unwrap();
@@ -687,6 +688,7 @@ mod tests {
             "hf://org/repo",
             &SourceOptions {
                 secret: Some("a\nb".into()),
+                ..Default::default()
             },
         )
         .err()

@@ -10,6 +10,7 @@
 //! and logs. Answers are read up to a cap, so a broken or hostile server
 //! cannot fill the registry's memory.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
@@ -17,6 +18,7 @@ use futures_util::{StreamExt, TryStreamExt};
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use reqwest::header::HeaderMap;
 
+use crate::net::{refused_in, NetPolicy, Refused};
 use crate::{ByteStream, ErrorKind, SyncError};
 
 /// Characters left as they are in a URL path segment: the unreserved set
@@ -27,6 +29,8 @@ const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
     .remove(b'_')
     .remove(b'~');
 
+/// Redirects followed, as browsers and reqwest's default allow.
+const MAX_REDIRECTS: usize = 10;
 /// Most bytes of an error answer read for its reason; the rest is dropped.
 const ERROR_BODY_CAP: usize = 64 << 10;
 /// Most bytes of a listing page or other JSON answer.
@@ -40,12 +44,25 @@ pub(crate) fn segment(s: &str) -> String {
 /// The HTTP client every HTTP source uses: rustls, a connect timeout so a
 /// dead host fails fast (and is retried), and a read timeout so a stalled
 /// download fails instead of hanging the job; no total timeout, since a
-/// large file takes as long as it takes.
-pub(crate) fn client(uri: &str) -> Result<reqwest::Client, SyncError> {
+/// large file takes as long as it takes. Every name it resolves and every
+/// redirect it follows is checked against `net` (SPEC.md §8.4).
+pub(crate) fn client(uri: &str, net: &NetPolicy) -> Result<reqwest::Client, SyncError> {
+    let redirects = net.clone();
     reqwest::Client::builder()
         .connect_timeout(Duration::from_secs(10))
         .read_timeout(Duration::from_secs(60))
         .user_agent(concat!("sealvol/", env!("CARGO_PKG_VERSION")))
+        .dns_resolver(Arc::new(net.guard()))
+        // A redirect to an IP literal resolves nothing: checked here.
+        .redirect(reqwest::redirect::Policy::custom(move |attempt| {
+            if attempt.previous().len() >= MAX_REDIRECTS {
+                return attempt.error("too many redirects");
+            }
+            match redirects.check_url("", attempt.url().as_str()) {
+                Ok(()) => attempt.follow(),
+                Err(e) => attempt.error(Refused(e.message.trim_start_matches(": ").to_string())),
+            }
+        }))
         .build()
         .map_err(|e| {
             SyncError::new(
@@ -202,6 +219,10 @@ pub(crate) fn header(headers: &HeaderMap, name: &str) -> Option<String> {
 /// a redirect loop or a URL reqwest cannot send is not. The message leaves
 /// out the URL reqwest names (a redirect's target can be signed).
 pub(crate) fn request_error(uri: &str, what: &str, e: reqwest::Error) -> SyncError {
+    // A refused address is refused again on a retry: fail now, and say why.
+    if let Some(why) = refused_in(&e) {
+        return SyncError::new(ErrorKind::InvalidSource, format!("{uri}: {what}: {why}"));
+    }
     let kind = if let Some(status) = e.status() {
         SyncError::from_status(status.as_u16(), String::new()).kind
     } else if e.is_builder() || e.is_redirect() {
@@ -259,11 +280,18 @@ pub(crate) fn bearer_token(uri: &str, secret: Option<&str>) -> Result<Option<Str
     Ok(Some(token.to_string()))
 }
 
-/// An endpoint URL from configuration, without its trailing `/`.
-pub(crate) fn endpoint_url(uri: &str, what: &str, raw: &str) -> Result<String, SyncError> {
+/// An endpoint URL from configuration, without its trailing `/`, whose
+/// host, when an IP literal, `net` allows.
+pub(crate) fn endpoint_url(
+    uri: &str,
+    what: &str,
+    raw: &str,
+    net: &NetPolicy,
+) -> Result<String, SyncError> {
     let trimmed = raw.trim().trim_end_matches('/');
     match url::Url::parse(trimmed) {
         Ok(u) if matches!(u.scheme(), "http" | "https") && u.host_str().is_some() => {
+            net.check_url(uri, trimmed)?;
             Ok(trimmed.to_string())
         }
         _ => Err(SyncError::new(

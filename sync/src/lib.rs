@@ -58,11 +58,15 @@ pub mod dir;
 pub mod gcs;
 pub mod hf;
 mod http;
+pub mod net;
 pub mod oci;
+pub mod scope;
 pub mod sealer;
 pub mod source;
 pub mod store;
 
+pub use net::NetPolicy;
+pub use scope::Scope;
 pub use sealer::{seal_object, ChunkSink, SealedObject};
 pub use source::{open, Source, SourceOptions};
 

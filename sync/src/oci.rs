@@ -85,6 +85,7 @@ struct Inner {
     scheme: &'static str,
     /// Whether the registry lets anyone in (see [`Inner::is_open`]).
     open: OnceCell<bool>,
+    net: crate::net::NetPolicy,
     /// The tree the last listing read, so each `open` needs no refetch.
     tree: Mutex<Option<(B3Digest, Arc<TreeIndex>)>>,
 }
@@ -271,7 +272,8 @@ impl OciSource {
                 selector: vref.selector,
                 auth,
                 client: Client::new(config),
-                http: http::client(uri)?,
+                http: http::client(uri, &opts.net)?,
+                net: opts.net.clone(),
                 scheme: if http_only { "http" } else { "https" },
                 open: OnceCell::new(),
                 tree: Mutex::new(None),
@@ -334,6 +336,7 @@ impl Inner {
     async fn version_digests(&self) -> Result<Vec<B3Digest>, SyncError> {
         let reference = self.by_tag("head");
         let mut tags: Vec<String> = Vec::new();
+        self.check_host().await?;
         loop {
             let last = tags.last().cloned();
             let page = self
@@ -362,6 +365,7 @@ impl Inner {
 
     /// A manifest, checked against its digest when fetched by one.
     async fn manifest(&self, reference: &Reference, what: &str) -> Result<Bytes, SyncError> {
+        self.check_host().await?;
         let (bytes, _) = self
             .client
             .pull_manifest_raw(reference, &self.auth, MANIFEST_TYPES)
@@ -494,6 +498,14 @@ impl Inner {
         Ok(tree)
     }
 
+    /// `oci-client` makes its own HTTP client and takes no resolver, so the
+    /// registry's addresses are checked before each of its requests
+    /// (SPEC.md §8.4); the blob reads of [`Self::http`] are checked as they
+    /// connect.
+    async fn check_host(&self) -> Result<(), SyncError> {
+        self.net.check_host(&self.uri, &self.registry).await
+    }
+
     /// Whether the registry lets anyone in: no credentials, and `GET /v2/`
     /// answers 200 without a challenge. Blobs then go over plain reqwest:
     /// `oci-client` would send a `GET /v2/` before every chunk, since it
@@ -557,6 +569,7 @@ impl Inner {
             }
             return Ok(out.freeze());
         }
+        self.check_host().await?;
         self.client
             .store_auth_if_needed(&self.registry, &self.auth)
             .await;

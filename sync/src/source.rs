@@ -29,8 +29,12 @@ pub trait Source: Send + Sync {
 /// What a source needs besides its URI.
 #[derive(Clone, Debug, Default)]
 pub struct SourceOptions {
-    /// The value of the secret the job names (SPEC.md §8.1), if any.
+    /// The value of the secret the job names (SPEC.md §8.1), if any: the
+    /// caller has checked that it is bound to this source.
     pub secret: Option<String>,
+    /// Where the source may connect (SPEC.md §8.4). The default refuses
+    /// loopback, link-local and metadata addresses.
+    pub net: crate::net::NetPolicy,
 }
 
 /// Opens the source `uri` names; fails with `INVALID_SOURCE` for a URI it

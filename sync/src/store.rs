@@ -13,9 +13,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 use futures_util::{StreamExt, TryStreamExt};
 use object_store::path::Path as StorePath;
-use object_store::{GetOptions, ObjectStore, ObjectStoreExt, RetryConfig};
+use object_store::{ClientOptions, GetOptions, ObjectStore, ObjectStoreExt, RetryConfig};
 
 use crate::http::{error_chain, first_line};
+use crate::net::refused_in;
 use crate::source::tree_path;
 use crate::{ByteStream, Checksum, ErrorKind, Object, Source, SourceOptions, SyncError};
 
@@ -87,6 +88,19 @@ fn percent_decode(s: &str) -> String {
         .into_owned()
 }
 
+/// Endpoints the registry host's environment sets for `object_store`.
+fn env_endpoints() -> Vec<String> {
+    [
+        "AWS_ENDPOINT_URL",
+        "AWS_ENDPOINT",
+        "AZURITE_BLOB_STORAGE_URL",
+    ]
+    .iter()
+    .filter_map(|v| std::env::var(v).ok())
+    .filter(|v| !v.trim().is_empty())
+    .collect()
+}
+
 /// Retries inside `object_store` are few and short: the job retries a
 /// whole object with its own backoff and reports it.
 fn retry() -> RetryConfig {
@@ -104,6 +118,12 @@ impl StoreSource {
         let invalid =
             |why: String| SyncError::new(ErrorKind::InvalidSource, format!("{uri}: {why}"));
         let built = |e: object_store::Error| invalid(e.to_string());
+        // Names are checked as they resolve (SPEC.md §8.4); an endpoint
+        // that is an IP literal resolves nothing and is checked here.
+        let client_options = ClientOptions::new().with_dns_resolver(Arc::new(opts.net.guard()));
+        for e in p.endpoint.iter().cloned().chain(env_endpoints()) {
+            opts.net.check_url(uri, &e)?;
+        }
         let (store, prefix): (Arc<dyn ObjectStore>, String) = match scheme {
             "azure" => {
                 let (container, prefix) = match p.path.split_once('/') {
@@ -118,6 +138,7 @@ impl StoreSource {
                 let mut b = object_store::azure::MicrosoftAzureBuilder::from_env()
                     .with_account(&p.authority)
                     .with_container_name(container)
+                    .with_client_options(client_options.clone())
                     .with_retry(retry());
                 if std::env::var_os("AZURITE_BLOB_STORAGE_URL").is_some() {
                     b = b.with_use_emulator(true);
@@ -135,6 +156,7 @@ impl StoreSource {
             _ => {
                 let mut b = object_store::aws::AmazonS3Builder::from_env()
                     .with_bucket_name(&p.authority)
+                    .with_client_options(client_options.clone())
                     .with_retry(retry());
                 let default_endpoint = match scheme {
                     "r2" => Some(match std::env::var("R2_ACCOUNT_ID") {
@@ -217,6 +239,9 @@ impl StoreSource {
 /// retrying would not change it.
 pub(crate) fn classify(uri: &str, what: &str, e: object_store::Error) -> SyncError {
     use object_store::Error as E;
+    if let Some(why) = refused_in(&e) {
+        return SyncError::new(ErrorKind::InvalidSource, format!("{uri}: {what}: {why}"));
+    }
     let kind = match &e {
         E::NotFound { .. } => ErrorKind::NotFound,
         E::PermissionDenied { .. } | E::Unauthenticated { .. } => ErrorKind::Denied,
@@ -424,16 +449,46 @@ mod tests {
     }
 
     #[test]
+    fn literal_endpoints_are_checked_before_any_request() {
+        for (uri, net) in [
+            (
+                "s3://b?endpoint=http://169.254.169.254",
+                crate::NetPolicy::local(),
+            ),
+            (
+                "s3://b?endpoint=http://[fd00:ec2::254]",
+                crate::NetPolicy::local(),
+            ),
+            (
+                "azure://acct/c?endpoint=http://127.0.0.1:10000",
+                crate::NetPolicy::default(),
+            ),
+        ] {
+            let opts = SourceOptions {
+                net,
+                ..Default::default()
+            };
+            let e = StoreSource::new(uri, &opts).err().expect(uri);
+            assert_eq!(e.kind, ErrorKind::InvalidSource, "{uri}");
+            assert!(e.message.contains("sync"), "{}", e.message);
+        }
+    }
+
+    #[test]
     fn s3_etags_are_checked_unless_checksum_none() {
+        let local = SourceOptions {
+            net: crate::NetPolicy::local(),
+            ..Default::default()
+        };
         let s3 = StoreSource::new(
             "s3://bkt/p?endpoint=http://127.0.0.1:9&region=us-east-1",
-            &SourceOptions::default(),
+            &local,
         )
         .unwrap();
         assert!(s3.etag_is_md5);
         let off = StoreSource::new(
             "s3://bkt/p?endpoint=http://127.0.0.1:9&region=us-east-1&checksum=none",
-            &SourceOptions::default(),
+            &local,
         )
         .unwrap();
         assert!(!off.etag_is_md5);
