@@ -160,6 +160,25 @@ impl MetaStore {
         Ok(MetaStore { db })
     }
 
+    /// Opens the database at `path` after sealing the secrets an earlier
+    /// release kept in plaintext. redb is copy-on-write: the pages that
+    /// held them are freed, not overwritten, and compaction only moves
+    /// pages about. So when there were any, every table is copied into a
+    /// fresh file that replaces the old one, and no freed page survives.
+    pub fn open_sealing_secrets(path: &Path, key: &crate::secrets::SecretKey) -> Result<MetaStore> {
+        let meta = MetaStore::open(path)?;
+        let sealed = meta.seal_plaintext_secrets(key)?;
+        if sealed == 0 {
+            return Ok(meta);
+        }
+        drop(meta);
+        rewrite(path)?;
+        tracing::warn!(
+            "sealed {sealed} sync secret(s) stored in plaintext by an earlier release; they are bound to no source, so only admins' jobs may use them until rebound with `sealvol secret bind NAME --for URI`"
+        );
+        MetaStore::open(path)
+    }
+
     pub fn repo_exists(&self, repo: &str) -> Result<bool> {
         let tx = self.db.begin_read()?;
         Ok(tx.open_table(REPOS)?.get(repo)?.is_some())
@@ -452,4 +471,67 @@ mod tests {
             Some("sha256:bb")
         );
     }
+}
+
+/// Copies every table of the database at `path` into a new file and puts
+/// it in its place (a crash before the rename leaves the old file whole).
+/// Tables are copied by the types the registry's tables have: keys are
+/// text; values bytes, numbers or text.
+fn rewrite(path: &Path) -> Result<()> {
+    let io = |e: std::io::Error| MetaError(format!("rewriting {}: {e}", path.display()));
+    let fresh = path.with_extension("redb.rewrite");
+    match std::fs::remove_file(&fresh) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(io(e)),
+    }
+    {
+        let src = Database::open(path)?;
+        let dst = Database::create(&fresh)?;
+        let r = src.begin_read()?;
+        let w = dst.begin_write()?;
+        for handle in r.list_tables()? {
+            let name = redb::TableHandle::name(&handle).to_string();
+            if !(copy_table::<&[u8]>(&r, &w, &name)?
+                || copy_table::<u64>(&r, &w, &name)?
+                || copy_table::<&str>(&r, &w, &name)?)
+            {
+                return Err(MetaError(format!(
+                    "rewriting {}: table {name} has types this release does not know",
+                    path.display()
+                )));
+            }
+        }
+        w.commit()?;
+    }
+    std::fs::File::open(&fresh)
+        .and_then(|f| f.sync_all())
+        .map_err(io)?;
+    std::fs::rename(&fresh, path).map_err(io)?;
+    if let Some(dir) = path.parent() {
+        std::fs::File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(io)?;
+    }
+    Ok(())
+}
+
+/// Copies table `name` if its values are `V`; false when they are not.
+fn copy_table<V: redb::Value + 'static>(
+    r: &redb::ReadTransaction,
+    w: &redb::WriteTransaction,
+    name: &str,
+) -> Result<bool> {
+    let def: TableDefinition<&str, V> = TableDefinition::new(name);
+    let src = match r.open_table(def) {
+        Ok(t) => t,
+        Err(redb::TableError::TableTypeMismatch { .. }) => return Ok(false),
+        Err(e) => return Err(e.into()),
+    };
+    let mut dst = w.open_table(def)?;
+    for row in src.iter()? {
+        let (k, v) = row?;
+        dst.insert(k.value(), v.value())?;
+    }
+    Ok(true)
 }

@@ -14,6 +14,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use sealvol_sync::NetPolicy;
 use serde::Deserialize;
 use tower_http::set_header::SetResponseHeaderLayer;
 use tower_http::timeout::TimeoutLayer;
@@ -25,6 +26,7 @@ use crate::auth::{Auth, AuthConfig, AuthError};
 use crate::authz;
 use crate::blobs::FsBlobStore;
 use crate::meta::MetaStore;
+use crate::secrets::SecretKey;
 use crate::uploads::Uploads;
 
 /// `registry.toml`; every field may be overridden on the command line.
@@ -48,9 +50,15 @@ pub struct Config {
     pub claim_ttl_seconds: u64,
     /// Sync jobs run at once (SPEC.md §8.2).
     pub sync_workers: usize,
-    /// Folders `dir://` sync sources may read; empty: any folder but the
-    /// data folder while `addr` is loopback, none otherwise.
+    /// Folders `dir://` sync sources may read; empty: none.
     pub sync_dir_roots: Vec<PathBuf>,
+    /// Endpoints (`http(s)://host[:port]`) a source's `?endpoint=` may
+    /// name, and whose hosts a sync may reach at any address, loopback
+    /// included (SPEC.md §8.4).
+    pub sync_endpoints: Vec<String>,
+    /// The key that seals sync secrets at rest; default `secrets.key` in
+    /// the data folder, made at first start. Replicas share one.
+    pub secrets_key_file: Option<PathBuf>,
     /// Authentication and authorization (SPEC.md §7.5); without it the
     /// registry is open to anyone who reaches it, so only on loopback.
     pub auth: Option<AuthConfig>,
@@ -82,6 +90,8 @@ impl Default for Config {
             claim_ttl_seconds: Policy::default().claim_ttl_seconds,
             sync_workers: 2,
             sync_dir_roots: Vec::new(),
+            sync_endpoints: Vec::new(),
+            secrets_key_file: None,
             auth: None,
             tls: None,
             allow_plain_http: false,
@@ -181,15 +191,31 @@ impl Config {
     }
 }
 
-/// Opens the data folder: blob store, metadata, surviving upload sessions.
+/// The secrets key's file in a data folder, unless configured elsewhere.
+pub const SECRETS_KEY_FILE: &str = "secrets.key";
+
+/// Opens the data folder: blob store, metadata, surviving upload sessions,
+/// with the secrets key in the data folder.
 pub fn open_app(root: &Path, policy: Policy) -> Result<App, ServeError> {
+    open_app_with_key(root, policy, &root.join(SECRETS_KEY_FILE))
+}
+
+/// [`open_app`] with the secrets key in `secrets_key`.
+pub fn open_app_with_key(
+    root: &Path,
+    policy: Policy,
+    secrets_key: &Path,
+) -> Result<App, ServeError> {
     let storage = |e: &dyn std::fmt::Display| ServeError::Storage {
         path: root.to_path_buf(),
         message: e.to_string(),
     };
     std::fs::create_dir_all(root).map_err(|e| storage(&e))?;
+    make_private(root).map_err(|e| storage(&e))?;
+    let key = SecretKey::load_or_create(secrets_key).map_err(|e| storage(&e))?;
     let blobs = FsBlobStore::open(root).map_err(|e| storage(&e))?;
-    let meta = MetaStore::open(&root.join("meta.redb")).map_err(|e| storage(&e))?;
+    let meta =
+        MetaStore::open_sealing_secrets(&root.join("meta.redb"), &key).map_err(|e| storage(&e))?;
     let mut live = meta.uploads().map_err(|e| storage(&e))?;
     // A crash between storing a completed upload and ending its session
     // leaves a session without data; end it, the blob is already stored.
@@ -201,7 +227,42 @@ pub fn open_app(root: &Path, policy: Policy) -> Result<App, ServeError> {
     }
     live.retain(|id| root.join("uploads").join(id).exists());
     let uploads = Uploads::open(root, &live).map_err(|e| storage(&e))?;
-    Ok(App::new(Arc::new(blobs), Arc::new(meta), uploads, policy))
+    let app = App::new(Arc::new(blobs), Arc::new(meta), uploads, policy);
+    app.syncs
+        .key
+        .set(key)
+        .expect("a new App has no secrets key yet");
+    Ok(app)
+}
+
+/// Makes the data folder the owner's alone (0700, its files 0600): it
+/// holds the metadata database, API keys and the secrets key. A folder
+/// already 0700 was made so by this release and is not walked again, so a
+/// large blob store costs one walk, at the first start.
+fn make_private(root: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(root)?.permissions().mode() & 0o777;
+    if mode == 0o700 {
+        return Ok(());
+    }
+    for entry in walkdir::WalkDir::new(root).follow_links(false) {
+        let entry = entry.map_err(std::io::Error::other)?;
+        let ft = entry.file_type();
+        let want = if ft.is_dir() {
+            0o700
+        } else if ft.is_file() {
+            0o600
+        } else {
+            continue;
+        };
+        if entry.path() != root {
+            std::fs::set_permissions(entry.path(), std::fs::Permissions::from_mode(want))?;
+        }
+    }
+    // The folder itself last: its mode marks the walk as done.
+    std::fs::set_permissions(root, std::fs::Permissions::from_mode(0o700))?;
+    tracing::info!("made {} readable by its owner only", root.display());
+    Ok(())
 }
 
 /// Counts requests and their latency by method and status.
@@ -321,12 +382,27 @@ pub async fn serve(config: Config, ready: impl FnOnce(SocketAddr)) -> Result<(),
         ),
         None => None,
     };
-    let app = Arc::new(open_app(&config.root, config.policy())?);
+    let net = NetPolicy::new(
+        config.addr.ip().is_loopback(),
+        config.sync_endpoints.iter().map(String::as_str),
+    )
+    .map_err(|message| ServeError::Config {
+        path: PathBuf::from("registry.toml"),
+        message,
+    })?;
+    // Whatever the registry writes from here on is its owner's alone.
+    // SAFETY: umask only swaps the process's file mode mask.
+    unsafe { libc::umask(0o077) };
+    let key_file = config
+        .secrets_key_file
+        .clone()
+        .unwrap_or_else(|| config.root.join(SECRETS_KEY_FILE));
+    let app = Arc::new(open_app_with_key(&config.root, config.policy(), &key_file)?);
     *app.syncs.dirs.write().expect("dirs lock") = crate::sync_runner::DirPolicy {
         data_root: Some(config.root.clone()),
         roots: config.sync_dir_roots.clone(),
-        loopback: config.addr.ip().is_loopback(),
     };
+    *app.syncs.net.write().expect("net lock") = net;
     let prometheus = PrometheusBuilder::new()
         .install_recorder()
         .map_err(|e| ServeError::Serve(e.to_string()))?;

@@ -18,6 +18,7 @@ use crate::access::Action;
 use crate::app::App;
 use crate::auth::Caller;
 use crate::error::{Code, RegistryError, Result};
+use crate::secrets;
 use crate::sync_jobs::{SyncJob, SyncProgress, SyncState};
 
 fn invalid(why: impl Into<String>) -> RegistryError {
@@ -42,7 +43,12 @@ pub(crate) async fn create(
     body: api::SyncRequest,
 ) -> Result<api::SyncJob> {
     caller.check(&body.dest.name, Action::Push)?;
-    sealvol_sync::open(&body.source, &SourceOptions::default()).map_err(|e| invalid(e.message))?;
+    let net = app.syncs.net.read().expect("net lock").clone();
+    let opts = SourceOptions {
+        net: net.clone(),
+        ..Default::default()
+    };
+    sealvol_sync::open(&body.source, &opts).map_err(|e| invalid(e.message))?;
     if let Some(why) = app
         .syncs
         .dirs
@@ -66,15 +72,29 @@ pub(crate) async fn create(
     }
     Filter::new(&body.include, &body.exclude).map_err(|e| invalid(e.to_string()))?;
     let secret = body.secret.map(String::from);
-    if let Some(s) = &secret {
-        let n = s.clone();
-        if app.meta(move |m| m.secret(&n)).await?.is_none() {
-            return Err(RegistryError::new(
-                Code::SecretUnknown,
-                format!(
-                    "secret {s} is not on this registry; store it with `sealvol secret set {s}`"
-                ),
-            ));
+    let stored = match &secret {
+        None => None,
+        Some(s) => {
+            let n = s.clone();
+            let stored = app.meta(move |m| m.secret(&n)).await?;
+            Some(stored.ok_or_else(|| {
+                RegistryError::new(
+                    Code::SecretUnknown,
+                    format!(
+                        "secret {s} is not on this registry; store it with `sealvol secret set {s}`"
+                    ),
+                )
+            })?)
+        }
+    };
+    // Before any connection: a secret goes only where it is bound, and an
+    // endpoint override only where the admin or the binding allows.
+    if let Some(why) = secrets::endpoint_refusal(&body.source, stored.as_ref(), &net) {
+        return Err(RegistryError::new(Code::Denied, why));
+    }
+    if let (Some(name), Some(s)) = (&secret, &stored) {
+        if let Some(why) = s.refusal(name, &body.source, &body.dest.name, caller.is_admin(), &net) {
+            return Err(RegistryError::new(Code::Denied, why));
         }
     }
     let job = SyncJob {
@@ -87,6 +107,7 @@ pub(crate) async fn create(
         include: body.include,
         exclude: body.exclude,
         secret,
+        by_admin: caller.is_admin(),
         progress: SyncProgress::default(),
         attempts: 0,
         retries: 0,
@@ -166,9 +187,9 @@ pub(crate) async fn cancel(app: &App, caller: &Caller, id: String) -> Result<api
 /// Largest secret value (SPEC.md §8.3).
 const MAX_SECRET: usize = 64 << 10;
 
-/// `GET /api/v1/secrets`: names only.
+/// `GET /api/v1/secrets`: names and bindings, never values.
 pub(crate) async fn list_secrets(app: &App) -> Result<api::SecretList> {
-    let secrets = app.meta(|m| m.secret_names()).await?;
+    let secrets = app.meta(|m| m.secrets()).await?;
     Ok(api::SecretList { secrets })
 }
 
@@ -179,16 +200,39 @@ fn secret_name(name: &str) -> Result<String> {
         .to_string())
 }
 
-/// `PUT /api/v1/secrets/NAME`: the value is the body, at most 64 KiB.
-pub(crate) async fn set_secret(app: &App, name: &str, body: axum::body::Body) -> Result<()> {
+/// `PUT /api/v1/secrets/NAME?for=URI…[&dest=GLOB…]`: the value is the
+/// body, at most 64 KiB, sealed before it is stored. An empty body keeps
+/// the stored value and binds it anew.
+pub(crate) async fn set_secret(
+    app: &App,
+    name: &str,
+    for_sources: Vec<String>,
+    dest: Vec<String>,
+    body: axum::body::Body,
+) -> Result<()> {
     let name = secret_name(name)?;
+    secrets::check_binding(&for_sources, &dest).map_err(invalid)?;
     let value = axum::body::to_bytes(body, MAX_SECRET)
         .await
         .map_err(|_| invalid(format!("a secret is at most {MAX_SECRET} bytes")))?;
-    if value.is_empty() {
-        return Err(invalid("a secret cannot be empty"));
-    }
-    app.meta(move |m| m.set_secret(&name, &value)).await?;
+    let key = app
+        .syncs
+        .key
+        .get()
+        .ok_or_else(|| RegistryError::Internal("the registry has no secrets key".into()))?;
+    let stored = if value.is_empty() {
+        let n = name.clone();
+        let old = app.meta(move |m| m.secret(&n)).await?.ok_or_else(|| {
+            RegistryError::new(
+                Code::SecretUnknown,
+                format!("secret {name} is not on this registry; send its value to store it"),
+            )
+        })?;
+        old.rebound(for_sources, dest)
+    } else {
+        secrets::StoredSecret::seal(key, &name, &value, for_sources, dest)
+    };
+    app.meta(move |m| m.set_secret(&name, &stored)).await?;
     Ok(())
 }
 

@@ -1,7 +1,8 @@
 //! Sync jobs and secrets as the registry stores them (SPEC.md §8): one row
 //! per job, one row per file a running job has finished (so a restart
-//! re-reads only the rest), one row per secret. Each state change is one
-//! transaction; [`crate::sync_runner`] runs the jobs.
+//! re-reads only the rest), one row per secret, sealed and bound
+//! ([`crate::secrets`]). Each state change is one transaction;
+//! [`crate::sync_runner`] runs the jobs.
 
 use std::collections::HashMap;
 
@@ -11,14 +12,18 @@ use sealvol_spec::{api, B3Digest, ChunkRef};
 use serde::{Deserialize, Serialize};
 
 use crate::meta::{key, prefix, MetaError, MetaStore, Result};
+use crate::secrets::{SecretKey, StoredSecret};
 use crate::volumes::rfc3339;
 
 /// `id` -> [`SyncJob`] JSON.
 const SYNC_JOBS: TableDefinition<&str, &[u8]> = TableDefinition::new("sync_jobs");
 /// `id NUL path` -> [`FileDone`] JSON, marked with [`FILE_RECORD`].
 const SYNC_FILES: TableDefinition<&str, &[u8]> = TableDefinition::new("sync_files");
-/// `name` -> value.
-const SECRETS: TableDefinition<&str, &[u8]> = TableDefinition::new("secrets");
+/// `name` -> [`StoredSecret`] JSON: the value sealed, and its binding.
+const SECRETS: TableDefinition<&str, &[u8]> = TableDefinition::new("secrets.v2");
+/// `name` -> value in plaintext, as releases before binding stored them;
+/// emptied into [`SECRETS`] at start ([`MetaStore::seal_plaintext_secrets`]).
+const PLAINTEXT_SECRETS: TableDefinition<&str, &[u8]> = TableDefinition::new("secrets");
 
 pub(crate) fn create_tables(tx: &WriteTransaction) -> std::result::Result<(), MetaError> {
     tx.open_table(SYNC_JOBS)?;
@@ -47,6 +52,10 @@ pub struct SyncJob {
     pub include: Vec<String>,
     pub exclude: Vec<String>,
     pub secret: Option<String>,
+    /// Whether an admin started the job: a secret bound to no source is
+    /// theirs alone to use (SPEC.md §8.3).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub by_admin: bool,
     pub progress: SyncProgress,
     /// Times a worker started the job (a restart starts it again).
     pub attempts: u64,
@@ -362,26 +371,30 @@ impl MetaStore {
         Ok(out)
     }
 
-    pub fn set_secret(&self, name: &str, value: &[u8]) -> Result<()> {
+    pub fn set_secret(&self, name: &str, secret: &StoredSecret) -> Result<()> {
+        let json = serde_json::to_vec(secret)?;
         let tx = self.db.begin_write()?;
-        tx.open_table(SECRETS)?.insert(name, value)?;
+        tx.open_table(SECRETS)?.insert(name, json.as_slice())?;
         tx.commit()?;
         Ok(())
     }
 
-    pub fn secret(&self, name: &str) -> Result<Option<Vec<u8>>> {
+    pub fn secret(&self, name: &str) -> Result<Option<StoredSecret>> {
         let tx = self.db.begin_read()?;
-        Ok(tx
-            .open_table(SECRETS)?
-            .get(name)?
-            .map(|v| v.value().to_vec()))
+        let row = tx.open_table(SECRETS)?.get(name)?;
+        Ok(match row {
+            Some(v) => Some(serde_json::from_slice(v.value())?),
+            None => None,
+        })
     }
 
-    pub fn secret_names(&self) -> Result<Vec<String>> {
+    pub fn secrets(&self) -> Result<Vec<api::SecretInfo>> {
         let tx = self.db.begin_read()?;
         let mut out = Vec::new();
         for row in tx.open_table(SECRETS)?.iter()? {
-            out.push(row?.0.value().to_string());
+            let (k, v) = row?;
+            let s: StoredSecret = serde_json::from_slice(v.value())?;
+            out.push(s.info(k.value()));
         }
         Ok(out)
     }
@@ -391,6 +404,32 @@ impl MetaStore {
         let removed = tx.open_table(SECRETS)?.remove(name)?.is_some();
         tx.commit()?;
         Ok(removed)
+    }
+
+    /// Seals the secrets an earlier release stored in plaintext, bound to
+    /// no source (so admins only may use them until rebound), and drops
+    /// their table; how many there were. The pages that held them are
+    /// free but not overwritten: the caller rewrites the database file.
+    pub fn seal_plaintext_secrets(&self, key: &SecretKey) -> Result<usize> {
+        let tx = self.db.begin_write()?;
+        let old: Vec<(String, Vec<u8>)> = match tx.open_table(PLAINTEXT_SECRETS) {
+            Ok(t) => t
+                .iter()?
+                .map(|r| r.map(|(k, v)| (k.value().to_string(), v.value().to_vec())))
+                .collect::<std::result::Result<_, _>>()?,
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(0),
+            Err(e) => return Err(e.into()),
+        };
+        {
+            let mut sealed = tx.open_table(SECRETS)?;
+            for (name, value) in &old {
+                let s = StoredSecret::seal(key, name, value, Vec::new(), Vec::new());
+                sealed.insert(name.as_str(), serde_json::to_vec(&s)?.as_slice())?;
+            }
+        }
+        tx.delete_table(PLAINTEXT_SECRETS)?;
+        tx.commit()?;
+        Ok(old.len())
     }
 }
 
@@ -447,6 +486,56 @@ mod tests {
         assert_eq!(view["finished_at"], "2026-12-02T00:00:13Z");
         assert_eq!(view.get("seq"), None);
         assert_eq!(view["version"], stored["version"]);
+    }
+
+    #[test]
+    fn plaintext_secrets_are_sealed_and_leave_no_trace_in_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("meta.redb");
+        let value = b"hf_plaintextSECRETvalue0123456789";
+        {
+            // As an earlier release stored it, among other data.
+            let m = MetaStore::open(&path).unwrap();
+            let tx = m.db.begin_write().unwrap();
+            tx.open_table(PLAINTEXT_SECRETS)
+                .unwrap()
+                .insert("hf", value.as_slice())
+                .unwrap();
+            tx.open_table(crate::meta::TAGS)
+                .unwrap()
+                .insert("w/x\0prod", "sha256:ab")
+                .unwrap();
+            tx.commit().unwrap();
+            // Later data, so the secret's page sits amid others.
+            for i in 0..50 {
+                let tx = m.db.begin_write().unwrap();
+                let mut t = tx.open_table(crate::meta::TAGS).unwrap();
+                for j in 0..100 {
+                    t.insert(format!("r{i}\0t{j}").as_str(), "sha256:cd")
+                        .unwrap();
+                }
+                drop(t);
+                tx.commit().unwrap();
+            }
+        }
+        let found = |p: &std::path::Path| {
+            let bytes = std::fs::read(p).unwrap();
+            bytes.windows(value.len()).any(|w| w == value)
+        };
+        assert!(found(&path), "the test must start from a plaintext secret");
+        let key = SecretKey::load_or_create(&dir.path().join("secrets.key")).unwrap();
+        let m = MetaStore::open_sealing_secrets(&path, &key).unwrap();
+        assert!(!found(&path), "meta.redb still holds the plaintext");
+        let s = m.secret("hf").unwrap().unwrap();
+        assert_eq!(s.value(&key, "hf").unwrap(), value);
+        assert!(s.for_sources.is_empty(), "sealed secrets start unbound");
+        let tx = m.db.begin_read().unwrap();
+        let tags = tx.open_table(crate::meta::TAGS).unwrap();
+        assert_eq!(tags.get("w/x\0prod").unwrap().unwrap().value(), "sha256:ab");
+        drop((tags, tx, m));
+        // Opening again finds nothing left to seal.
+        let m = MetaStore::open_sealing_secrets(&path, &key).unwrap();
+        assert_eq!(m.secrets().unwrap().len(), 1);
     }
 
     #[test]

@@ -17,10 +17,11 @@ use futures_util::{stream, StreamExt, TryStreamExt};
 use sealvol_spec::filter::Filter;
 use sealvol_spec::oci::{self, VersionIndex, VersionMeta};
 use sealvol_spec::{ChunkingParams, Entry, EntryData, Sha256Digest, Tag, TreeIndex};
-use sealvol_sync::{ChunkSink, ErrorKind, Object, SourceOptions, SyncError};
+use sealvol_sync::{ChunkSink, ErrorKind, NetPolicy, Object, SourceOptions, SyncError};
 use tokio::sync::Notify;
 
 use crate::app::App;
+use crate::secrets::{self, SecretKey};
 use crate::sync_jobs::{
     FileDone, JobError, SyncDest, SyncJob, SyncProgress, SyncState, SyncedVersion,
 };
@@ -34,21 +35,24 @@ const TRIES: u32 = 6;
 const FIRST_BACKOFF: Duration = Duration::from_secs(1);
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
-/// Which folders `dir://` sources may read (SPEC.md §8.1): never the
-/// registry's own data folder (its database holds the secrets) nor a folder
-/// that holds it; only under `roots` when some are configured; and with
-/// none configured, only while the registry listens on loopback alone.
+/// Which folders `dir://` sources may read (SPEC.md §8.1): only under
+/// `roots`, none when there are none, and never the registry's own data
+/// folder (its database and secrets key) nor a folder that holds it.
 #[derive(Clone, Debug, Default)]
 pub struct DirPolicy {
     pub data_root: Option<PathBuf>,
     pub roots: Vec<PathBuf>,
-    pub loopback: bool,
 }
 
 impl DirPolicy {
     /// Why `uri` (a `dir://` source) may not be read, if it may not.
     pub fn refuse(&self, uri: &str) -> Option<String> {
         let path = Path::new(uri.strip_prefix("dir://")?);
+        if self.roots.is_empty() {
+            return Some(format!(
+                "{uri}: dir:// sources are off on this registry; an admin lists the folders they may read in registry.toml sync_dir_roots"
+            ));
+        }
         // A folder that does not exist yet cannot leak anything; the job
         // checks again when it runs.
         let real = std::fs::canonicalize(path).ok()?;
@@ -64,11 +68,6 @@ impl DirPolicy {
                 ));
             }
         }
-        if self.roots.is_empty() {
-            return (!self.loopback).then(|| {
-                format!("{uri}: dir:// sources are off on a registry reachable from other hosts; list the folders they may read in registry.toml sync_dir_roots")
-            });
-        }
         let allowed = self
             .roots
             .iter()
@@ -83,6 +82,11 @@ impl DirPolicy {
 pub struct SyncControl {
     /// Set once at startup, before any request.
     pub dirs: std::sync::RwLock<DirPolicy>,
+    /// Where sources may connect (SPEC.md §8.4); set once at startup. The
+    /// default refuses loopback too.
+    pub net: std::sync::RwLock<NetPolicy>,
+    /// Seals and opens secret values; set when the data folder is opened.
+    pub key: std::sync::OnceLock<SecretKey>,
     /// Wakes an idle worker when a job is queued.
     pub(crate) wake: Notify,
     running: Mutex<HashMap<String, Arc<Running>>>,
@@ -102,6 +106,15 @@ pub(crate) struct Running {
     /// chunks are linked when the whole file is done): garbage collection
     /// keeps their bytes however long the file takes.
     pinned: Mutex<HashSet<String>>,
+    /// The value of the job's secret, scrubbed from every message recorded
+    /// on the job (a source may echo what it was sent).
+    secret: std::sync::OnceLock<String>,
+}
+
+impl Running {
+    fn scrub(&self, message: &str) -> String {
+        secrets::scrub(message, self.secret.get().map(String::as_str))
+    }
 }
 
 impl SyncControl {
@@ -204,6 +217,7 @@ async fn run(app: &Arc<App>, job: SyncJob) {
             tracing::info!(sync = %id, "sync canceled");
         }
         Err(mut e) => {
+            e.message = running.scrub(&e.message);
             // Every message names the source (SPEC.md §8.2).
             if !e.message.starts_with(&job.source) {
                 e.message = format!("{}: {}", job.source, e.message);
@@ -267,8 +281,8 @@ where
         match attempt().await {
             Ok(v) => return Ok(v),
             Err(e) if e.is_transient() && tries < TRIES => {
-                tracing::info!(sync = %job.id, "retrying in {pause:?}: {}", e.message);
-                let (id, msg) = (job.id.clone(), e.message.clone());
+                tracing::info!(sync = %job.id, "retrying in {pause:?}: {}", running.scrub(&e.message));
+                let (id, msg) = (job.id.clone(), running.scrub(&e.message));
                 app.meta(move |m| {
                     m.update_sync(&id, |j| {
                         j.retries += 1;
@@ -464,32 +478,60 @@ async fn execute(
     running: &Arc<Running>,
 ) -> std::result::Result<(), SyncError> {
     let uri = &job.source;
-    let secret = match &job.secret {
+    let net = app.syncs.net.read().expect("net lock").clone();
+    // The binding is checked again here: it may have changed since the
+    // job was created, and a job queued by an older release was never
+    // checked at all.
+    let stored = match &job.secret {
         None => None,
         Some(name) => {
             let n = name.clone();
-            let v = app.meta(move |m| m.secret(&n)).await.map_err(internal)?;
-            let v = v.ok_or_else(|| {
+            let s = app.meta(move |m| m.secret(&n)).await.map_err(internal)?;
+            Some(s.ok_or_else(|| {
                 SyncError::new(
                     ErrorKind::SecretUnknown,
                     format!("{uri}: secret {name} is not on this registry; store it with `sealvol secret set {name}`"),
                 )
-            })?;
-            Some(String::from_utf8(v).map_err(|_| {
+            })?)
+        }
+    };
+    if let Some(why) = secrets::endpoint_refusal(uri, stored.as_ref(), &net) {
+        return Err(SyncError::new(ErrorKind::Denied, why));
+    }
+    let secret = match (&job.secret, stored) {
+        (Some(name), Some(s)) => {
+            if let Some(why) = s.refusal(name, uri, &job.dest.name, job.by_admin, &net) {
+                return Err(SyncError::new(ErrorKind::Denied, why));
+            }
+            let key = app
+                .syncs
+                .key
+                .get()
+                .ok_or_else(|| internal("no secrets key"))?;
+            let v = s.value(key, name).map_err(internal)?;
+            let v = String::from_utf8(v).map_err(|_| {
                 SyncError::new(
                     ErrorKind::InvalidSource,
                     format!("secret {name} is not UTF-8 text"),
                 )
-            })?)
+            })?;
+            let _ = running.secret.set(v.clone());
+            Some(v)
         }
+        _ => None,
     };
     if let Some(why) = app.syncs.dirs.read().expect("dirs lock").refuse(uri) {
         return Err(SyncError::new(ErrorKind::Denied, why));
     }
     // A job that listed before reads what it listed then.
     let read_from = job.pinned_source.as_deref().unwrap_or(uri);
-    let source: Arc<dyn sealvol_sync::Source> =
-        Arc::from(sealvol_sync::open(read_from, &SourceOptions { secret })?);
+    let source: Arc<dyn sealvol_sync::Source> = Arc::from(sealvol_sync::open(
+        read_from,
+        &SourceOptions {
+            secret: secret.clone(),
+            net,
+        },
+    )?);
     let filter = Filter::new(&job.include, &job.exclude)
         .map_err(|e| SyncError::new(ErrorKind::InvalidSource, e.to_string()))?;
     let claim = hold_claim(app, job, running).await?;
@@ -926,30 +968,27 @@ mod tests {
             std::fs::create_dir_all(d.join("sub")).unwrap();
         }
         let uri = |p: &Path| format!("dir://{}", p.display());
-        let open = DirPolicy {
+        let off = DirPolicy {
             data_root: Some(data.clone()),
             roots: Vec::new(),
-            loopback: true,
         };
-        assert_eq!(open.refuse(&uri(&models)), None);
-        assert!(open.refuse(&uri(&data.join("sub"))).is_some());
-        assert!(
-            open.refuse(&uri(top.path())).is_some(),
-            "holds the data folder"
-        );
-        assert_eq!(open.refuse("s3://bucket/x"), None);
-        let exposed = DirPolicy {
-            loopback: false,
-            ..open.clone()
-        };
-        assert!(exposed
+        assert!(off
             .refuse(&uri(&models))
             .unwrap()
             .contains("sync_dir_roots"));
+        assert_eq!(off.refuse("s3://bucket/x"), None);
+        let rooted = DirPolicy {
+            roots: vec![models.clone(), top.path().to_path_buf()],
+            ..off
+        };
+        assert!(rooted.refuse(&uri(&data.join("sub"))).is_some());
+        assert!(
+            rooted.refuse(&uri(top.path())).is_some(),
+            "holds the data folder"
+        );
         let rooted = DirPolicy {
             roots: vec![models.clone()],
-            loopback: false,
-            ..open
+            ..rooted
         };
         assert_eq!(rooted.refuse(&uri(&models.join("sub"))), None);
         assert!(rooted.refuse(&uri(&other)).is_some());

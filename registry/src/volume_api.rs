@@ -529,13 +529,27 @@ async fn list_secrets(State(app): State<Arc<App>>) -> Result<Response> {
     ok(crate::sync_api::list_secrets(&app).await?)
 }
 
-/// `PUT /api/v1/secrets/NAME`.
+/// `PUT /api/v1/secrets/NAME?for=URI…[&dest=GLOB…]`.
 async fn set_secret(
     State(app): State<Arc<App>>,
     Path(name): Path<String>,
+    RawQuery(q): RawQuery,
     req_body: Body,
 ) -> Result<Response> {
-    crate::sync_api::set_secret(&app, &name, req_body).await?;
+    let (mut for_sources, mut dest) = (Vec::new(), Vec::new());
+    for (k, v) in form_urlencoded::parse(q.as_deref().unwrap_or("").as_bytes()) {
+        match &*k {
+            "for" => for_sources.push(v.into_owned()),
+            "dest" => dest.push(v.into_owned()),
+            other => {
+                return Err(RegistryError::new(
+                    Code::Invalid,
+                    format!("unknown parameter {other}; use for= and dest="),
+                ))
+            }
+        }
+    }
+    crate::sync_api::set_secret(&app, &name, for_sources, dest, req_body).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 

@@ -483,10 +483,25 @@ impl fmt::Display for SecretName {
     }
 }
 
-/// `GET /api/v1/secrets`: names only; values never leave the registry.
+/// A secret as listed (SPEC.md §8.3): its name and what it is bound to,
+/// never its value.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SecretInfo {
+    pub name: String,
+    /// The sources it may be sent to; empty for a secret stored before
+    /// binding existed, which only an admin's jobs may use until rebound.
+    #[serde(rename = "for", default)]
+    pub for_sources: Vec<String>,
+    /// Globs of the destinations whose pushers may use it; empty: any.
+    #[serde(default)]
+    pub dest: Vec<String>,
+}
+
+/// `GET /api/v1/secrets`: names and bindings; values never leave the
+/// registry.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SecretList {
-    pub secrets: Vec<String>,
+    pub secrets: Vec<SecretInfo>,
 }
 
 // ---- access and API keys (§7.5) ----------------------------------------------
