@@ -81,15 +81,26 @@ pub struct StartArgs {
 
 #[derive(Subcommand)]
 pub enum SecretAction {
-    /// Store a credential on the registry for sync jobs; the value is read from standard input
+    /// Store a credential on the registry for sync jobs, bound to the sources it may be sent to; the value is read from standard input
     Set {
         /// 1 to 64 of A-Z a-z 0-9 . _ -
         #[arg(value_name = "NAME")]
         name: String,
         #[command(flatten)]
+        binding: Binding,
+        #[command(flatten)]
         ask: Ask,
     },
-    /// List the names of the registry's secrets (values are never shown)
+    /// Bind a stored secret anew, keeping its value
+    Bind {
+        #[arg(value_name = "NAME")]
+        name: String,
+        #[command(flatten)]
+        binding: Binding,
+        #[command(flatten)]
+        ask: Ask,
+    },
+    /// List the registry's secrets and what each is bound to (values are never shown)
     List {
         #[command(flatten)]
         ask: Ask,
@@ -101,6 +112,26 @@ pub enum SecretAction {
         #[command(flatten)]
         ask: Ask,
     },
+}
+
+/// Where a secret may be used (SPEC.md §8.3).
+#[derive(clap::Args)]
+pub struct Binding {
+    /// A source the secret may be sent to: a bucket or a prefix in it, a Hub organization or repository, a registry host (s3://bucket/prefix, hf://org, oci://host); repeatable
+    #[arg(long = "for", value_name = "URI", required = true)]
+    for_sources: Vec<String>,
+    /// Only jobs into volumes matching this glob may use it (weights/**); repeatable; default any
+    #[arg(long, value_name = "GLOB")]
+    dest: Vec<String>,
+}
+
+impl Binding {
+    fn wire(&self) -> sync::SecretBinding {
+        sync::SecretBinding {
+            for_sources: self.for_sources.clone(),
+            dest: self.dest.clone(),
+        }
+    }
 }
 
 /// The flags of a command that asks one registry: which one, how to reach
@@ -190,7 +221,8 @@ pub fn run(action: SyncAction) -> anyhow::Result<()> {
 
 pub fn run_secret(action: SecretAction) -> anyhow::Result<()> {
     match action {
-        SecretAction::Set { name, ask } => secret_set(&name, &ask),
+        SecretAction::Set { name, binding, ask } => secret_set(&name, &binding, &ask),
+        SecretAction::Bind { name, binding, ask } => secret_bind(&name, &binding, &ask),
         SecretAction::List { ask } => secret_list(&ask),
         SecretAction::Rm { name, ask } => secret_rm(&name, &ask),
     }
@@ -572,7 +604,7 @@ fn strip_newline(mut v: Vec<u8>) -> Vec<u8> {
     v
 }
 
-fn secret_set(name: &str, ask: &Ask) -> anyhow::Result<()> {
+fn secret_set(name: &str, binding: &Binding, ask: &Ask) -> anyhow::Result<()> {
     let name: SecretName = name.parse()?;
     let (registry, remote) = ask.connect()?;
     let rt = runtime()?;
@@ -582,14 +614,36 @@ fn secret_set(name: &str, ask: &Ask) -> anyhow::Result<()> {
         "secrets for sync jobs",
     ))?;
     let value = read_secret(&name)?;
-    rt.block_on(sync::set_secret(&remote, &name, &value))?;
+    rt.block_on(sync::set_secret(&remote, &name, &value, &binding.wire()))?;
+    secret_stored(&name, &registry, binding, ask, "stored")
+}
+
+fn secret_bind(name: &str, binding: &Binding, ask: &Ask) -> anyhow::Result<()> {
+    let name: SecretName = name.parse()?;
+    let (registry, remote) = ask.connect()?;
+    runtime()?.block_on(sync::bind_secret(&remote, &name, &binding.wire()))?;
+    secret_stored(&name, &registry, binding, ask, "bound")
+}
+
+fn secret_stored(
+    name: &SecretName,
+    registry: &str,
+    binding: &Binding,
+    ask: &Ask,
+    done: &str,
+) -> anyhow::Result<()> {
     match ask.output {
         Output::Json => print_json(&serde_json::json!({
             "secret": name.as_str(),
             "registry": registry,
+            "for": binding.for_sources,
+            "dest": binding.dest,
         }))?,
         Output::Text => {
-            println!("stored secret {name} on registry {registry}");
+            println!(
+                "{done} secret {name} on registry {registry}, for {}",
+                binding.for_sources.join(", ")
+            );
             eprintln!("use it with: sealvol sync start --source URI --dest REF --secret {name}");
         }
     }
@@ -598,13 +652,23 @@ fn secret_set(name: &str, ask: &Ask) -> anyhow::Result<()> {
 
 fn secret_list(ask: &Ask) -> anyhow::Result<()> {
     let (registry, remote) = ask.connect()?;
-    let names = runtime()?.block_on(sync::list_secrets(&remote))?;
+    let secrets = runtime()?.block_on(sync::list_secrets(&remote))?;
     match ask.output {
-        Output::Json => print_json(&serde_json::json!({ "secrets": names }))?,
-        Output::Text if names.is_empty() => eprintln!("no secrets on registry {registry}"),
+        Output::Json => print_json(&serde_json::json!({ "secrets": secrets }))?,
+        Output::Text if secrets.is_empty() => eprintln!("no secrets on registry {registry}"),
         Output::Text => {
-            for n in names {
-                println!("{n}");
+            for s in secrets {
+                let bound = if s.for_sources.is_empty() {
+                    "bound to no source (admins only until `sealvol secret bind`)".to_string()
+                } else {
+                    format!("for {}", s.for_sources.join(", "))
+                };
+                let dest = if s.dest.is_empty() {
+                    String::new()
+                } else {
+                    format!("; dest {}", s.dest.join(", "))
+                };
+                println!("{}\t{bound}{dest}", s.name);
             }
         }
     }

@@ -223,10 +223,47 @@ pub async fn wait(
     }
 }
 
-/// `PUT /api/v1/secrets/NAME`: stores `value` (at most
-/// [`SECRET_MAX_BYTES`]) on the registry, replacing what the name held.
-/// The value travels as raw bytes ([`Remote::api_raw`]).
-pub async fn set_secret(remote: &Remote, name: &SecretName, value: &[u8]) -> Result<(), Error> {
+/// Where a secret may be used (SPEC.md §8.3): the sources it may be sent
+/// to, and globs of the destinations whose pushers may use it (none: any).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SecretBinding {
+    pub for_sources: Vec<String>,
+    pub dest: Vec<String>,
+}
+
+impl SecretBinding {
+    /// `?for=…&dest=…`, each value percent-encoded.
+    fn query(&self) -> String {
+        let pairs = self
+            .for_sources
+            .iter()
+            .map(|v| ("for", v))
+            .chain(self.dest.iter().map(|v| ("dest", v)));
+        let parts: Vec<String> = pairs.map(|(k, v)| format!("{k}={}", segment(v))).collect();
+        format!("?{}", parts.join("&"))
+    }
+
+    fn check(&self, name: &SecretName) -> Result<(), Error> {
+        if self.for_sources.is_empty() {
+            return Err(Error::Usage(format!(
+                "secret {name}: say which sources it may be sent to with --for URI (e.g. --for s3://bucket or --for hf://org)"
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// `PUT /api/v1/secrets/NAME?for=…`: stores `value` (at most
+/// [`SECRET_MAX_BYTES`]) on the registry, bound as `binding` says,
+/// replacing what the name held. The value travels as raw bytes
+/// ([`Remote::api_raw`]).
+pub async fn set_secret(
+    remote: &Remote,
+    name: &SecretName,
+    value: &[u8],
+    binding: &SecretBinding,
+) -> Result<(), Error> {
+    binding.check(name)?;
     if value.is_empty() {
         return Err(Error::Usage(format!("secret {name}: the value is empty")));
     }
@@ -236,24 +273,39 @@ pub async fn set_secret(remote: &Remote, name: &SecretName, value: &[u8]) -> Res
             value.len()
         )));
     }
+    put_secret(remote, name, Bytes::copy_from_slice(value), binding).await
+}
+
+/// `PUT /api/v1/secrets/NAME?for=…` with no body: binds the stored value
+/// anew (a secret stored before binding existed is usable by admins only
+/// until then).
+pub async fn bind_secret(
+    remote: &Remote,
+    name: &SecretName,
+    binding: &SecretBinding,
+) -> Result<(), Error> {
+    binding.check(name)?;
+    put_secret(remote, name, Bytes::new(), binding).await
+}
+
+async fn put_secret(
+    remote: &Remote,
+    name: &SecretName,
+    value: Bytes,
+    binding: &SecretBinding,
+) -> Result<(), Error> {
     let mut ctx = Ctx::new(remote, Op::SetSecret).await?;
     ctx.secret = Some(name.to_string());
-    let value = Bytes::copy_from_slice(value);
+    let path = format!("{}{}", secret_path(name), binding.query());
     let answer = remote
-        .api_raw(
-            Method::PUT,
-            &secret_path(name),
-            None,
-            "application/octet-stream",
-            value,
-        )
+        .api_raw(Method::PUT, &path, None, "application/octet-stream", value)
         .await?;
     lifecycle::answered(&ctx, answer)?;
     Ok(())
 }
 
-/// `GET /api/v1/secrets`: the names of the secrets the registry holds.
-pub async fn list_secrets(remote: &Remote) -> Result<Vec<String>, Error> {
+/// `GET /api/v1/secrets`: the registry's secrets, names and bindings.
+pub async fn list_secrets(remote: &Remote) -> Result<Vec<wire::SecretInfo>, Error> {
     let ctx = Ctx::new(remote, Op::ListSecrets).await?;
     let a: wire::SecretList = get(remote, &ctx, "/secrets", None).await?;
     Ok(a.secrets)
