@@ -554,9 +554,7 @@ async fn start_upload(app: &App, name: String, req: Request) -> Result<Response>
         let digest = parse_digest(&d)?;
         return monolithic(app, name, digest, req.into_body()).await;
     }
-    let id = app.uploads.create().await?;
-    let (i, repo) = (id.clone(), name.clone());
-    app.meta(move |m| m.put_upload(&i, &repo)).await?;
+    let id = crate::uploads::start(app, &name).await?;
     Ok(upload_response(StatusCode::ACCEPTED, &name, &id, 0))
 }
 
@@ -602,7 +600,14 @@ async fn check_session(app: &App, name: &str, id: &str) -> Result<()> {
 
 async fn upload_status(app: &App, name: String, id: String) -> Result<Response> {
     let s = app.uploads.session(&id).await?;
-    let size = s.lock().await.size;
+    let s = s.lock().await;
+    if s.expired {
+        return Err(RegistryError::new(
+            Code::BlobUploadUnknown,
+            format!("upload {id} expired; start the upload again"),
+        ));
+    }
+    let size = s.size;
     Ok(upload_response(StatusCode::NO_CONTENT, &name, &id, size))
 }
 
@@ -644,6 +649,7 @@ async fn append_body(
 ) -> Result<(u64, tokio::sync::OwnedMutexGuard<crate::uploads::Session>)> {
     let start = chunk_start(req.headers())?;
     let mut session = app.uploads.session(id).await?.lock_owned().await;
+    crate::uploads::touch(app, id).await?;
     let size = app
         .uploads
         .append(id, &mut session, start, req.into_body().into_data_stream())

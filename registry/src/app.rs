@@ -11,13 +11,21 @@ use crate::error::{RegistryError, Result};
 use crate::meta::MetaStore;
 use crate::uploads::Uploads;
 
-/// How long deleted versions, unreferenced blobs and push claims last.
+/// How long deleted versions, unreferenced blobs, push claims and idle
+/// upload sessions last.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Policy {
     pub retention_seconds: u64,
     pub gc_grace_seconds: u64,
     pub claim_ttl_seconds: u64,
+    /// An upload session nobody has written to for this long is abandoned.
+    pub upload_ttl_seconds: u64,
 }
+
+/// One day, as distribution's default `purgeuploads` age is a week: long
+/// enough for a slow resumable upload, short enough that an abandoned one
+/// stops holding disk and garbage collection.
+pub const DEFAULT_UPLOAD_TTL_SECONDS: u64 = 86_400;
 
 impl Default for Policy {
     fn default() -> Self {
@@ -25,6 +33,7 @@ impl Default for Policy {
             retention_seconds: sealvol_spec::api::DEFAULT_RETENTION_SECONDS,
             gc_grace_seconds: sealvol_spec::api::DEFAULT_GC_GRACE_SECONDS,
             claim_ttl_seconds: sealvol_spec::api::DEFAULT_CLAIM_TTL_SECONDS,
+            upload_ttl_seconds: DEFAULT_UPLOAD_TTL_SECONDS,
         }
     }
 }
@@ -48,6 +57,9 @@ pub struct App {
     /// `repo NUL digest` -> when a client last checked the blob with HEAD:
     /// a push that finds a blob skips uploading it and references it later.
     touched: Mutex<HashMap<String, u64>>,
+    /// While garbage collection marks: the repositories a manifest was
+    /// stored in since its snapshot (see [`App::manifest_stored`]).
+    stored_while_marking: Mutex<Option<HashSet<String>>>,
 }
 
 impl App {
@@ -61,13 +73,15 @@ impl App {
             blobs,
             meta,
             uploads,
-            clock: Clock::from_env(),
+            // The system's; `serve` may put a test clock in its place.
+            clock: Clock::default(),
             policy,
             claims: Claims::default(),
             sweep: tokio::sync::RwLock::new(()),
             gc_running: tokio::sync::Mutex::new(()),
             syncs: Default::default(),
             touched: Mutex::new(HashMap::new()),
+            stored_while_marking: Mutex::new(None),
         }
     }
 
@@ -97,6 +111,44 @@ impl App {
             .lock()
             .expect("touched lock")
             .retain(|_, at| *at >= t);
+    }
+
+    /// Garbage collection is about to take its snapshot.
+    pub(crate) fn begin_marking(&self) {
+        *self.stored_while_marking.lock().expect("marking lock") = Some(HashSet::new());
+    }
+
+    /// Records, with the sweep's read side held, that a manifest was just
+    /// stored in `repo`.
+    ///
+    /// Marking works on a snapshot, so a manifest stored after it can
+    /// reference blobs and child manifests that marking found unreferenced
+    /// and old; `put_manifest` saw them still linked and accepted it. The
+    /// sweep therefore leaves alone every repository named here. Touching
+    /// the referenced blobs' link times instead would not be enough: a
+    /// child manifest kept that way would still lose its own blobs, which
+    /// marking doomed with it. A repository spared once is collected by
+    /// the next pass, which sees the new manifest.
+    pub(crate) fn manifest_stored(&self, repo: &str) {
+        if let Some(repos) = self
+            .stored_while_marking
+            .lock()
+            .expect("marking lock")
+            .as_mut()
+        {
+            repos.insert(repo.to_string());
+        }
+    }
+
+    /// The repositories [`App::manifest_stored`] named since
+    /// [`App::begin_marking`]; called by the sweep under its write lock,
+    /// so the set is complete.
+    pub(crate) fn end_marking(&self) -> HashSet<String> {
+        self.stored_while_marking
+            .lock()
+            .expect("marking lock")
+            .take()
+            .unwrap_or_default()
     }
 
     /// Runs a metadata operation off the async threads (redb commits fsync).

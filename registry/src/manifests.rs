@@ -223,6 +223,10 @@ pub(crate) async fn store_manifest(
             )
         })
         .await?;
+    if stored.is_ok() {
+        // Before the sweep can run: it must see this (see the method).
+        app.manifest_stored(name);
+    }
     drop(_sweep);
     if let Err(what) = stored {
         return Err(RegistryError::new(

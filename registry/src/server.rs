@@ -46,6 +46,14 @@ pub struct Config {
     pub gc_interval_seconds: u64,
     /// How long a push claim lasts unless its holder renews it.
     pub claim_ttl_seconds: u64,
+    /// An upload session idle this long is abandoned: its data file and
+    /// row go, and garbage collection stops sparing its repository.
+    pub upload_ttl_seconds: u64,
+    /// Let `SEALVOL_TEST_CLOCK_FILE` shift the registry's clock (for
+    /// end-to-end tests that move time). Off, the variable is ignored, so
+    /// a stray environment cannot make a production registry expire
+    /// tags, claims or uploads early.
+    pub test_clock: bool,
     /// Sync jobs run at once (SPEC.md §8.2).
     pub sync_workers: usize,
     /// Folders `dir://` sync sources may read; empty: any folder but the
@@ -80,6 +88,8 @@ impl Default for Config {
             gc_grace_seconds: Policy::default().gc_grace_seconds,
             gc_interval_seconds: 3600,
             claim_ttl_seconds: Policy::default().claim_ttl_seconds,
+            upload_ttl_seconds: Policy::default().upload_ttl_seconds,
+            test_clock: false,
             sync_workers: 2,
             sync_dir_roots: Vec::new(),
             auth: None,
@@ -177,6 +187,7 @@ impl Config {
             retention_seconds: self.retention_seconds,
             gc_grace_seconds: self.gc_grace_seconds,
             claim_ttl_seconds: self.claim_ttl_seconds.max(1),
+            upload_ttl_seconds: self.upload_ttl_seconds.max(1),
         }
     }
 }
@@ -321,7 +332,9 @@ pub async fn serve(config: Config, ready: impl FnOnce(SocketAddr)) -> Result<(),
         ),
         None => None,
     };
-    let app = Arc::new(open_app(&config.root, config.policy())?);
+    let mut app = open_app(&config.root, config.policy())?;
+    app.clock = crate::clock::Clock::from_config(config.test_clock);
+    let app = Arc::new(app);
     *app.syncs.dirs.write().expect("dirs lock") = crate::sync_runner::DirPolicy {
         data_root: Some(config.root.clone()),
         roots: config.sync_dir_roots.clone(),
@@ -355,6 +368,21 @@ pub async fn serve(config: Config, ready: impl FnOnce(SocketAddr)) -> Result<(),
             }
         })
     });
+    // Garbage collection expires abandoned uploads too, but it may be off
+    // or rare; a session's disk space should not wait for it.
+    let upload_expiry = {
+        let app = Arc::clone(&app);
+        let every = config.upload_ttl_seconds.clamp(1, 3600);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(every));
+            loop {
+                tick.tick().await;
+                if let Err(e) = crate::uploads::expire(&app).await {
+                    tracing::error!("expiring upload sessions: {e}");
+                }
+            }
+        })
+    };
     let workers = crate::sync_runner::spawn_workers(Arc::clone(&app), config.sync_workers);
     let router = router(Arc::clone(&app), auth, &config, prometheus);
     let served = match tls {
@@ -368,6 +396,8 @@ pub async fn serve(config: Config, ready: impl FnOnce(SocketAddr)) -> Result<(),
         c.abort();
         let _ = c.await;
     }
+    upload_expiry.abort();
+    let _ = upload_expiry.await;
     // A job stopped here is queued again at the next start and resumes
     // from its last finished file.
     for w in workers {
