@@ -84,18 +84,9 @@ pub fn need(method: &Method, path: &str) -> Need {
 /// The repository a cross-repository mount reads (`?mount=D&from=REPO`
 /// on an upload start), which the caller must be allowed to pull.
 pub fn mount_source(query: Option<&str>) -> Option<String> {
-    let q = query?;
-    let mut mount = false;
-    let mut from = None;
-    for kv in q.split('&') {
-        let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
-        match k {
-            "mount" => mount = true,
-            "from" => from = Some(percent_encoding::percent_decode_str(v).decode_utf8_lossy()),
-            _ => {}
-        }
-    }
-    mount.then_some(from?.into_owned())
+    // Decoded as the upload handler decodes it, so both mean one repository.
+    crate::query::param(query, "mount")?;
+    crate::query::param(query, "from")
 }
 
 #[cfg(test)]

@@ -74,34 +74,7 @@ fn check_name(name: &str) -> Result<()> {
 }
 
 fn query_param(req: &Request, key: &str) -> Option<String> {
-    let q = req.uri().query()?;
-    q.split('&').find_map(|kv| {
-        let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
-        (k == key).then(|| percent_decode(v))
-    })
-}
-
-/// Decodes `%XX` escapes. A `+` stays a `+` (RFC 3986; media types such as
-/// `application/vnd.x+json` travel unescaped in `artifactType`).
-fn percent_decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        match b[i] {
-            b'%' if i + 2 < b.len() => match u8::from_str_radix(&s[i + 1..i + 3], 16) {
-                Ok(v) => {
-                    out.push(v);
-                    i += 3;
-                    continue;
-                }
-                Err(_) => out.push(b'%'),
-            },
-            c => out.push(c),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    crate::query::param(req.uri().query(), key)
 }
 
 fn hv(s: &str) -> HeaderValue {
@@ -286,12 +259,21 @@ async fn tags(app: &App, name: String, n: usize, last: Option<String>) -> Result
     ))
 }
 
-/// A manifest reference: a digest, or a tag resolved to one.
+/// A manifest reference: a digest, or a tag resolved to one. A reference
+/// that is neither names no manifest: 404, as distribution answers, since
+/// clients and conformance suites probe with such names (a PUT to one is
+/// still refused as invalid, by `store_manifest`).
 async fn resolve(app: &App, name: &str, reference: &str) -> Result<Sha256Digest> {
+    let malformed = || {
+        RegistryError::new(
+            Code::ManifestUnknown,
+            format!("{reference:?} is neither a tag nor a digest, so no manifest of {name}"),
+        )
+    };
     if reference.contains(':') {
-        return parse_digest(reference);
+        return parse_digest(reference).map_err(|_| malformed());
     }
-    check_tag(reference)?;
+    check_tag(reference).map_err(|_| malformed())?;
     let (repo, tag) = (name.to_string(), reference.to_string());
     match app.meta(move |m| m.resolve_tag(&repo, &tag)).await? {
         Some(d) => parse_digest(&d),
@@ -777,16 +759,5 @@ mod tests {
         assert_eq!(byte_range(&h("bytes=100-"), 100), Err(()));
         assert_eq!(byte_range(&h("bytes=9-0"), 100), Err(()));
         assert_eq!(byte_range(&HeaderMap::new(), 100), Ok(None));
-    }
-
-    #[test]
-    fn decoding_query_values() {
-        assert_eq!(percent_decode("sha256%3Aab"), "sha256:ab");
-        assert_eq!(percent_decode("a%2Fb"), "a/b");
-        assert_eq!(percent_decode("100%"), "100%");
-        assert_eq!(
-            percent_decode("application/vnd.x+json"),
-            "application/vnd.x+json"
-        );
     }
 }

@@ -36,6 +36,7 @@ pub mod gc;
 pub mod keys;
 pub mod manifests;
 pub mod meta;
+mod query;
 pub mod server;
 pub mod sync_api;
 pub mod sync_jobs;

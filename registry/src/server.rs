@@ -15,6 +15,7 @@ use axum::routing::get;
 use axum::Router;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use serde::Deserialize;
+use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::set_header::SetResponseHeaderLayer;
 use tower_http::timeout::TimeoutLayer;
 use tower_http::trace::TraceLayer;
@@ -274,6 +275,16 @@ pub fn router(
             HeaderValue::from_static("registry/2.0"),
         ))
         .layer(TraceLayer::new_for_http())
+        // Outermost, so a panic in any layer or handler becomes a 500 with
+        // an OCI error body (the layers it unwinds through do not record
+        // that request; the panic is logged instead).
+        .layer(catch_panics())
+}
+
+/// The layer that turns a panicking request into a 500 `UNKNOWN` answer.
+pub fn catch_panics() -> CatchPanicLayer<fn(Box<dyn std::any::Any + Send + 'static>) -> Response>
+{
+    CatchPanicLayer::custom(crate::error::panicked as fn(_) -> Response)
 }
 
 /// Serves HTTPS on `listener` until `stop`, then lets in-flight requests

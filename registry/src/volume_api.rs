@@ -17,6 +17,7 @@ use serde::Deserialize;
 use crate::app::App;
 use crate::auth::Caller;
 use crate::error::{Code, RegistryError, Result};
+use crate::query::{flag as query_flag, param as query_value};
 use crate::volumes::rfc3339;
 
 /// Largest request body the API reads.
@@ -136,21 +137,6 @@ fn check_digest(d: &str) -> Result<()> {
             "{d:?} is not a full digest (b3:<64 hex> or sha256:<64 hex>)"
         )))
     }
-}
-
-fn query_flag(query: Option<&str>, key: &str) -> bool {
-    query.is_some_and(|q| {
-        q.split('&')
-            .any(|kv| kv == key || kv == format!("{key}=true") || kv == format!("{key}=1"))
-    })
-}
-
-fn query_value(query: Option<&str>, key: &str) -> Option<String> {
-    query?.split('&').find_map(|kv| {
-        kv.split_once('=')
-            .filter(|(k, _)| *k == key)
-            .map(|(_, v)| v.to_string())
-    })
 }
 
 fn json_response(status: StatusCode, v: impl serde::Serialize) -> Result<Response> {
@@ -502,7 +488,7 @@ async fn list_syncs(
     caller: Caller,
     RawQuery(q): RawQuery,
 ) -> Result<Response> {
-    let dest = query_value(q.as_deref(), "dest").map(|d| percent_decode(&d));
+    let dest = query_value(q.as_deref(), "dest");
     ok(crate::sync_api::list(&app, &caller, dest).await?)
 }
 
@@ -543,12 +529,6 @@ async fn set_secret(
 async fn delete_secret(State(app): State<Arc<App>>, Path(name): Path<String>) -> Result<Response> {
     crate::sync_api::delete_secret(&app, &name).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
-}
-
-fn percent_decode(s: &str) -> String {
-    percent_encoding::percent_decode_str(s)
-        .decode_utf8_lossy()
-        .into_owned()
 }
 
 fn claim_view(c: crate::claims::Claim, ttl: u64) -> api::Claim {
