@@ -325,13 +325,7 @@ async fn put_manifest(
         .filter(|s| s.starts_with("application/vnd."));
     let bytes = axum::body::to_bytes(req.into_body(), MAX_MANIFEST)
         .await
-        .map_err(|_| {
-            RegistryError::with_status(
-                Code::SizeInvalid,
-                StatusCode::PAYLOAD_TOO_LARGE,
-                format!("manifest is larger than {MAX_MANIFEST} bytes"),
-            )
-        })?;
+        .map_err(|_| crate::limits::too_large(MAX_MANIFEST))?;
     let (digest, subject) =
         store_manifest(app, &name, &reference, bytes, content_type.as_deref()).await?;
 

@@ -38,6 +38,35 @@ impl Default for Policy {
     }
 }
 
+/// Most blob checks remembered at once (about 100 bytes each).
+const MAX_TOUCHED: usize = 1 << 20;
+
+/// Records a check at `now` in `touched`, keeping it under `cap`. Only a
+/// check since `old_before` (the grace period) can still spare a blob, so
+/// older ones are dropped first; past the cap even then, the oldest go.
+/// Dropping a recent one is safe for data already referenced, and a push
+/// that loses the race gets `MANIFEST_BLOB_UNKNOWN` and uploads again.
+fn remember_touch(
+    touched: &mut HashMap<String, u64>,
+    key: String,
+    now: u64,
+    old_before: u64,
+    cap: usize,
+) {
+    touched.insert(key, now);
+    if touched.len() <= cap {
+        return;
+    }
+    touched.retain(|_, at| *at >= old_before);
+    if touched.len() > cap {
+        let mut times: Vec<u64> = touched.values().copied().collect();
+        let keep = cap - cap / 10;
+        let (_, cut, _) = times.select_nth_unstable_by(keep, |a, b| b.cmp(a));
+        let cut = *cut;
+        touched.retain(|_, at| *at > cut);
+    }
+}
+
 /// Everything a request may touch.
 pub struct App {
     pub blobs: Arc<dyn BlobStore>,
@@ -91,10 +120,14 @@ impl App {
 
     pub(crate) fn touch(&self, repo: &str, digest: &str) {
         let now = self.now();
-        self.touched
-            .lock()
-            .expect("touched lock")
-            .insert(crate::meta::key(&[repo, digest]), now);
+        let mut touched = self.touched.lock().expect("touched lock");
+        remember_touch(
+            &mut touched,
+            crate::meta::key(&[repo, digest]),
+            now,
+            now.saturating_sub(self.policy.gc_grace_seconds),
+            MAX_TOUCHED,
+        );
     }
 
     pub(crate) fn touched_since(&self, t: u64) -> HashSet<String> {
@@ -161,5 +194,28 @@ impl App {
             .await
             .map_err(RegistryError::internal)?
             .map_err(RegistryError::from)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn blob_checks_are_bounded() {
+        let mut t = HashMap::new();
+        for i in 0..10u64 {
+            remember_touch(&mut t, format!("old{i}"), i, 0, 10);
+        }
+        assert_eq!(t.len(), 10);
+        // Past the cap: the checks older than the grace period go.
+        remember_touch(&mut t, "new".into(), 100, 50, 10);
+        assert_eq!(t.keys().collect::<Vec<_>>(), ["new"]);
+        // All within the grace period: the oldest go.
+        for i in 0..20u64 {
+            remember_touch(&mut t, format!("k{i}"), 100 + i, 50, 10);
+            assert!(t.len() <= 10);
+        }
+        assert!(t.contains_key("k19") && !t.contains_key("k0"));
     }
 }

@@ -615,12 +615,10 @@ pub async fn token(State(auth): State<Arc<Auth>>, req: Request) -> Response {
         .map(|q| form_urlencoded::parse(q.as_bytes()).into_owned().collect())
         .unwrap_or_default();
     let subject = if req.method() == Method::POST {
-        let body = match axum::body::to_bytes(req.into_body(), 64 << 10).await {
+        let max = crate::limits::MAX_TOKEN_FORM;
+        let body = match axum::body::to_bytes(req.into_body(), max).await {
             Ok(b) => b,
-            Err(_) => {
-                return RegistryError::new(Code::Unsupported, "token form too large")
-                    .into_response()
-            }
+            Err(_) => return crate::limits::too_large(max).into_response(),
         };
         params.extend(form_urlencoded::parse(&body).into_owned());
         let get = |k: &str| params.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());

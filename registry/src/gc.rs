@@ -483,7 +483,9 @@ pub(crate) async fn sweep(app: &App, marked: Marked) -> Result<GcReport> {
     // doomed (see `App::manifest_stored`): spare their repositories.
     let stored_since = app.end_marking();
     doomed.links.retain(|(r, _)| !stored_since.contains(r));
-    doomed.manifests.retain(|(r, _, _)| !stored_since.contains(r));
+    doomed
+        .manifests
+        .retain(|(r, _, _)| !stored_since.contains(r));
     let touched = app.touched_since(old_before);
     let live = if dry_run {
         // What would be left: everything marked, minus the doomed.

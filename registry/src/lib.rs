@@ -34,6 +34,7 @@ pub mod clock;
 pub mod error;
 pub mod gc;
 pub mod keys;
+pub mod limits;
 pub mod manifests;
 pub mod meta;
 mod query;

@@ -13,8 +13,7 @@ use crate::app::App;
 use crate::error::{Code, RegistryError, Result};
 use crate::meta::{ManifestRecord, References};
 
-/// Largest manifest accepted, as CNCF distribution and zot.
-pub const MAX_MANIFEST: usize = 4 << 20;
+pub use crate::limits::MAX_MANIFEST;
 
 const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
 pub(crate) const OCI_INDEX: &str = "application/vnd.oci.image.index.v1+json";

@@ -252,7 +252,9 @@ pub fn router(
                 .post(crate::auth::token)
                 .with_state(Arc::clone(&auth)),
         )
-        // Blob bodies stream to disk; manifests are bounded in their handler.
+        // Blob bodies stream to disk; the others are bounded by
+        // `limits`, before the auth layers so an unauthenticated client
+        // cannot make them read a large body either.
         .layer(DefaultBodyLimit::disable())
         // Outermost first on the way in: metrics see every answer, the
         // CSRF check runs before credentials are checked, and the auth
@@ -265,6 +267,7 @@ pub fn router(
             auth,
             crate::auth::csrf,
         ))
+        .layer(axum::middleware::from_fn(crate::limits::limit_bodies))
         .layer(axum::middleware::from_fn(record_metrics))
         .layer(TimeoutLayer::with_status_code(
             axum::http::StatusCode::REQUEST_TIMEOUT,
@@ -282,8 +285,7 @@ pub fn router(
 }
 
 /// The layer that turns a panicking request into a 500 `UNKNOWN` answer.
-pub fn catch_panics() -> CatchPanicLayer<fn(Box<dyn std::any::Any + Send + 'static>) -> Response>
-{
+pub fn catch_panics() -> CatchPanicLayer<fn(Box<dyn std::any::Any + Send + 'static>) -> Response> {
     CatchPanicLayer::custom(crate::error::panicked as fn(_) -> Response)
 }
 

@@ -285,7 +285,10 @@ impl Uploads {
     /// Whether this process holds state for session `id` (tests).
     #[cfg(test)]
     pub(crate) fn is_loaded(&self, id: &str) -> bool {
-        self.sessions.lock().expect("sessions lock").contains_key(id)
+        self.sessions
+            .lock()
+            .expect("sessions lock")
+            .contains_key(id)
     }
 
     /// Forgets a session and removes its data file if it is still there.

@@ -20,8 +20,7 @@ use crate::error::{Code, RegistryError, Result};
 use crate::query::{flag as query_flag, param as query_value};
 use crate::volumes::rfc3339;
 
-/// Largest request body the API reads.
-const MAX_BODY: usize = 64 << 10;
+use crate::limits::MAX_API_BODY as MAX_BODY;
 
 /// The endpoint a path names, for the access table
 /// ([`crate::access::need`]); the router above serves the same paths.
@@ -82,7 +81,10 @@ pub(crate) fn route(path: &str) -> Option<Route> {
             Route::Secret(name.to_string())
         }
         _ => {
-            let (name, sub) = split_volume_path(rest.strip_prefix("volumes/")?)?;
+            // Decoded as axum decodes the `{*path}` the handler reads, so
+            // the access table checks the volume the handler acts on.
+            let path = crate::query::decode(rest.strip_prefix("volumes/")?);
+            let (name, sub) = split_volume_path(&path)?;
             match sub {
                 RawSub::Volume => Route::Volume(name),
                 RawSub::Versions => Route::Versions(name),
@@ -151,7 +153,7 @@ fn ok(v: impl serde::Serialize) -> Result<Response> {
 async fn body<T: for<'de> Deserialize<'de>>(req_body: Body) -> Result<T> {
     let bytes = axum::body::to_bytes(req_body, MAX_BODY)
         .await
-        .map_err(|_| invalid(format!("request body is larger than {MAX_BODY} bytes")))?;
+        .map_err(|_| crate::limits::too_large(MAX_BODY))?;
     let bytes = if bytes.is_empty() {
         bytes::Bytes::from_static(b"{}")
     } else {
@@ -407,6 +409,12 @@ async fn volume(
         }
         (VolumeSub::Claim, Method::POST) => {
             let b: api::ClaimRequest = body(req_body).await?;
+            if b.holder.len() > crate::claims::MAX_HOLDER_LEN {
+                return Err(invalid(format!(
+                    "holder is longer than {} bytes",
+                    crate::claims::MAX_HOLDER_LEN
+                )));
+            }
             let ttl = app.policy.claim_ttl_seconds;
             match app.claims.acquire(&name, &b.holder, now, ttl) {
                 Ok(c) => json_response(StatusCode::CREATED, claim_view(c, ttl)),

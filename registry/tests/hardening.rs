@@ -46,6 +46,9 @@ impl Reg {
         if let Some(c) = content_type {
             b = b.header("content-type", c);
         }
+        if !body.is_empty() {
+            b = b.header("content-length", body.len());
+        }
         let resp = self
             .router
             .clone()
@@ -56,7 +59,10 @@ impl Reg {
         let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX)
             .await
             .unwrap();
-        (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+        (
+            status,
+            serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+        )
     }
 
     /// Pushes an empty image manifest tagged `tag` to `repo`.
@@ -160,8 +166,115 @@ async fn a_panicking_handler_answers_500_with_an_oci_error() {
         .unwrap();
     assert_eq!(resp.status(), StatusCode::INTERNAL_SERVER_ERROR);
     assert_eq!(resp.headers()["content-type"], "application/json");
-    let body: Value =
-        serde_json::from_slice(&axum::body::to_bytes(resp.into_body(), 1 << 16).await.unwrap())
-            .unwrap();
+    let body: Value = serde_json::from_slice(
+        &axum::body::to_bytes(resp.into_body(), 1 << 16)
+            .await
+            .unwrap(),
+    )
+    .unwrap();
     assert_eq!(code(&body), "UNKNOWN");
+}
+
+/// Bodies over their endpoint's limit are refused with 413 `SIZE_INVALID`,
+/// declared or not.
+#[tokio::test]
+async fn oversized_bodies_are_refused() {
+    let reg = Reg::new();
+    let cases: [(Method, &str, Option<&str>, usize); 4] = [
+        (
+            Method::PUT,
+            "/api/v1/volumes/ns/vol/-/tags/prod",
+            Some("application/json"),
+            (64 << 10) + 1,
+        ),
+        (
+            Method::POST,
+            "/api/v1/volumes/ns/vol/-/claim",
+            Some("application/json"),
+            (64 << 10) + 1,
+        ),
+        (
+            Method::POST,
+            "/token",
+            Some("application/x-www-form-urlencoded"),
+            (8 << 10) + 1,
+        ),
+        (
+            Method::PUT,
+            "/v2/ns/vol/manifests/latest",
+            Some("application/vnd.oci.image.manifest.v1+json"),
+            (4 << 20) + 1,
+        ),
+    ];
+    for (method, path, ct, size) in cases {
+        // Declared: refused before the body is read.
+        let (s, body) = reg
+            .call(method.clone(), path.as_bytes(), ct, vec![b' '; size])
+            .await;
+        assert_eq!(s, StatusCode::PAYLOAD_TOO_LARGE, "{method} {path}: {body}");
+        assert_eq!(code(&body), "SIZE_INVALID", "{method} {path}");
+        if path == "/token" {
+            continue; // without [auth], /token reads no body
+        }
+        // Streamed without a length: cut off where it passes the limit.
+        let chunks = (0..size.div_ceil(1024)).map(|_| Ok::<_, std::io::Error>(vec![b' '; 1024]));
+        let mut b = Request::builder().method(method.clone()).uri(path);
+        if let Some(c) = ct {
+            b = b.header("content-type", c);
+        }
+        let req = b
+            .body(Body::from_stream(futures_util::stream::iter(chunks)))
+            .unwrap();
+        let resp = reg.router.clone().oneshot(req).await.unwrap();
+        assert_eq!(
+            resp.status(),
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "{method} {path} streamed"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_claim_holder_is_bounded() {
+    let reg = Reg::new();
+    let long = serde_json::json!({"holder": "h".repeat(257)}).to_string();
+    let (s, body) = reg
+        .call(
+            Method::POST,
+            b"/api/v1/volumes/ns/vol/-/claim",
+            Some("application/json"),
+            long.into_bytes(),
+        )
+        .await;
+    assert_eq!(s, StatusCode::BAD_REQUEST, "{body}");
+    let ok = serde_json::json!({"holder": "h".repeat(256)}).to_string();
+    let (s, body) = reg
+        .call(
+            Method::POST,
+            b"/api/v1/volumes/ns/vol/-/claim",
+            Some("application/json"),
+            ok.into_bytes(),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{body}");
+}
+
+/// The volume handler reads its path percent-decoded; so does the access
+/// table (`access::need`), which must name the same volume.
+#[tokio::test]
+async fn volume_paths_are_decoded_as_the_access_table_decodes_them() {
+    use sealvol_registry::access::{need, Action, Need};
+    let reg = Reg::new();
+    let (_, body) = reg
+        .call(Method::GET, b"/api/v1/volumes/ns%2Fvol", None, vec![])
+        .await;
+    // Not NAME_INVALID for `ns%2Fvol`: the handler looked up `ns/vol`.
+    assert_eq!(code(&body), "VOLUME_UNKNOWN", "{body}");
+    assert_eq!(
+        need(&Method::POST, "/api/v1/volumes/ns/vol%2F-%2Fclaim"),
+        Need::Repository {
+            name: "ns/vol".into(),
+            action: Action::Push
+        }
+    );
 }
