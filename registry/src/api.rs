@@ -754,4 +754,44 @@ mod tests {
         assert_eq!(byte_range(&h("bytes=9-0"), 100), Err(()));
         assert_eq!(byte_range(&HeaderMap::new(), 100), Ok(None));
     }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
+
+        /// Any `Range` value is answered without panicking, and an answer
+        /// lies inside the blob; a well-formed range comes back as asked.
+        #[test]
+        fn any_range_header_is_answered_within_the_blob(
+            v in "(bytes=)?[0-9,\\- ]{0,24}",
+            size in 0u64..1_000,
+            a in 0u64..1_000,
+            len in 1u64..1_000,
+        ) {
+            let mut h = HeaderMap::new();
+            h.insert(header::RANGE, HeaderValue::from_str(&v).unwrap());
+            if let Ok(Some((s, e))) = byte_range(&h, size) {
+                proptest::prop_assert!(s <= e && e < size, "{v} on {size}: {s}-{e}");
+            }
+            let e = a + len - 1;
+            h.insert(header::RANGE, HeaderValue::from_str(&format!("bytes={a}-{e}")).unwrap());
+            let want = if a < size { Ok(Some((a, e.min(size - 1)))) } else { Err(()) };
+            proptest::prop_assert_eq!(byte_range(&h, size), want);
+        }
+
+        /// Any path routes or not without panicking; a repository name
+        /// with slashes comes back whole.
+        #[test]
+        fn routes_take_any_path_and_keep_names(
+            path in "/v2/\\PC{0,40}",
+            name in "[a-z0-9]{1,5}(/[a-z0-9]{1,5}){0,3}",
+            tag in "[A-Za-z0-9_][A-Za-z0-9_.-]{0,10}",
+        ) {
+            let _ = route(&path);
+            proptest::prop_assert_eq!(
+                route(&format!("/v2/{name}/manifests/{tag}")),
+                Some(Route::Manifest(name.clone(), tag.clone()))
+            );
+            proptest::prop_assert_eq!(route(&format!("/v2/{name}/tags/list")), Some(Route::Tags(name.clone())));
+        }
+    }
 }

@@ -604,4 +604,25 @@ mod tests {
         assert!(parse_time(Some("tomorrow")).is_err());
         assert_eq!(parse_time(None).unwrap(), None);
     }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
+
+        /// Any path splits or not without panicking; a name and what
+        /// follows it come back apart.
+        #[test]
+        fn volume_paths_split_at_the_dash_segment(
+            any in "\\PC{0,40}",
+            name in "[a-z0-9]{1,5}(/[a-z0-9]{1,5}){1,3}",
+            tag in "[a-z0-9]{1,8}",
+        ) {
+            let _ = split_volume_path(&any);
+            let _ = route(&format!("/api/v1/{any}"));
+            let split = split_volume_path(&format!("{name}/-/tags/{tag}"));
+            proptest::prop_assert!(matches!(split, Some((n, RawSub::Tag(t))) if n == name && t == tag));
+            proptest::prop_assert!(matches!(split_volume_path(&name), Some((n, RawSub::Volume)) if n == name));
+            let longer = format!("{name}/-/tags/{tag}/x");
+            proptest::prop_assert!(split_volume_path(&longer).is_none());
+        }
+    }
 }
