@@ -84,18 +84,9 @@ pub fn need(method: &Method, path: &str) -> Need {
 /// The repository a cross-repository mount reads (`?mount=D&from=REPO`
 /// on an upload start), which the caller must be allowed to pull.
 pub fn mount_source(query: Option<&str>) -> Option<String> {
-    let q = query?;
-    let mut mount = false;
-    let mut from = None;
-    for kv in q.split('&') {
-        let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
-        match k {
-            "mount" => mount = true,
-            "from" => from = Some(percent_encoding::percent_decode_str(v).decode_utf8_lossy()),
-            _ => {}
-        }
-    }
-    mount.then_some(from?.into_owned())
+    // Decoded as the upload handler decodes it, so both mean one repository.
+    crate::query::param(query, "mount")?;
+    crate::query::param(query, "from")
 }
 
 #[cfg(test)]
@@ -210,5 +201,37 @@ mod tests {
         assert_eq!(mount_source(Some("from=w/b")), None);
         assert_eq!(mount_source(Some("mount=sha256:00")), None);
         assert_eq!(mount_source(None), None);
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
+
+        /// `need` answers any request without panicking; a volume path
+        /// names its volume whether its slashes are escaped or not (as
+        /// the handler's extractor decodes them), and a claim always
+        /// needs push.
+        #[test]
+        fn need_takes_any_path_and_decodes_volume_paths(
+            path in "/(api/v1|v2)/\\PC{0,40}",
+            name in "[a-z0-9]{1,5}(/[a-z0-9]{1,5}){1,3}",
+            sub in proptest::sample::select(vec!["", "/-/versions", "/-/tags/prod", "/-/claim", "/-/claim/tok"]),
+            method in proptest::sample::select(vec![Method::GET, Method::HEAD, Method::PUT, Method::POST, Method::PATCH, Method::DELETE]),
+        ) {
+            let _ = need(&method, &path);
+            let plain = format!("/api/v1/volumes/{name}{sub}");
+            let escaped = plain.replace('/', "%2F").replacen("%2Fapi%2Fv1%2Fvolumes%2F", "/api/v1/volumes/", 1);
+            let want = need(&method, &plain);
+            let action = match &want {
+                Need::Repository { name: n, action } => {
+                    proptest::prop_assert_eq!(n, &name);
+                    *action
+                }
+                other => return Err(proptest::test_runner::TestCaseError::fail(format!("{plain}: {other:?}"))),
+            };
+            proptest::prop_assert_eq!(need(&method, &escaped), want);
+            if sub.starts_with("/-/claim") {
+                proptest::prop_assert_eq!(action, Action::Push);
+            }
+        }
     }
 }

@@ -11,13 +11,21 @@ use crate::error::{RegistryError, Result};
 use crate::meta::MetaStore;
 use crate::uploads::Uploads;
 
-/// How long deleted versions, unreferenced blobs and push claims last.
+/// How long deleted versions, unreferenced blobs, push claims and idle
+/// upload sessions last.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Policy {
     pub retention_seconds: u64,
     pub gc_grace_seconds: u64,
     pub claim_ttl_seconds: u64,
+    /// An upload session nobody has written to for this long is abandoned.
+    pub upload_ttl_seconds: u64,
 }
+
+/// One day, as distribution's default `purgeuploads` age is a week: long
+/// enough for a slow resumable upload, short enough that an abandoned one
+/// stops holding disk and garbage collection.
+pub const DEFAULT_UPLOAD_TTL_SECONDS: u64 = 86_400;
 
 impl Default for Policy {
     fn default() -> Self {
@@ -25,7 +33,37 @@ impl Default for Policy {
             retention_seconds: sealvol_spec::api::DEFAULT_RETENTION_SECONDS,
             gc_grace_seconds: sealvol_spec::api::DEFAULT_GC_GRACE_SECONDS,
             claim_ttl_seconds: sealvol_spec::api::DEFAULT_CLAIM_TTL_SECONDS,
+            upload_ttl_seconds: DEFAULT_UPLOAD_TTL_SECONDS,
         }
+    }
+}
+
+/// Most blob checks remembered at once (about 100 bytes each).
+const MAX_TOUCHED: usize = 1 << 20;
+
+/// Records a check at `now` in `touched`, keeping it under `cap`. Only a
+/// check since `old_before` (the grace period) can still spare a blob, so
+/// older ones are dropped first; past the cap even then, the oldest go.
+/// Dropping a recent one is safe for data already referenced, and a push
+/// that loses the race gets `MANIFEST_BLOB_UNKNOWN` and uploads again.
+fn remember_touch(
+    touched: &mut HashMap<String, u64>,
+    key: String,
+    now: u64,
+    old_before: u64,
+    cap: usize,
+) {
+    touched.insert(key, now);
+    if touched.len() <= cap {
+        return;
+    }
+    touched.retain(|_, at| *at >= old_before);
+    if touched.len() > cap {
+        let mut times: Vec<u64> = touched.values().copied().collect();
+        let keep = cap - cap / 10;
+        let (_, cut, _) = times.select_nth_unstable_by(keep, |a, b| b.cmp(a));
+        let cut = *cut;
+        touched.retain(|_, at| *at > cut);
     }
 }
 
@@ -48,6 +86,9 @@ pub struct App {
     /// `repo NUL digest` -> when a client last checked the blob with HEAD:
     /// a push that finds a blob skips uploading it and references it later.
     touched: Mutex<HashMap<String, u64>>,
+    /// While garbage collection marks: the repositories a manifest was
+    /// stored in since its snapshot (see [`App::manifest_stored`]).
+    stored_while_marking: Mutex<Option<HashSet<String>>>,
 }
 
 impl App {
@@ -61,13 +102,15 @@ impl App {
             blobs,
             meta,
             uploads,
-            clock: Clock::from_env(),
+            // The system's; `serve` may put a test clock in its place.
+            clock: Clock::default(),
             policy,
             claims: Claims::default(),
             sweep: tokio::sync::RwLock::new(()),
             gc_running: tokio::sync::Mutex::new(()),
             syncs: Default::default(),
             touched: Mutex::new(HashMap::new()),
+            stored_while_marking: Mutex::new(None),
         }
     }
 
@@ -77,10 +120,14 @@ impl App {
 
     pub(crate) fn touch(&self, repo: &str, digest: &str) {
         let now = self.now();
-        self.touched
-            .lock()
-            .expect("touched lock")
-            .insert(crate::meta::key(&[repo, digest]), now);
+        let mut touched = self.touched.lock().expect("touched lock");
+        remember_touch(
+            &mut touched,
+            crate::meta::key(&[repo, digest]),
+            now,
+            now.saturating_sub(self.policy.gc_grace_seconds),
+            MAX_TOUCHED,
+        );
     }
 
     pub(crate) fn touched_since(&self, t: u64) -> HashSet<String> {
@@ -99,6 +146,44 @@ impl App {
             .retain(|_, at| *at >= t);
     }
 
+    /// Garbage collection is about to take its snapshot.
+    pub(crate) fn begin_marking(&self) {
+        *self.stored_while_marking.lock().expect("marking lock") = Some(HashSet::new());
+    }
+
+    /// Records, with the sweep's read side held, that a manifest was just
+    /// stored in `repo`.
+    ///
+    /// Marking works on a snapshot, so a manifest stored after it can
+    /// reference blobs and child manifests that marking found unreferenced
+    /// and old; `put_manifest` saw them still linked and accepted it. The
+    /// sweep therefore leaves alone every repository named here. Touching
+    /// the referenced blobs' link times instead would not be enough: a
+    /// child manifest kept that way would still lose its own blobs, which
+    /// marking doomed with it. A repository spared once is collected by
+    /// the next pass, which sees the new manifest.
+    pub(crate) fn manifest_stored(&self, repo: &str) {
+        if let Some(repos) = self
+            .stored_while_marking
+            .lock()
+            .expect("marking lock")
+            .as_mut()
+        {
+            repos.insert(repo.to_string());
+        }
+    }
+
+    /// The repositories [`App::manifest_stored`] named since
+    /// [`App::begin_marking`]; called by the sweep under its write lock,
+    /// so the set is complete.
+    pub(crate) fn end_marking(&self) -> HashSet<String> {
+        self.stored_while_marking
+            .lock()
+            .expect("marking lock")
+            .take()
+            .unwrap_or_default()
+    }
+
     /// Runs a metadata operation off the async threads (redb commits fsync).
     pub(crate) async fn meta<T: Send + 'static>(
         &self,
@@ -109,5 +194,28 @@ impl App {
             .await
             .map_err(RegistryError::internal)?
             .map_err(RegistryError::from)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn blob_checks_are_bounded() {
+        let mut t = HashMap::new();
+        for i in 0..10u64 {
+            remember_touch(&mut t, format!("old{i}"), i, 0, 10);
+        }
+        assert_eq!(t.len(), 10);
+        // Past the cap: the checks older than the grace period go.
+        remember_touch(&mut t, "new".into(), 100, 50, 10);
+        assert_eq!(t.keys().collect::<Vec<_>>(), ["new"]);
+        // All within the grace period: the oldest go.
+        for i in 0..20u64 {
+            remember_touch(&mut t, format!("k{i}"), 100 + i, 50, 10);
+            assert!(t.len() <= 10);
+        }
+        assert!(t.contains_key("k19") && !t.contains_key("k0"));
     }
 }

@@ -381,20 +381,8 @@ impl Auth {
         let Some(users) = &self.users else {
             return Ok(Subject::Anonymous);
         };
-        let value = value
-            .to_str()
-            .map_err(|_| "malformed Authorization header")?;
-        let (scheme, rest) = value.split_once(' ').unwrap_or((value, ""));
-        if !scheme.eq_ignore_ascii_case("basic") {
-            return Err("unsupported authorization scheme (use Basic or a token from /token)");
-        }
-        let decoded = base64::engine::general_purpose::STANDARD
-            .decode(rest.trim())
-            .map_err(|_| "malformed Basic credentials")?;
-        let decoded = String::from_utf8(decoded).map_err(|_| "malformed Basic credentials")?;
-        let (user, password) = decoded
-            .split_once(':')
-            .ok_or("malformed Basic credentials")?;
+        let (user, password) = basic_credentials(value)?;
+        let (user, password) = (user.as_str(), password.as_str());
         if user.starts_with(API_KEY_PREFIX) {
             return match self.key(user, Some(password)).await {
                 Some(k) => Ok(Subject::Key(k)),
@@ -589,6 +577,26 @@ pub async fn authorize(State(auth): State<Arc<Auth>>, mut req: Request, next: Ne
     next.run(req).await
 }
 
+/// The user and password of a `Basic` `Authorization` value; `Err` says
+/// what is wrong with it.
+fn basic_credentials(value: &HeaderValue) -> Result<(String, String), &'static str> {
+    let value = value
+        .to_str()
+        .map_err(|_| "malformed Authorization header")?;
+    let (scheme, rest) = value.split_once(' ').unwrap_or((value, ""));
+    if !scheme.eq_ignore_ascii_case("basic") {
+        return Err("unsupported authorization scheme (use Basic or a token from /token)");
+    }
+    let decoded = base64::engine::general_purpose::STANDARD
+        .decode(rest.trim())
+        .map_err(|_| "malformed Basic credentials")?;
+    let decoded = String::from_utf8(decoded).map_err(|_| "malformed Basic credentials")?;
+    let (user, password) = decoded
+        .split_once(':')
+        .ok_or("malformed Basic credentials")?;
+    Ok((user.to_string(), password.to_string()))
+}
+
 /// `GET /token` (Basic credentials, or none for what anonymous callers
 /// may do) and `POST /token` (the OAuth2 password form): a token for the
 /// scopes asked, as the distribution token spec answers.
@@ -615,12 +623,10 @@ pub async fn token(State(auth): State<Arc<Auth>>, req: Request) -> Response {
         .map(|q| form_urlencoded::parse(q.as_bytes()).into_owned().collect())
         .unwrap_or_default();
     let subject = if req.method() == Method::POST {
-        let body = match axum::body::to_bytes(req.into_body(), 64 << 10).await {
+        let max = crate::limits::MAX_TOKEN_FORM;
+        let body = match axum::body::to_bytes(req.into_body(), max).await {
             Ok(b) => b,
-            Err(_) => {
-                return RegistryError::new(Code::Unsupported, "token form too large")
-                    .into_response()
-            }
+            Err(_) => return crate::limits::too_large(max).into_response(),
         };
         params.extend(form_urlencoded::parse(&body).into_owned());
         let get = |k: &str| params.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
@@ -783,5 +789,32 @@ mod tests {
             auth.authenticate(&HeaderMap::new()).await,
             Ok(Subject::Anonymous)
         );
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
+
+        /// Any header value parses or is refused without panicking; a
+        /// user (without `:`) and password round-trip through the header.
+        #[test]
+        fn basic_credentials_parse_any_header_and_round_trip(
+            junk in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64),
+            user in "[^:]{0,16}",
+            password in "\\PC{0,16}",
+        ) {
+            if let Ok(v) = HeaderValue::from_bytes(&junk) {
+                let _ = basic_credentials(&v);
+            }
+            let b64 = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+            let v = HeaderValue::from_str(&format!("Basic {b64}")).unwrap();
+            proptest::prop_assert_eq!(basic_credentials(&v), Ok((user.clone(), password.clone())));
+            // Another scheme, or base64 that lost its padding, is refused.
+            let bearer = HeaderValue::from_str(&format!("Bearer {b64}")).unwrap();
+            proptest::prop_assert!(basic_credentials(&bearer).is_err());
+            if b64.ends_with('=') {
+                let cut = HeaderValue::from_str(&format!("Basic {}", b64.trim_end_matches('='))).unwrap();
+                proptest::prop_assert!(basic_credentials(&cut).is_err());
+            }
+        }
     }
 }

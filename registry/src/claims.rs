@@ -2,7 +2,10 @@
 //! at a time, so two pushes never race on its tags. A claim is a lease:
 //! the holder renews it, and a crashed holder's claim lapses after its
 //! time to live. Claims live in memory: a restarted registry has no
-//! pushes in flight that it could protect.
+//! pushes in flight that it could protect. Only a caller allowed to push
+//! may claim, renew or release (`access::need`); lapsed claims are pruned
+//! whenever one is taken, and a holder's name is bounded, so the table
+//! stays as small as the pushes in flight.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -17,6 +20,9 @@ pub struct Claim {
     pub expires_at: u64,
 }
 
+/// Longest holder name kept (a host and a process, say).
+pub const MAX_HOLDER_LEN: usize = 256;
+
 #[derive(Debug, Default)]
 pub struct Claims {
     held: Mutex<HashMap<String, Claim>>,
@@ -26,12 +32,13 @@ impl Claims {
     /// Takes the claim on `repo`, or answers the live claim that holds it.
     pub fn acquire(&self, repo: &str, holder: &str, now: u64, ttl: u64) -> Result<Claim, Claim> {
         let mut held = self.held.lock().expect("claims lock");
-        if let Some(c) = held.get(repo).filter(|c| c.expires_at > now) {
+        held.retain(|_, c| c.expires_at > now);
+        if let Some(c) = held.get(repo) {
             return Err(c.clone());
         }
         let claim = Claim {
             token: uuid::Uuid::new_v4().to_string(),
-            holder: holder.to_string(),
+            holder: bounded(holder),
             expires_at: now + ttl,
         };
         held.insert(repo.to_string(), claim.clone());
@@ -59,6 +66,22 @@ impl Claims {
         let held = self.held.lock().expect("claims lock");
         held.get(repo).is_some_and(|c| c.expires_at > now)
     }
+
+    /// How many claims are held, lapsed or not (tests).
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.held.lock().expect("claims lock").len()
+    }
+}
+
+/// `holder` cut to [`MAX_HOLDER_LEN`] bytes at a character boundary (the
+/// handler refuses longer ones; this keeps the bound for other callers).
+fn bounded(holder: &str) -> String {
+    let mut end = holder.len().min(MAX_HOLDER_LEN);
+    while !holder.is_char_boundary(end) {
+        end -= 1;
+    }
+    holder[..end].to_string()
 }
 
 #[cfg(test)]
@@ -84,5 +107,17 @@ mod tests {
         assert!(claims.is_claimed("ns/v", 211));
         claims.release("ns/v", &b.token);
         assert!(!claims.is_claimed("ns/v", 211));
+    }
+
+    #[test]
+    fn lapsed_claims_are_pruned_and_holders_bounded() {
+        let claims = Claims::default();
+        for i in 0..100 {
+            claims.acquire(&format!("ns/v{i}"), "a", 100, 60).unwrap();
+        }
+        assert_eq!(claims.len(), 100);
+        let c = claims.acquire("ns/w", &"é".repeat(1000), 200, 60).unwrap();
+        assert_eq!(claims.len(), 1);
+        assert!(c.holder.len() <= MAX_HOLDER_LEN && c.holder.starts_with('é'));
     }
 }

@@ -1,8 +1,12 @@
 //! The registry's idea of now, in Unix seconds. Expiry, retention, grace
-//! periods and push claims all read this one clock, so tests can move it:
-//! with `SEALVOL_TEST_CLOCK_FILE` set, the file's integer content (seconds,
+//! periods, push claims and upload sessions all read this one clock, so
+//! tests can move it: when `registry.toml` says `test_clock = true` and
+//! `SEALVOL_TEST_CLOCK_FILE` is set, the file's integer content (seconds,
 //! possibly negative; missing or empty means 0) is added to the system
-//! time at every reading. In-process tests use [`Clock::advance`].
+//! time at every reading. Without `test_clock` the variable is ignored:
+//! anyone who can set a production registry's environment would
+//! otherwise be able to expire its tags and versions. In-process tests use
+//! [`Clock::advance`].
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -18,13 +22,20 @@ pub struct Clock {
 }
 
 impl Clock {
-    /// The system clock, shifted by `$SEALVOL_TEST_CLOCK_FILE` when set.
-    pub fn from_env() -> Clock {
+    /// The system clock, shifted by `$SEALVOL_TEST_CLOCK_FILE` when set
+    /// and `test_clock` (the configuration's) allows it.
+    pub fn from_config(test_clock: bool) -> Clock {
+        let file = std::env::var_os(CLOCK_FILE_ENV)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from);
+        if file.is_some() && !test_clock {
+            tracing::warn!(
+                "ignoring {CLOCK_FILE_ENV}: set test_clock = true in registry.toml to let tests move this registry's clock"
+            );
+        }
         Clock {
             offset: AtomicI64::new(0),
-            file: std::env::var_os(CLOCK_FILE_ENV)
-                .filter(|v| !v.is_empty())
-                .map(PathBuf::from),
+            file: file.filter(|_| test_clock),
         }
     }
 

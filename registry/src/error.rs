@@ -122,6 +122,29 @@ impl From<crate::meta::MetaError> for RegistryError {
 
 pub type Result<T> = std::result::Result<T, RegistryError>;
 
+/// 500 with distribution's `UNKNOWN` error body: for failures on our side,
+/// whose details go to the log rather than to the client. (`UNKNOWN` is
+/// not one of [`Code`]'s, which are the codes a handler may choose.)
+pub fn unknown(message: &str) -> Response {
+    let body = serde_json::json!({"errors": [{"code": "UNKNOWN", "message": message}]});
+    let mut resp = (StatusCode::INTERNAL_SERVER_ERROR, body.to_string()).into_response();
+    resp.headers_mut()
+        .insert("content-type", HeaderValue::from_static("application/json"));
+    resp
+}
+
+/// What the catch-panic layer answers for a handler that panicked: a bug,
+/// logged, never a dropped connection or a dead worker.
+pub fn panicked(why: Box<dyn std::any::Any + Send + 'static>) -> Response {
+    let why = why
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| why.downcast_ref::<String>().cloned())
+        .unwrap_or_default();
+    tracing::error!("a request handler panicked: {why}");
+    unknown("internal error; the registry's log says more")
+}
+
 impl IntoResponse for RegistryError {
     fn into_response(self) -> Response {
         let (status, code, message) = match self {
@@ -132,7 +155,7 @@ impl IntoResponse for RegistryError {
             } => (status.unwrap_or(default_status(code)), code, message),
             RegistryError::Internal(m) => {
                 tracing::error!("{m}");
-                return (StatusCode::INTERNAL_SERVER_ERROR, "internal error").into_response();
+                return unknown("internal error; the registry's log says more");
             }
         };
         let body = sealvol_spec::api::ErrorBody::new(code, message);

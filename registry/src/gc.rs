@@ -1,5 +1,5 @@
-//! Online garbage collection (SPEC.md §7.4): expiry, purge, then
-//! mark-and-sweep of manifests, repository links and blob bytes while the
+//! Online garbage collection (SPEC.md §7.4): expiry (of tags, volumes,
+//! versions and abandoned upload sessions), purge, then mark-and-sweep of manifests, repository links and blob bytes while the
 //! registry keeps serving.
 //!
 //! Marking reads a snapshot and parses manifests without any lock. The
@@ -9,6 +9,11 @@
 //! of, and re-checks each candidate in one transaction before it goes. So
 //! nothing a client has just seen or stored can disappear under it, and
 //! the grace period covers what a push uploads before its manifests.
+//! Repositories a manifest was stored in after the snapshot are left for
+//! the next pass ([`App::manifest_stored`]).
+//!
+//! Marking fails closed: a manifest it cannot read or parse stops the
+//! pass before anything is swept, since what it references is unknown.
 
 use std::collections::{HashMap, HashSet};
 use std::time::Instant;
@@ -16,13 +21,15 @@ use std::time::Instant;
 use redb::{ReadableDatabase, ReadableTable};
 
 use sealvol_spec::api::GcReport;
+use sealvol_spec::Sha256Digest;
+use sha2::{Digest as _, Sha256};
 
 use crate::app::App;
-use crate::error::Result;
+use crate::error::{RegistryError, Result};
 use crate::manifests::parse_manifest;
 use crate::meta::{
     drop_manifest, key, prefix, MetaError, MetaStore, BLOB_LINKS, LINK_TIMES, MANIFESTS, TAGS,
-    UPLOADS,
+    UPLOADS, UPLOAD_TIMES,
 };
 use crate::volumes::{self, HIDDEN, TAG_EXPIRY, VERSIONS, VERSION_OF_INDEX, VOLUMES};
 
@@ -41,6 +48,8 @@ pub(crate) struct Expired {
 pub(crate) struct RepoModel {
     /// Digest -> stored_at, for manifests in the OCI view.
     manifests: HashMap<String, u64>,
+    /// Digest -> media type, of manifests and hidden indexes.
+    media_types: HashMap<String, String>,
     /// Indexes of tombstoned versions still within retention.
     hidden: HashSet<String>,
     tagged: HashSet<String>,
@@ -152,7 +161,13 @@ impl MetaStore {
     }
 
     /// Every repository's manifests, tags, versions and links.
-    pub(crate) fn gc_model(&self) -> std::result::Result<HashMap<String, RepoModel>, MetaError> {
+    /// Sessions idle for `upload_ttl` at `now` are abandoned and do not
+    /// make their repository busy.
+    pub(crate) fn gc_model(
+        &self,
+        now: u64,
+        upload_ttl: u64,
+    ) -> std::result::Result<HashMap<String, RepoModel>, MetaError> {
         let tx = self.db.begin_read()?;
         let mut repos: HashMap<String, RepoModel> = HashMap::new();
         for repo in volumes::repo_names(&tx)? {
@@ -166,15 +181,17 @@ impl MetaStore {
             let (k, v) = row?;
             let (repo, d) = split(k.value());
             let rec: crate::meta::ManifestRecord = serde_json::from_slice(v.value())?;
-            repos
-                .entry(repo)
-                .or_default()
-                .manifests
-                .insert(d, rec.stored_at);
+            let model = repos.entry(repo).or_default();
+            model.manifests.insert(d.clone(), rec.stored_at);
+            model.media_types.insert(d, rec.media_type);
         }
         for row in tx.open_table(HIDDEN)?.range::<&str>(..)? {
-            let (repo, d) = split(row?.0.value());
-            repos.entry(repo).or_default().hidden.insert(d);
+            let (k, v) = row?;
+            let (repo, d) = split(k.value());
+            let rec: crate::meta::ManifestRecord = serde_json::from_slice(v.value())?;
+            let model = repos.entry(repo).or_default();
+            model.hidden.insert(d.clone());
+            model.media_types.insert(d, rec.media_type);
         }
         for row in tx.open_table(TAGS)?.range::<&str>(..)? {
             let (k, v) = row?;
@@ -196,9 +213,16 @@ impl MetaStore {
             let (repo, d) = split(k.value());
             repos.entry(repo).or_default().links.insert(d, t);
         }
+        let upload_times = tx.open_table(UPLOAD_TIMES)?;
         for row in tx.open_table(UPLOADS)?.range::<&str>(..)? {
-            let (_, repo) = row?;
-            repos.entry(repo.value().to_string()).or_default().uploading = true;
+            let (id, repo) = row?;
+            // No time yet: expiry stamps it now (see `stale_uploads`).
+            let fresh = upload_times
+                .get(id.value())?
+                .is_none_or(|t| t.value().saturating_add(upload_ttl) > now);
+            if fresh {
+                repos.entry(repo.value().to_string()).or_default().uploading = true;
+            }
         }
         Ok(repos)
     }
@@ -288,16 +312,34 @@ struct Refs {
     version_part: bool,
 }
 
-async fn refs_of(app: &App, digest: &str) -> Option<Refs> {
-    let d = digest.parse().ok()?;
-    let bytes = app.blobs.get(&d).await.ok()??;
-    let p = parse_manifest(&bytes, None).ok()?;
+/// Reads and parses a stored manifest. Marking fails closed: a manifest
+/// it cannot read might reference anything, so the pass stops instead of
+/// sweeping what it might reference.
+async fn refs_of(app: &App, digest: &str, media_type: Option<&str>) -> Result<Refs> {
+    let stop = |why: String| {
+        RegistryError::internal(format!(
+            "garbage collection stopped, nothing was swept: manifest {digest} {why}; \
+             restore its bytes or delete the manifest, then collect again"
+        ))
+    };
+    let d: Sha256Digest = digest
+        .parse()
+        .map_err(|_| stop("has no sha256 digest".into()))?;
+    let bytes = match app.blobs.get(&d).await {
+        Ok(Some(b)) => b,
+        Ok(None) => return Err(stop("is recorded but its bytes are not stored".into())),
+        Err(e) => return Err(stop(format!("cannot be read: {e}"))),
+    };
+    if Sha256Digest(Sha256::digest(&bytes).into()) != d {
+        return Err(stop("is stored with bytes of another digest".into()));
+    }
+    let p = parse_manifest(&bytes, media_type).map_err(|e| stop(format!("does not parse: {e}")))?;
     let version_part = p.children.is_empty()
         && p.annotations
             .as_ref()
             .and_then(|a| a.get(sealvol_spec::oci::ANN_VERSION))
             .is_some();
-    Some(Refs {
+    Ok(Refs {
         blobs: p.blobs.iter().map(|b| b.to_string()).collect(),
         children: p.children.iter().map(|c| c.to_string()).collect(),
         version_part,
@@ -307,12 +349,30 @@ async fn refs_of(app: &App, digest: &str) -> Option<Refs> {
 /// One pass; only one runs at a time.
 pub async fn collect(app: &App, dry_run: bool) -> Result<GcReport> {
     let _one = app.gc_running.lock().await;
+    let marked = mark(app, dry_run).await?;
+    sweep(app, marked).await
+}
+
+/// What marking found, for the sweep.
+pub(crate) struct Marked {
+    started: Instant,
+    dry_run: bool,
+    old_before: u64,
+    report: GcReport,
+    model: HashMap<String, RepoModel>,
+    doomed: Doomed,
+    doomed_hidden: HashSet<(String, String)>,
+}
+
+/// Expiry, then marking, with no lock held: what is unreachable and
+/// older than the grace period becomes a candidate for the sweep.
+pub(crate) async fn mark(app: &App, dry_run: bool) -> Result<Marked> {
     let started = Instant::now();
     let now = app.clock.now();
     let (retention, grace) = (app.policy.retention_seconds, app.policy.gc_grace_seconds);
     let old_before = now.saturating_sub(grace);
     let expired = app.meta(move |m| m.expire(now, retention, dry_run)).await?;
-    let mut report = GcReport {
+    let report = GcReport {
         dry_run,
         versions_purged: expired.versions,
         tags_expired: expired.tags,
@@ -320,13 +380,20 @@ pub async fn collect(app: &App, dry_run: bool) -> Result<GcReport> {
         ..GcReport::default()
     };
 
+    if !dry_run {
+        crate::uploads::expire(app).await?;
+    }
+
     // Mark.
-    let model = app.meta(|m| m.gc_model()).await?;
-    let mut parsed: HashMap<String, Option<Refs>> = HashMap::new();
+    app.begin_marking();
+    let upload_ttl = app.policy.upload_ttl_seconds;
+    let model = app.meta(move |m| m.gc_model(now, upload_ttl)).await?;
+    let mut parsed: HashMap<String, Refs> = HashMap::new();
     for repo in model.values() {
         for d in repo.manifests.keys().chain(repo.hidden.iter()) {
             if !parsed.contains_key(d) {
-                let r = refs_of(app, d).await;
+                let media_type = repo.media_types.get(d).map(String::as_str);
+                let r = refs_of(app, d, media_type).await?;
                 parsed.insert(d.clone(), r);
             }
         }
@@ -338,7 +405,7 @@ pub async fn collect(app: &App, dry_run: bool) -> Result<GcReport> {
         let mut reachable: HashSet<&String> = HashSet::new();
         let mut stack: Vec<&String> = Vec::new();
         for (d, stored_at) in &repo.manifests {
-            let refs = parsed.get(d).and_then(Option::as_ref);
+            let refs = parsed.get(d);
             let root = protected
                 || repo.tagged.contains(d)
                 || repo.version_indexes.contains(d)
@@ -359,7 +426,7 @@ pub async fn collect(app: &App, dry_run: bool) -> Result<GcReport> {
             if !reachable.insert(d) {
                 continue;
             }
-            if let Some(Some(r)) = parsed.get(d) {
+            if let Some(r) = parsed.get(d) {
                 for c in &r.children {
                     if let Some((k, _)) = repo.manifests.get_key_value(c) {
                         stack.push(k);
@@ -369,7 +436,7 @@ pub async fn collect(app: &App, dry_run: bool) -> Result<GcReport> {
         }
         let mut blobs: HashSet<&String> = HashSet::new();
         for d in &reachable {
-            if let Some(Some(r)) = parsed.get(*d) {
+            if let Some(r) = parsed.get(*d) {
                 blobs.extend(r.blobs.iter());
             }
         }
@@ -387,9 +454,38 @@ pub async fn collect(app: &App, dry_run: bool) -> Result<GcReport> {
         }
     }
 
-    // Sweep.
+    Ok(Marked {
+        started,
+        dry_run,
+        old_before,
+        report,
+        model,
+        doomed,
+        doomed_hidden,
+    })
+}
+
+/// Removes the candidates that are still unreferenced, under the sweep
+/// lock, then the blob bytes nothing links any more.
+pub(crate) async fn sweep(app: &App, marked: Marked) -> Result<GcReport> {
+    let Marked {
+        started,
+        dry_run,
+        old_before,
+        mut report,
+        model,
+        mut doomed,
+        doomed_hidden,
+    } = marked;
     let stored = app.blobs.list().await?;
     let _exclusive = app.sweep.write().await;
+    // Manifests stored since the snapshot may reference what marking
+    // doomed (see `App::manifest_stored`): spare their repositories.
+    let stored_since = app.end_marking();
+    doomed.links.retain(|(r, _)| !stored_since.contains(r));
+    doomed
+        .manifests
+        .retain(|(r, _, _)| !stored_since.contains(r));
     let touched = app.touched_since(old_before);
     let live = if dry_run {
         // What would be left: everything marked, minus the doomed.
@@ -463,4 +559,151 @@ pub async fn collect(app: &App, dry_run: bool) -> Result<GcReport> {
         "garbage collection"
     );
     Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::app::Policy;
+    use bytes::Bytes;
+
+    const REPO: &str = "ns/vol";
+    const GRACE: u64 = 3600;
+
+    fn open(policy: Policy) -> (tempfile::TempDir, App) {
+        let dir = tempfile::tempdir().unwrap();
+        let app = crate::server::open_app(dir.path(), policy).unwrap();
+        (dir, app)
+    }
+
+    fn policy() -> Policy {
+        Policy {
+            gc_grace_seconds: GRACE,
+            upload_ttl_seconds: 10 * GRACE,
+            ..Policy::default()
+        }
+    }
+
+    fn digest(bytes: &[u8]) -> Sha256Digest {
+        Sha256Digest(Sha256::digest(bytes).into())
+    }
+
+    /// Stores `bytes` as a blob linked in `REPO` now, as a finished upload.
+    async fn push_blob(app: &App, bytes: &'static [u8]) -> Sha256Digest {
+        let d = digest(bytes);
+        app.blobs.put(&d, Bytes::from_static(bytes)).await.unwrap();
+        let (ds, now, n) = (d.to_string(), app.now(), bytes.len() as u64);
+        app.meta(move |m| m.link_blob(REPO, &ds, n, now))
+            .await
+            .unwrap();
+        d
+    }
+
+    /// An image manifest of `config` and `layer`.
+    fn image(config: &Sha256Digest, layer: &Sha256Digest) -> Bytes {
+        Bytes::from(
+            serde_json::json!({
+                "schemaVersion": 2,
+                "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
+                           "digest": config.to_string(), "size": 2},
+                "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar",
+                            "digest": layer.to_string(), "size": 5}],
+            })
+            .to_string(),
+        )
+    }
+
+    async fn linked(app: &App, d: &Sha256Digest) -> bool {
+        let d = d.to_string();
+        app.meta(move |m| m.blob_size(REPO, &d))
+            .await
+            .unwrap()
+            .is_some()
+    }
+
+    async fn stored(app: &App, d: &Sha256Digest) -> bool {
+        app.blobs.size(d).await.unwrap().is_some()
+    }
+
+    /// A client pushes blobs, waits longer than the grace period, then
+    /// stores a manifest without checking them with HEAD first; the
+    /// manifest lands after marking and before the sweep.
+    #[tokio::test]
+    async fn a_manifest_stored_between_mark_and_sweep_keeps_its_blobs() {
+        let (_dir, app) = open(policy());
+        let config = push_blob(&app, b"{}").await;
+        let layer = push_blob(&app, b"layer").await;
+        app.clock.advance(2 * GRACE as i64);
+
+        let marked = mark(&app, false).await.unwrap();
+        let m = image(&config, &layer);
+        crate::manifests::store_manifest(&app, REPO, "v1", m, None)
+            .await
+            .unwrap();
+        sweep(&app, marked).await.unwrap();
+
+        for d in [&config, &layer] {
+            assert!(linked(&app, d).await, "{d} unlinked under a new manifest");
+            assert!(stored(&app, d).await, "{d} deleted under a new manifest");
+        }
+        // And the next pass, with the manifest marked, keeps them too.
+        collect(&app, false).await.unwrap();
+        assert!(stored(&app, &layer).await);
+    }
+
+    /// A manifest garbage collection cannot read must stop the pass, not
+    /// count as referencing nothing.
+    #[tokio::test]
+    async fn an_unreadable_manifest_stops_the_sweep() {
+        for damage in ["missing", "garbage"] {
+            let (dir, app) = open(policy());
+            let config = push_blob(&app, b"{}").await;
+            let layer = push_blob(&app, b"layer").await;
+            let (m, _) =
+                crate::manifests::store_manifest(&app, REPO, "v1", image(&config, &layer), None)
+                    .await
+                    .unwrap();
+            app.clock.advance(2 * GRACE as i64);
+            let hex = m.to_string()["sha256:".len()..].to_string();
+            let file = dir.path().join("blobs/sha256").join(&hex[..2]).join(&hex);
+            match damage {
+                "missing" => std::fs::remove_file(&file).unwrap(),
+                _ => std::fs::write(&file, b"not a manifest").unwrap(),
+            }
+            let pass = collect(&app, false).await;
+            assert!(pass.is_err(), "{damage}: the pass went on: {pass:?}");
+            for d in [&config, &layer] {
+                assert!(linked(&app, d).await, "{damage}: {d} unlinked");
+                assert!(stored(&app, d).await, "{damage}: {d} deleted");
+            }
+        }
+    }
+
+    /// An abandoned session goes after the upload TTL: its row, its data
+    /// file and its in-memory state; and its repository is no longer busy.
+    #[tokio::test]
+    async fn abandoned_uploads_expire_and_stop_protecting_their_repository() {
+        let (_dir, app) = open(policy());
+        let stray = push_blob(&app, b"stray").await;
+        let id = crate::uploads::start(&app, REPO).await.unwrap();
+        let file = app.uploads.path(&id);
+        assert!(file.exists());
+
+        // Within the TTL the session stays, and protects the repository.
+        app.clock.advance(2 * GRACE as i64);
+        collect(&app, false).await.unwrap();
+        assert!(file.exists() && app.uploads.is_loaded(&id));
+        assert!(linked(&app, &stray).await);
+
+        app.clock.advance(10 * GRACE as i64);
+        let report = collect(&app, false).await.unwrap();
+        let i = id.clone();
+        assert_eq!(app.meta(move |m| m.upload_repo(&i)).await.unwrap(), None);
+        assert!(!file.exists(), "the data file of an expired session stays");
+        assert!(!app.uploads.is_loaded(&id));
+        assert_eq!(report.links_removed, 1);
+        assert!(!linked(&app, &stray).await);
+        assert!(!stored(&app, &stray).await);
+    }
 }

@@ -13,8 +13,7 @@ use crate::app::App;
 use crate::error::{Code, RegistryError, Result};
 use crate::meta::{ManifestRecord, References};
 
-/// Largest manifest accepted, as CNCF distribution and zot.
-pub const MAX_MANIFEST: usize = 4 << 20;
+pub use crate::limits::MAX_MANIFEST;
 
 const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
 pub(crate) const OCI_INDEX: &str = "application/vnd.oci.image.index.v1+json";
@@ -223,6 +222,10 @@ pub(crate) async fn store_manifest(
             )
         })
         .await?;
+    if stored.is_ok() {
+        // Before the sweep can run: it must see this (see the method).
+        app.manifest_stored(name);
+    }
     drop(_sweep);
     if let Err(what) = stored {
         return Err(RegistryError::new(
@@ -252,5 +255,68 @@ pub(crate) async fn tree_format(
         MT_TREE_BLOB => Some(sealvol_spec::TreeFormat::V2),
         MT_TREE_BLOB_V1 => Some(sealvol_spec::TreeFormat::V1),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn digest() -> impl Strategy<Value = Sha256Digest> {
+        any::<[u8; 32]>().prop_map(Sha256Digest)
+    }
+
+    fn descriptor(mt: &str, d: &Sha256Digest) -> Value {
+        serde_json::json!({"mediaType": mt, "digest": d.to_string(), "size": 1})
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(128))]
+
+        #[test]
+        fn any_bytes_parse_or_are_refused(bytes in prop::collection::vec(any::<u8>(), 0..256)) {
+            let _ = parse_manifest(&bytes, None);
+            let _ = parse_manifest(&bytes, Some(OCI_INDEX));
+        }
+
+        /// What a manifest references comes back in order; a damaged
+        /// digest or schema version is refused.
+        #[test]
+        fn references_round_trip_and_damage_is_refused(
+            config in digest(),
+            layers in prop::collection::vec(digest(), 0..8),
+            children in prop::collection::vec(digest(), 1..8),
+            which in any::<prop::sample::Index>(),
+        ) {
+            let image = serde_json::json!({
+                "schemaVersion": 2,
+                "mediaType": OCI_MANIFEST,
+                "config": descriptor("application/vnd.oci.image.config.v1+json", &config),
+                "layers": layers.iter().map(|l| descriptor("application/octet-stream", l)).collect::<Vec<_>>(),
+            });
+            let p = parse_manifest(image.to_string().as_bytes(), Some(OCI_MANIFEST)).unwrap();
+            let mut want = vec![config];
+            want.extend(layers.iter().copied());
+            prop_assert_eq!(&p.blobs, &want);
+            prop_assert!(p.children.is_empty());
+
+            let index = serde_json::json!({
+                "schemaVersion": 2,
+                "manifests": children.iter().map(|c| descriptor(OCI_MANIFEST, c)).collect::<Vec<_>>(),
+            });
+            let p = parse_manifest(index.to_string().as_bytes(), None).unwrap();
+            prop_assert_eq!(&p.media_type, OCI_INDEX);
+            prop_assert_eq!(&p.children, &children);
+
+            let mut bad = index.clone();
+            let i = which.index(children.len());
+            let d = children[i].to_string();
+            bad["manifests"][i]["digest"] = Value::String(d[..d.len() - 1].to_string());
+            prop_assert!(parse_manifest(bad.to_string().as_bytes(), None).is_err());
+            let mut bad = image.clone();
+            bad["schemaVersion"] = Value::from(1);
+            prop_assert!(parse_manifest(bad.to_string().as_bytes(), None).is_err());
+        }
     }
 }

@@ -22,6 +22,11 @@ pub(crate) const MANIFESTS: TableDefinition<&str, &[u8]> = TableDefinition::new(
 pub(crate) const TAGS: TableDefinition<&str, &str> = TableDefinition::new("tags");
 pub(crate) const REFERRERS: TableDefinition<&str, &[u8]> = TableDefinition::new("referrers");
 pub(crate) const UPLOADS: TableDefinition<&str, &str> = TableDefinition::new("uploads");
+/// Upload id -> when the session was started or last written to (Unix
+/// seconds); a session idle longer than the upload TTL is abandoned.
+/// Sessions from before this table have no row; the first expiry pass
+/// gives them one, so they get a full TTL from the upgrade.
+pub(crate) const UPLOAD_TIMES: TableDefinition<&str, u64> = TableDefinition::new("upload_times");
 
 #[derive(Debug, thiserror::Error)]
 #[error("metadata store: {0}")]
@@ -152,6 +157,7 @@ impl MetaStore {
         tx.open_table(TAGS)?;
         tx.open_table(REFERRERS)?;
         tx.open_table(UPLOADS)?;
+        tx.open_table(UPLOAD_TIMES)?;
         tx.open_table(LINK_TIMES)?;
         crate::volumes::create_tables(&tx)?;
         crate::sync_jobs::create_tables(&tx)?;
@@ -384,11 +390,64 @@ impl MetaStore {
         Ok(out)
     }
 
-    pub fn put_upload(&self, id: &str, repo: &str) -> Result<()> {
+    pub fn put_upload(&self, id: &str, repo: &str, now: u64) -> Result<()> {
         let tx = self.db.begin_write()?;
         tx.open_table(UPLOADS)?.insert(id, repo)?;
+        tx.open_table(UPLOAD_TIMES)?.insert(id, now)?;
         tx.commit()?;
         Ok(())
+    }
+
+    /// Records that upload `id` was written to at `now`, if it still exists.
+    pub fn touch_upload(&self, id: &str, now: u64) -> Result<()> {
+        let tx = self.db.begin_write()?;
+        if tx.open_table(UPLOADS)?.get(id)?.is_some() {
+            tx.open_table(UPLOAD_TIMES)?.insert(id, now)?;
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Sessions idle since `now - ttl` or longer. A session without a
+    /// time (older than the time table) is stamped `now` instead.
+    pub fn stale_uploads(&self, now: u64, ttl: u64) -> Result<Vec<String>> {
+        let tx = self.db.begin_write()?;
+        let mut stale = Vec::new();
+        {
+            let uploads = tx.open_table(UPLOADS)?;
+            let mut times = tx.open_table(UPLOAD_TIMES)?;
+            let mut unstamped = Vec::new();
+            for row in uploads.range::<&str>(..)? {
+                let (id, _) = row?;
+                let id = id.value().to_string();
+                match times.get(id.as_str())?.map(|t| t.value()) {
+                    Some(t) if t.saturating_add(ttl) <= now => stale.push(id),
+                    Some(_) => {}
+                    None => unstamped.push(id),
+                }
+            }
+            for id in unstamped {
+                times.insert(id.as_str(), now)?;
+            }
+        }
+        tx.commit()?;
+        Ok(stale)
+    }
+
+    /// Ends session `id` if it is still idle since `now - ttl` (a write
+    /// may have come in since [`Self::stale_uploads`]); true when it did.
+    pub fn end_stale_upload(&self, id: &str, now: u64, ttl: u64) -> Result<bool> {
+        let tx = self.db.begin_write()?;
+        let stale = tx
+            .open_table(UPLOAD_TIMES)?
+            .get(id)?
+            .is_some_and(|t| t.value().saturating_add(ttl) <= now);
+        if stale {
+            tx.open_table(UPLOADS)?.remove(id)?;
+            tx.open_table(UPLOAD_TIMES)?.remove(id)?;
+        }
+        tx.commit()?;
+        Ok(stale)
     }
 
     pub fn upload_repo(&self, id: &str) -> Result<Option<String>> {
@@ -403,6 +462,7 @@ impl MetaStore {
         let tx = self.db.begin_write()?;
         {
             tx.open_table(UPLOADS)?.remove(id)?;
+            tx.open_table(UPLOAD_TIMES)?.remove(id)?;
             if let Some((repo, digest, size)) = blob {
                 link(&tx, repo, digest, size, now)?;
             }

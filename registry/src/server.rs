@@ -16,6 +16,7 @@ use axum::Router;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use sealvol_sync::NetPolicy;
 use serde::Deserialize;
+use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::set_header::SetResponseHeaderLayer;
 use tower_http::timeout::TimeoutLayer;
 use tower_http::trace::TraceLayer;
@@ -48,6 +49,14 @@ pub struct Config {
     pub gc_interval_seconds: u64,
     /// How long a push claim lasts unless its holder renews it.
     pub claim_ttl_seconds: u64,
+    /// An upload session idle this long is abandoned: its data file and
+    /// row go, and garbage collection stops sparing its repository.
+    pub upload_ttl_seconds: u64,
+    /// Let `SEALVOL_TEST_CLOCK_FILE` shift the registry's clock (for
+    /// end-to-end tests that move time). Off, the variable is ignored, so
+    /// a stray environment cannot make a production registry expire
+    /// tags, claims or uploads early.
+    pub test_clock: bool,
     /// Sync jobs run at once (SPEC.md §8.2).
     pub sync_workers: usize,
     /// Folders `dir://` sync sources may read; empty: none.
@@ -88,6 +97,8 @@ impl Default for Config {
             gc_grace_seconds: Policy::default().gc_grace_seconds,
             gc_interval_seconds: 3600,
             claim_ttl_seconds: Policy::default().claim_ttl_seconds,
+            upload_ttl_seconds: Policy::default().upload_ttl_seconds,
+            test_clock: false,
             sync_workers: 2,
             sync_dir_roots: Vec::new(),
             sync_endpoints: Vec::new(),
@@ -187,6 +198,7 @@ impl Config {
             retention_seconds: self.retention_seconds,
             gc_grace_seconds: self.gc_grace_seconds,
             claim_ttl_seconds: self.claim_ttl_seconds.max(1),
+            upload_ttl_seconds: self.upload_ttl_seconds.max(1),
         }
     }
 }
@@ -301,7 +313,9 @@ pub fn router(
                 .post(crate::auth::token)
                 .with_state(Arc::clone(&auth)),
         )
-        // Blob bodies stream to disk; manifests are bounded in their handler.
+        // Blob bodies stream to disk; the others are bounded by
+        // `limits`, before the auth layers so an unauthenticated client
+        // cannot make them read a large body either.
         .layer(DefaultBodyLimit::disable())
         // Outermost first on the way in: metrics see every answer, the
         // CSRF check runs before credentials are checked, and the auth
@@ -314,6 +328,7 @@ pub fn router(
             auth,
             crate::auth::csrf,
         ))
+        .layer(axum::middleware::from_fn(crate::limits::limit_bodies))
         .layer(axum::middleware::from_fn(record_metrics))
         .layer(TimeoutLayer::with_status_code(
             axum::http::StatusCode::REQUEST_TIMEOUT,
@@ -324,6 +339,15 @@ pub fn router(
             HeaderValue::from_static("registry/2.0"),
         ))
         .layer(TraceLayer::new_for_http())
+        // Outermost, so a panic in any layer or handler becomes a 500 with
+        // an OCI error body (the layers it unwinds through do not record
+        // that request; the panic is logged instead).
+        .layer(catch_panics())
+}
+
+/// The layer that turns a panicking request into a 500 `UNKNOWN` answer.
+pub fn catch_panics() -> CatchPanicLayer<fn(Box<dyn std::any::Any + Send + 'static>) -> Response> {
+    CatchPanicLayer::custom(crate::error::panicked as fn(_) -> Response)
 }
 
 /// Serves HTTPS on `listener` until `stop`, then lets in-flight requests
@@ -397,7 +421,9 @@ pub async fn serve(config: Config, ready: impl FnOnce(SocketAddr)) -> Result<(),
         .secrets_key_file
         .clone()
         .unwrap_or_else(|| config.root.join(SECRETS_KEY_FILE));
-    let app = Arc::new(open_app_with_key(&config.root, config.policy(), &key_file)?);
+    let mut app = open_app_with_key(&config.root, config.policy(), &key_file)?;
+    app.clock = crate::clock::Clock::from_config(config.test_clock);
+    let app = Arc::new(app);
     *app.syncs.dirs.write().expect("dirs lock") = crate::sync_runner::DirPolicy {
         data_root: Some(config.root.clone()),
         roots: config.sync_dir_roots.clone(),
@@ -431,6 +457,21 @@ pub async fn serve(config: Config, ready: impl FnOnce(SocketAddr)) -> Result<(),
             }
         })
     });
+    // Garbage collection expires abandoned uploads too, but it may be off
+    // or rare; a session's disk space should not wait for it.
+    let upload_expiry = {
+        let app = Arc::clone(&app);
+        let every = config.upload_ttl_seconds.clamp(1, 3600);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(every));
+            loop {
+                tick.tick().await;
+                if let Err(e) = crate::uploads::expire(&app).await {
+                    tracing::error!("expiring upload sessions: {e}");
+                }
+            }
+        })
+    };
     let workers = crate::sync_runner::spawn_workers(Arc::clone(&app), config.sync_workers);
     let router = router(Arc::clone(&app), auth, &config, prometheus);
     let served = match tls {
@@ -444,6 +485,8 @@ pub async fn serve(config: Config, ready: impl FnOnce(SocketAddr)) -> Result<(),
         c.abort();
         let _ = c.await;
     }
+    upload_expiry.abort();
+    let _ = upload_expiry.await;
     // A job stopped here is queued again at the next start and resumes
     // from its last finished file.
     for w in workers {

@@ -595,4 +595,39 @@ gdUN+aiDEAsK0j1KWXeGCDXYj8nc88kpUL/XTWd0aSUfiKnTZWTxFyMd
             0o600
         );
     }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+
+        /// Any string is refused without panicking, as is any token
+        /// issued here with one character changed; the token itself is
+        /// accepted.
+        #[test]
+        fn tokens_verify_only_unaltered(
+            junk in "\\PC{0,200}",
+            at in proptest::prelude::any::<proptest::sample::Index>(),
+            with in proptest::prelude::any::<proptest::sample::Index>(),
+        ) {
+            let now = jsonwebtoken::get_current_timestamp();
+            let i = Issuer::new(&[7; 32], "reg:5000".into(), String::new(), 300);
+            proptest::prop_assert!(i.verify(&junk, now).is_none());
+            let w = Subject::User("w".into());
+            let t = i.issue(&policy(), &w, &["repository:weights/a:pull".into()], now).unwrap().token;
+            proptest::prop_assert!(i.verify(&t, now).is_some());
+            const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_.";
+            let mut bytes = t.clone().into_bytes();
+            let pos = at.index(bytes.len());
+            let c = ALPHABET[with.index(ALPHABET.len())];
+            proptest::prop_assume!(bytes[pos] != c);
+            bytes[pos] = c;
+            let mutated = String::from_utf8(bytes).unwrap();
+            // A fresh issuer: no cache of verified tokens to answer from.
+            let fresh = Issuer::new(&[7; 32], "reg:5000".into(), String::new(), 300);
+            // Base64url's last character may carry unused bits: a change
+            // there can decode to the same bytes, and so verify.
+            let same = fresh.verify(&mutated, now).is_some_and(|g| g.subject == w);
+            let last_of_part = pos + 1 == mutated.len() || mutated.as_bytes()[pos + 1] == b'.';
+            proptest::prop_assert!(!same || last_of_part, "{mutated} verified");
+        }
+    }
 }

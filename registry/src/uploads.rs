@@ -4,6 +4,11 @@
 //! The SHA-256 of a session is computed while its bytes stream in; after a
 //! restart the running hash is gone and the file is hashed once more when
 //! the upload completes.
+//!
+//! A session nobody writes to for the upload TTL is abandoned ([`expire`],
+//! run by every garbage collection pass and on its own timer): its row,
+//! its data file and its in-memory state go, and garbage collection stops
+//! sparing its repository for it.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -23,6 +28,8 @@ pub struct Session {
     pub size: u64,
     /// The hash of bytes `0..size`, when every byte went through this process.
     hasher: Option<Sha256>,
+    /// Ended by expiry while a request waited for this lock.
+    pub(crate) expired: bool,
 }
 
 pub struct Uploads {
@@ -94,6 +101,54 @@ where
     }
 }
 
+fn expired(id: &str) -> RegistryError {
+    RegistryError::new(
+        Code::BlobUploadUnknown,
+        format!("upload {id} expired; start the upload again"),
+    )
+}
+
+/// Ends the sessions nobody wrote to for the upload TTL; returns how many.
+/// A session a request is writing to is never ended under it.
+pub async fn expire(app: &crate::app::App) -> Result<u64> {
+    let (now, ttl) = (app.now(), app.policy.upload_ttl_seconds);
+    let stale = app.meta(move |m| m.stale_uploads(now, ttl)).await?;
+    let mut ended = 0;
+    for id in stale {
+        let Some(guard) = app.uploads.idle(&id) else {
+            continue;
+        };
+        let i = id.clone();
+        if app.meta(move |m| m.end_stale_upload(&i, now, ttl)).await? {
+            // A request waiting for this lock finds the session gone.
+            if let Some(mut g) = guard {
+                g.expired = true;
+            }
+            app.uploads.remove(&id).await;
+            ended += 1;
+        }
+    }
+    if ended > 0 {
+        tracing::info!(sessions = ended, "expired abandoned upload sessions");
+    }
+    Ok(ended)
+}
+
+/// Records a write to session `id`, which restarts its TTL.
+pub async fn touch(app: &crate::app::App, id: &str) -> Result<()> {
+    let (i, now) = (id.to_string(), app.now());
+    app.meta(move |m| m.touch_upload(&i, now)).await
+}
+
+/// Starts a session of `repo`: its data file, its in-memory state and
+/// its row (with the time, which upload expiry counts from).
+pub async fn start(app: &crate::app::App, repo: &str) -> Result<String> {
+    let id = app.uploads.create().await?;
+    let (i, repo, now) = (id.clone(), repo.to_string(), app.now());
+    app.meta(move |m| m.put_upload(&i, &repo, now)).await?;
+    Ok(id)
+}
+
 impl Uploads {
     /// Opens the upload folder and forgets data files that have no session
     /// (`live` lists the sessions the metadata store knows).
@@ -125,6 +180,7 @@ impl Uploads {
             Arc::new(tokio::sync::Mutex::new(Session {
                 size: 0,
                 hasher: Some(Sha256::new()),
+                expired: false,
             })),
         );
         Ok(id)
@@ -145,7 +201,11 @@ impl Uploads {
                 ))
             }
         };
-        let s = Arc::new(tokio::sync::Mutex::new(Session { size, hasher: None }));
+        let s = Arc::new(tokio::sync::Mutex::new(Session {
+            size,
+            hasher: None,
+            expired: false,
+        }));
         Ok(Arc::clone(
             self.sessions
                 .lock()
@@ -167,6 +227,9 @@ impl Uploads {
         S: Stream<Item = std::result::Result<bytes::Bytes, E>> + Unpin,
         E: std::fmt::Display,
     {
+        if session.expired {
+            return Err(expired(id));
+        }
         if let Some(start) = start {
             if start != session.size {
                 return Err(RegistryError::with_status(
@@ -206,6 +269,26 @@ impl Uploads {
             h.update(&buf[..n]);
         }
         Ok(Sha256Digest(h.finalize().into()))
+    }
+
+    /// The lock of session `id` if no request holds it: `Some(None)` when
+    /// this process has no state for it, `None` when it is busy.
+    #[allow(clippy::option_option)]
+    fn idle(&self, id: &str) -> Option<Option<tokio::sync::OwnedMutexGuard<Session>>> {
+        let sessions = self.sessions.lock().expect("sessions lock");
+        match sessions.get(id) {
+            None => Some(None),
+            Some(s) => Arc::clone(s).try_lock_owned().ok().map(Some),
+        }
+    }
+
+    /// Whether this process holds state for session `id` (tests).
+    #[cfg(test)]
+    pub(crate) fn is_loaded(&self, id: &str) -> bool {
+        self.sessions
+            .lock()
+            .expect("sessions lock")
+            .contains_key(id)
     }
 
     /// Forgets a session and removes its data file if it is still there.

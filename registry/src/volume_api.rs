@@ -17,10 +17,10 @@ use serde::Deserialize;
 use crate::app::App;
 use crate::auth::Caller;
 use crate::error::{Code, RegistryError, Result};
+use crate::query::{flag as query_flag, param as query_value};
 use crate::volumes::rfc3339;
 
-/// Largest request body the API reads.
-const MAX_BODY: usize = 64 << 10;
+use crate::limits::MAX_API_BODY as MAX_BODY;
 
 /// The endpoint a path names, for the access table
 /// ([`crate::access::need`]); the router above serves the same paths.
@@ -81,7 +81,10 @@ pub(crate) fn route(path: &str) -> Option<Route> {
             Route::Secret(name.to_string())
         }
         _ => {
-            let (name, sub) = split_volume_path(rest.strip_prefix("volumes/")?)?;
+            // Decoded as axum decodes the `{*path}` the handler reads, so
+            // the access table checks the volume the handler acts on.
+            let path = crate::query::decode(rest.strip_prefix("volumes/")?);
+            let (name, sub) = split_volume_path(&path)?;
             match sub {
                 RawSub::Volume => Route::Volume(name),
                 RawSub::Versions => Route::Versions(name),
@@ -138,21 +141,6 @@ fn check_digest(d: &str) -> Result<()> {
     }
 }
 
-fn query_flag(query: Option<&str>, key: &str) -> bool {
-    query.is_some_and(|q| {
-        q.split('&')
-            .any(|kv| kv == key || kv == format!("{key}=true") || kv == format!("{key}=1"))
-    })
-}
-
-fn query_value(query: Option<&str>, key: &str) -> Option<String> {
-    query?.split('&').find_map(|kv| {
-        kv.split_once('=')
-            .filter(|(k, _)| *k == key)
-            .map(|(_, v)| v.to_string())
-    })
-}
-
 fn json_response(status: StatusCode, v: impl serde::Serialize) -> Result<Response> {
     let body = serde_json::to_vec(&v).map_err(RegistryError::internal)?;
     Ok((status, [(header::CONTENT_TYPE, "application/json")], body).into_response())
@@ -165,7 +153,7 @@ fn ok(v: impl serde::Serialize) -> Result<Response> {
 async fn body<T: for<'de> Deserialize<'de>>(req_body: Body) -> Result<T> {
     let bytes = axum::body::to_bytes(req_body, MAX_BODY)
         .await
-        .map_err(|_| invalid(format!("request body is larger than {MAX_BODY} bytes")))?;
+        .map_err(|_| crate::limits::too_large(MAX_BODY))?;
     let bytes = if bytes.is_empty() {
         bytes::Bytes::from_static(b"{}")
     } else {
@@ -421,6 +409,12 @@ async fn volume(
         }
         (VolumeSub::Claim, Method::POST) => {
             let b: api::ClaimRequest = body(req_body).await?;
+            if b.holder.len() > crate::claims::MAX_HOLDER_LEN {
+                return Err(invalid(format!(
+                    "holder is longer than {} bytes",
+                    crate::claims::MAX_HOLDER_LEN
+                )));
+            }
             let ttl = app.policy.claim_ttl_seconds;
             match app.claims.acquire(&name, &b.holder, now, ttl) {
                 Ok(c) => json_response(StatusCode::CREATED, claim_view(c, ttl)),
@@ -502,7 +496,7 @@ async fn list_syncs(
     caller: Caller,
     RawQuery(q): RawQuery,
 ) -> Result<Response> {
-    let dest = query_value(q.as_deref(), "dest").map(|d| percent_decode(&d));
+    let dest = query_value(q.as_deref(), "dest");
     ok(crate::sync_api::list(&app, &caller, dest).await?)
 }
 
@@ -557,12 +551,6 @@ async fn set_secret(
 async fn delete_secret(State(app): State<Arc<App>>, Path(name): Path<String>) -> Result<Response> {
     crate::sync_api::delete_secret(&app, &name).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
-}
-
-fn percent_decode(s: &str) -> String {
-    percent_encoding::percent_decode_str(s)
-        .decode_utf8_lossy()
-        .into_owned()
 }
 
 fn claim_view(c: crate::claims::Claim, ttl: u64) -> api::Claim {
@@ -629,5 +617,26 @@ mod tests {
         );
         assert!(parse_time(Some("tomorrow")).is_err());
         assert_eq!(parse_time(None).unwrap(), None);
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
+
+        /// Any path splits or not without panicking; a name and what
+        /// follows it come back apart.
+        #[test]
+        fn volume_paths_split_at_the_dash_segment(
+            any in "\\PC{0,40}",
+            name in "[a-z0-9]{1,5}(/[a-z0-9]{1,5}){1,3}",
+            tag in "[a-z0-9]{1,8}",
+        ) {
+            let _ = split_volume_path(&any);
+            let _ = route(&format!("/api/v1/{any}"));
+            let split = split_volume_path(&format!("{name}/-/tags/{tag}"));
+            proptest::prop_assert!(matches!(split, Some((n, RawSub::Tag(t))) if n == name && t == tag));
+            proptest::prop_assert!(matches!(split_volume_path(&name), Some((n, RawSub::Volume)) if n == name));
+            let longer = format!("{name}/-/tags/{tag}/x");
+            proptest::prop_assert!(split_volume_path(&longer).is_none());
+        }
     }
 }

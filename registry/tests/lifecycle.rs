@@ -312,6 +312,7 @@ fn policy() -> Policy {
         retention_seconds: 7 * DAY as u64,
         gc_grace_seconds: 3600,
         claim_ttl_seconds: 60,
+        ..Policy::default()
     }
 }
 

@@ -75,9 +75,10 @@ impl Server {
 
     /// Starts a registry on `root` with `config` (registry.toml lines
     /// besides `addr` and `root`) and a clock the test moves: the server
-    /// adds the integer in `clock` (seconds) to the time it reads.
+    /// adds the integer in `clock` (seconds) to the time it reads, which
+    /// it does only with `test_clock = true` in its configuration.
     pub fn start_with_clock(root: &std::path::Path, config: &str, clock: &Path) -> Server {
-        let file = write_config(root, "127.0.0.1:0", config);
+        let file = write_config(root, "127.0.0.1:0", &format!("test_clock = true\n{config}"));
         Server::start_env(
             &["serve", "--config", file.to_str().expect("UTF-8 temp path")],
             root,

@@ -1,0 +1,78 @@
+//! How large a request body may be, by endpoint, enforced as one layer
+//! before any handler reads: a `Content-Length` over the limit is refused
+//! at once, and a body without one is cut off where it passes the limit,
+//! so an oversized request is never read whole. Blob uploads stream to
+//! disk and have no limit here.
+
+use axum::body::Body;
+use axum::extract::Request;
+use axum::http::{header, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+
+use crate::error::{Code, RegistryError};
+
+/// A `/api/v1` JSON body (SPEC.md §7.3).
+pub const MAX_API_BODY: usize = 64 << 10;
+/// A `POST /token` form: a user name, a password and a few scopes.
+pub const MAX_TOKEN_FORM: usize = 8 << 10;
+/// A manifest, as CNCF distribution and zot.
+pub const MAX_MANIFEST: usize = 4 << 20;
+
+/// The limit on a request to `path`; `None` for bodies that stream.
+pub fn limit(path: &str) -> Option<usize> {
+    if path == "/api/v1" || path.starts_with("/api/v1/") {
+        return Some(MAX_API_BODY);
+    }
+    if path == "/token" {
+        return Some(MAX_TOKEN_FORM);
+    }
+    match crate::api::route(path) {
+        Some(crate::api::Route::Manifest(..)) => Some(MAX_MANIFEST),
+        _ => None,
+    }
+}
+
+/// The answer to a body over `max` bytes.
+pub fn too_large(max: usize) -> RegistryError {
+    RegistryError::with_status(
+        Code::SizeInvalid,
+        StatusCode::PAYLOAD_TOO_LARGE,
+        format!("the request body is larger than {max} bytes"),
+    )
+}
+
+/// The layer.
+pub async fn limit_bodies(req: Request, next: Next) -> Response {
+    let Some(max) = limit(req.uri().path()) else {
+        return next.run(req).await;
+    };
+    let declared = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > max as u64) {
+        return too_large(max).into_response();
+    }
+    // Handlers read with `to_bytes(body, max)` as well; this makes the
+    // limit hold for every reader, and fail as soon as it is passed.
+    next.run(req.map(|b| Body::new(http_body_util::Limited::new(b, max))))
+        .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limits_by_endpoint() {
+        assert_eq!(limit("/api/v1/volumes/w/a"), Some(MAX_API_BODY));
+        assert_eq!(limit("/api/v1"), Some(MAX_API_BODY));
+        assert_eq!(limit("/token"), Some(MAX_TOKEN_FORM));
+        assert_eq!(limit("/v2/w/a/manifests/latest"), Some(MAX_MANIFEST));
+        assert_eq!(limit("/v2/w/a/blobs/uploads/u"), None);
+        assert_eq!(limit("/v2/w/a/blobs/uploads/"), None);
+        assert_eq!(limit("/api/v10"), None);
+    }
+}
