@@ -40,6 +40,9 @@ const DEFAULT_SESSION_NAME: &str = "sealvol";
 const EXCHANGE_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long before expiry a long-lived credential is replaced.
 const REFRESH_MARGIN: Duration = Duration::from_secs(5 * 60);
+/// How long after a failed refresh the next is tried, while the current
+/// credential still serves.
+const RETRY_REFRESH: Duration = Duration::from_secs(30);
 
 /// Where and as whom to exchange the token: the settings, read once.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -273,9 +276,9 @@ impl WebIdentityProvider {
     }
 
     /// A credential of the role: the kept one until its refresh time,
-    /// else a new one. When a refresh fails while the kept one still has a
-    /// minute to live, that one is used and the refresh tried again on the
-    /// next request.
+    /// else a new one. When a refresh fails while the kept one outlives
+    /// the next try, that one is used and the refresh tried again
+    /// [`RETRY_REFRESH`] later.
     pub async fn credential(&self) -> Result<Arc<AwsCredential>, SyncError> {
         let mut cache = self.cache.lock().await;
         let now = Instant::now();
@@ -300,9 +303,12 @@ impl WebIdentityProvider {
                 });
                 Ok(credential)
             }
-            Err(e) => match cache.as_ref() {
-                Some(c) if now + Duration::from_secs(60) < c.expires_at => {
+            Err(e) => match cache.as_mut() {
+                Some(c) if now + RETRY_REFRESH < c.expires_at => {
                     tracing::warn!(error = %e.message, "web identity refresh failed; the current credentials still serve");
+                    // Not again on every request meanwhile: each would
+                    // wait for the exchange while STS is down.
+                    c.refresh_at = now + RETRY_REFRESH;
                     Ok(Arc::clone(&c.credential))
                 }
                 _ => Err(e),
@@ -669,6 +675,23 @@ mod tests {
             "{}",
             bodies[1]
         );
+
+        // A refresh that fails (the token file is gone) while the
+        // credential still lives keeps it, and waits before trying again.
+        std::fs::remove_file(&token_file).unwrap();
+        p.cache.lock().await.as_mut().unwrap().refresh_at = Instant::now();
+        assert_eq!(p.credential().await.unwrap().key_id, "ASIAIOSFODNN7EXAMPLE");
+        let next = p.cache.lock().await.as_ref().unwrap().refresh_at;
+        assert!(next > Instant::now() + Duration::from_secs(20));
+        assert_eq!(seen.lock().unwrap().len(), 2);
+        // Expired: the failure is the answer.
+        {
+            let mut cache = p.cache.lock().await;
+            let c = cache.as_mut().unwrap();
+            (c.expires_at, c.refresh_at) = (Instant::now(), Instant::now());
+        }
+        let e = p.credential().await.unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Denied, "{}", e.message);
     }
 
     #[tokio::test]
