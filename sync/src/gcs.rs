@@ -16,6 +16,11 @@
 //! `?checksum=none` leaves the listing's `md5Hash` unchecked (sizes still
 //! are).
 //!
+//! Not supported: workload identity federation, or any of the host's
+//! Google credentials (`GOOGLE_APPLICATION_CREDENTIALS`). Getting a token
+//! that way is an STS exchange nothing here can test; a refused request
+//! without a secret says so, and that a stored access token is the way.
+//!
 //! Each object is listed with its generation and read with
 //! `ifGenerationMatch`, so an object overwritten mid-job fails it with
 //! `SOURCE_CHANGED` instead of mixing two contents.
@@ -45,6 +50,10 @@ pub struct GcsSource {
     http: reqwest::Client,
     /// False with `?checksum=none`: `md5Hash` is not checked.
     verify_checksums: bool,
+    /// The `type` of the host's Google credentials file, when
+    /// `GOOGLE_APPLICATION_CREDENTIALS` names one: a refusal says they are
+    /// not used.
+    host_credentials: Option<String>,
 }
 
 /// A bucket name as GCS allows it: 3 to 222 of lower-case letters, digits,
@@ -69,6 +78,23 @@ fn emulator_endpoint(raw: &str) -> String {
     } else {
         format!("http://{raw}")
     }
+}
+
+/// The `type` of the credentials file `GOOGLE_APPLICATION_CREDENTIALS`
+/// names (`external_account` for workload identity federation), or
+/// `unreadable`; `None` when the variable is not set.
+fn host_credentials() -> Option<String> {
+    let file = std::env::var_os("GOOGLE_APPLICATION_CREDENTIALS").filter(|f| !f.is_empty())?;
+    #[derive(Deserialize)]
+    struct Kind {
+        r#type: String,
+    }
+    // Only the type is read; the file is the host's, of a few KiB.
+    let kind = std::fs::read(file)
+        .ok()
+        .and_then(|b| serde_json::from_slice::<Kind>(&b).ok())
+        .map_or_else(|| "unreadable".to_string(), |k| k.r#type);
+    Some(kind)
 }
 
 /// A JSON API number: documented as a string (`"size": "123"`), though
@@ -138,6 +164,7 @@ impl GcsSource {
             token: bearer_token(uri, opts.secret.as_deref())?,
             http: http::client(uri, &opts.net)?,
             verify_checksums: p.verify_checksums,
+            host_credentials: host_credentials(),
         })
     }
 
@@ -217,6 +244,8 @@ impl GcsSource {
                 ErrorKind::Denied,
                 if self.token.is_some() {
                     format!("{uri}: {what}: access denied{reason}; the access token secret expired or lacks storage.objects.list/get")
+                } else if let Some(kind) = &self.host_credentials {
+                    format!("{uri}: {what}: access denied{reason}; the registry's Google credentials (GOOGLE_APPLICATION_CREDENTIALS, {kind}) are not used: workload identity is not supported for gs://, store an OAuth 2 access token as a secret and name it in the job")
                 } else {
                     format!("{uri}: {what}: access denied{reason}; set a secret holding an OAuth 2 access token")
                 },
@@ -522,5 +551,23 @@ mod tests {
         assert_eq!(s.status_error("x", 412, "").kind, ErrorKind::Changed);
         assert_eq!(s.status_error("x", 503, "").kind, ErrorKind::Transient);
         assert_eq!(s.status_error("x", 429, "").kind, ErrorKind::Transient);
+    }
+
+    #[test]
+    fn a_refusal_says_host_credentials_are_not_used() {
+        let mut s = source("gs://bkt/p?endpoint=http://h:1");
+        s.host_credentials = Some("external_account".into());
+        let e = s.status_error("listing", 401, "Anonymous caller");
+        assert_eq!(e.kind, ErrorKind::Denied);
+        assert!(
+            e.message.contains("external_account") && e.message.contains("not supported"),
+            "{}",
+            e.message
+        );
+        assert!(e.message.contains("secret"), "{}", e.message);
+        // With a secret, the secret is what to check.
+        s.token = Some("ya29.x".into());
+        let e = s.status_error("listing", 403, "");
+        assert!(!e.message.contains("not supported"), "{}", e.message);
     }
 }

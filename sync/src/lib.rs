@@ -54,6 +54,7 @@ use std::fmt;
 use bytes::Bytes;
 use futures_util::stream::BoxStream;
 
+pub mod aws_identity;
 pub mod dir;
 pub mod gcs;
 pub mod hf;

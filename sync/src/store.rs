@@ -1,6 +1,8 @@
 //! `s3://`, `r2://`, `cw://` and `azure://` through `object_store`, and the
 //! options every object-store URI takes (`?endpoint=`, `?region=`,
-//! `?checksum=none`, SPEC.md §8.1).
+//! `?checksum=none`, SPEC.md §8.1). An `s3://`, `r2://` or `cw://` job
+//! without a secret uses workload identity when the registry's
+//! environment configures it ([`crate::aws_identity`]).
 //!
 //! Not the `gs://` source: that one has its own module, since
 //! `object_store` reads GCS through its XML API, which the GCS emulators do
@@ -28,6 +30,9 @@ pub struct StoreSource {
     /// Whether an ETag of 32 hex digits is the object's MD5 (S3, single
     /// part), and is checked.
     etag_is_md5: bool,
+    /// The role whose credentials sign the requests, when they come from
+    /// workload identity: a refusal names it.
+    role: Option<String>,
 }
 
 /// What a checksum mismatch of an S3 object adds: the ETag may not be an
@@ -124,6 +129,7 @@ impl StoreSource {
         for e in p.endpoint.iter().cloned().chain(env_endpoints()) {
             opts.net.check_url(uri, &e)?;
         }
+        let mut role = None;
         let (store, prefix): (Arc<dyn ObjectStore>, String) = match scheme {
             "azure" => {
                 let (container, prefix) = match p.path.split_once('/') {
@@ -200,6 +206,9 @@ impl StoreSource {
                         .with_access_key_id(id)
                         .with_secret_access_key(key)
                         .with_skip_signature(false);
+                } else if let Some(provider) = workload_identity()? {
+                    role = Some(provider.role_arn().to_string());
+                    b = b.with_credentials(provider);
                 }
                 (Arc::new(b.build().map_err(built)?), p.path.clone())
             }
@@ -214,6 +223,7 @@ impl StoreSource {
             store,
             prefix,
             etag_is_md5: scheme != "azure" && p.verify_checksums,
+            role,
         })
     }
 
@@ -226,21 +236,61 @@ impl StoreSource {
     }
 
     fn classify(&self, what: &str, e: object_store::Error) -> SyncError {
-        classify(&self.uri, what, e)
+        let from_provider = credentials_cause(&e).is_some();
+        match (classify(&self.uri, what, e), &self.role) {
+            // The store refused the role's credentials: its policy, not
+            // the exchange, is what to check.
+            (e, Some(role)) if e.kind == ErrorKind::Denied && !from_provider => SyncError::new(
+                ErrorKind::Denied,
+                format!(
+                    "{}: {what}: access denied to role {role} (workload identity); check that its policy allows s3:ListBucket and s3:GetObject on the bucket",
+                    self.uri
+                ),
+            ),
+            (e, _) => e,
+        }
     }
+}
+
+/// The workload-identity provider for a job with no secret: the one the
+/// registry's environment configures, unless the environment also holds
+/// static keys (`AWS_ACCESS_KEY_ID`), which come first in the AWS SDKs'
+/// order and in `object_store`'s.
+fn workload_identity() -> Result<Option<Arc<crate::aws_identity::WebIdentityProvider>>, SyncError> {
+    if std::env::var_os("AWS_ACCESS_KEY_ID").is_some() {
+        return Ok(None);
+    }
+    crate::aws_identity::from_env_once()
+}
+
+/// The error a credential provider of ours failed with, when `e` is one:
+/// it already says what it means for the job.
+fn credentials_cause(e: &object_store::Error) -> Option<&SyncError> {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(c) = cause {
+        if let Some(s) = c.downcast_ref::<SyncError>() {
+            return Some(s);
+        }
+        cause = c.source();
+    }
+    None
 }
 
 /// What an `object_store` error means for the job. Statuses inside a
 /// generic error are read from its text: `object_store` keeps the error
 /// type that holds them private. Without a status, a generic error is transient only
 /// when it is a transport failure (a connection refused or reset, a
-/// timeout); one from getting credentials is `SOURCE_DENIED`; anything
+/// timeout); one from getting credentials is `SOURCE_DENIED` (ours, from
+/// [`crate::aws_identity`], say their own kind); anything
 /// else (a malformed answer, a bad configuration) `INVALID_SOURCE`, since
 /// retrying would not change it.
 pub(crate) fn classify(uri: &str, what: &str, e: object_store::Error) -> SyncError {
     use object_store::Error as E;
     if let Some(why) = refused_in(&e) {
         return SyncError::new(ErrorKind::InvalidSource, format!("{uri}: {what}: {why}"));
+    }
+    if let Some(cause) = credentials_cause(&e) {
+        return SyncError::new(cause.kind, format!("{uri}: {what}: {}", cause.message));
     }
     let kind = match &e {
         E::NotFound { .. } => ErrorKind::NotFound,

@@ -1826,6 +1826,105 @@ impl Drop for HfHub {
     }
 }
 
+// Workload identity (tests/tests/workload_identity.rs): moto with IAM
+// enforced, and a registry whose AWS settings are the test's alone.
+
+impl Moto {
+    /// An IAM role that trusts web identities, with `policy` (a policy
+    /// document) inline when given; its ARN.
+    pub fn create_role(&self, name: &str, policy: Option<&str>) -> String {
+        let trust = r#"{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Principal":{"Federated":"arn:aws:iam::123456789012:oidc-provider/oidc.example"},"Action":"sts:AssumeRoleWithWebIdentity"}]}"#;
+        self.iam(
+            &format!("create role {name}"),
+            &[
+                ("Action", "CreateRole"),
+                ("RoleName", name),
+                ("AssumeRolePolicyDocument", trust),
+            ],
+        );
+        if let Some(policy) = policy {
+            self.iam(
+                &format!("put the policy of role {name}"),
+                &[
+                    ("Action", "PutRolePolicy"),
+                    ("RoleName", name),
+                    ("PolicyName", "inline"),
+                    ("PolicyDocument", policy),
+                ],
+            );
+        }
+        format!("arn:aws:iam::123456789012:role/{name}")
+    }
+
+    /// One IAM API call (a form POST that moto routes by the service its
+    /// `Authorization` names).
+    fn iam(&self, what: &str, pairs: &[(&str, &str)]) {
+        let mut pairs = pairs.to_vec();
+        pairs.push(("Version", "2010-05-08"));
+        let body = query_string(&pairs).trim_start_matches('?').to_string();
+        let req = self
+            .client
+            .post(format!("{}/", self.url))
+            .header("authorization", Self::AUTH.replace("/s3/", "/iam/"))
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(body);
+        send_ok(&self.daemon, req, what);
+    }
+
+    /// From now on moto checks every request after the next `unsigned`
+    /// ones as AWS would: a signature by a key it issued, and an IAM
+    /// policy that allows the action (its `reset-auth` API, the runtime
+    /// form of `INITIAL_NO_AUTH_ACTION_COUNT`). The seeding methods stop
+    /// working once the `unsigned` are spent.
+    pub fn enforce_iam(&self, unsigned: u32) {
+        let req = self
+            .client
+            .post(format!("{}/moto-api/reset-auth", self.url))
+            .body(unsigned.to_string());
+        send_ok(&self.daemon, req, "enforce IAM");
+    }
+}
+
+impl Server {
+    /// [`Server::start_config_env`] with none of the test's own `AWS_*`
+    /// variables: the registry's AWS settings are `env`, whatever the
+    /// environment the tests run in.
+    pub fn start_config_aws_env(root: &Path, config: &str, env: &[(&str, &str)]) -> Server {
+        let file = write_config(root, "127.0.0.1:0", config);
+        let mut cmd = Command::new(sealvol_bin());
+        cmd.args(["serve", "--config", s(&file)]);
+        for (k, _) in std::env::vars_os() {
+            if k.to_string_lossy().starts_with("AWS_") {
+                cmd.env_remove(k);
+            }
+        }
+        let mut child = cmd
+            .envs(env.iter().copied())
+            .env("SEALVOL_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start sealvol serve");
+        let stdout = child.stdout.take().expect("piped stdout");
+        // Dropped (and so stopped) if it never says where it listens.
+        let mut server = Server {
+            child: Some(child),
+            url: String::new(),
+            root: root.to_path_buf(),
+        };
+        let mut line = String::new();
+        let _ = BufReader::new(stdout).read_line(&mut line);
+        server.url = line
+            .trim()
+            .rsplit(' ')
+            .next()
+            .filter(|u| u.starts_with("http://127.0.0.1:"))
+            .unwrap_or_else(|| panic!("sealvol serve did not say where it listens: {line:?}"))
+            .to_string();
+        server
+    }
+}
+
 #[cfg(test)]
 mod emulator_tests {
     #[test]
