@@ -32,8 +32,12 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 export SEALVOL_CACHE_DIR="$work/cache"
 
+model="$work/qwen-tiny"
+# dir:// sync sources read only the folders registry.toml lists.
+printf 'sync_dir_roots = ["%s"]\n' "$model" >"$work/registry.toml"
+
 # Port 0: the registry picks a free port and prints it when it is ready.
-"$bin" serve --addr 127.0.0.1:0 --root "$work/registry" >"$work/serve.out" &
+"$bin" serve --config "$work/registry.toml" --addr 127.0.0.1:0 --root "$work/registry" >"$work/serve.out" &
 server=$!
 for _ in $(seq 100); do
   grep -q '^sealvol: serving' "$work/serve.out" 2>/dev/null && break
@@ -44,7 +48,6 @@ addr=$(sed -n 's|^sealvol: serving OCI distribution on http://||p' "$work/serve.
 export SEALVOL_REGISTRY=$addr
 echo "== sealvol serve on $addr"
 
-model="$work/qwen-tiny"
 mkdir -p "$model/tokenizer"
 printf '{"architectures":["Qwen3ForCausalLM"],"hidden_size":1024}\n' >"$model/config.json"
 printf '{"version":"1.0"}\n' >"$model/tokenizer/tokenizer.json"

@@ -38,8 +38,9 @@ enum Command {
     /// Run the registry: OCI Distribution v1.1 on loopback, data in one folder
     Serve {
         /// registry.toml (fields: addr, root, request_timeout_seconds, retention_seconds,
-        /// gc_grace_seconds, gc_interval_seconds, claim_ttl_seconds, sync_workers,
-        /// sync_dir_roots, allow_plain_http, allow_anonymous_writes; tables [tls], [auth])
+        /// gc_grace_seconds, gc_interval_seconds, claim_ttl_seconds, upload_ttl_seconds,
+        /// sync_workers, sync_dir_roots, sync_endpoints, secrets_key_file, allow_plain_http,
+        /// allow_anonymous_writes, test_clock; tables [tls], [auth])
         #[arg(long, value_name = "FILE")]
         config: Option<PathBuf>,
         /// Address to listen on (default 127.0.0.1:5000; port 0 picks one)

@@ -406,14 +406,17 @@ pub async fn serve(config: Config, ready: impl FnOnce(SocketAddr)) -> Result<(),
         ),
         None => None,
     };
-    let net = NetPolicy::new(
-        config.addr.ip().is_loopback(),
-        config.sync_endpoints.iter().map(String::as_str),
-    )
-    .map_err(|message| ServeError::Config {
-        path: PathBuf::from("registry.toml"),
-        message,
-    })?;
+    // A registry on loopback may be published by a proxy: one with a
+    // public URL counts as reachable from other hosts, and its syncs keep
+    // off this host's loopback services too.
+    let private = config.addr.ip().is_loopback()
+        && config.auth.as_ref().is_none_or(|a| a.public_url.is_none());
+    let net = NetPolicy::new(private, config.sync_endpoints.iter().map(String::as_str)).map_err(
+        |message| ServeError::Config {
+            path: PathBuf::from("registry.toml"),
+            message,
+        },
+    )?;
     // Whatever the registry writes from here on is its owner's alone.
     // SAFETY: umask only swaps the process's file mode mask.
     unsafe { libc::umask(0o077) };

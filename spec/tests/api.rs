@@ -346,9 +346,13 @@ fn sync_bodies_are_the_spec_json() {
     );
     round_trip(
         &SecretList {
-            secrets: vec!["hf-token".into()],
+            secrets: vec![SecretInfo {
+                name: "hf-token".into(),
+                for_sources: vec!["hf://Qwen".into()],
+                dest: vec!["weights/**".into()],
+            }],
         },
-        json!({"secrets": ["hf-token"]}),
+        json!({"secrets": [{"name": "hf-token", "for": ["hf://Qwen"], "dest": ["weights/**"]}]}),
     );
     for (s, state) in [
         ("QUEUED", SyncState::Queued),

@@ -24,8 +24,9 @@ use crate::{ErrorKind, SyncError};
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct NetPolicy {
     /// Loopback addresses (127.0.0.0/8, ::1, 0.0.0.0) may be reached: true
-    /// only on a registry that itself listens on loopback alone, where
-    /// nothing on the host is further from the caller than the registry.
+    /// only on a registry that itself listens on loopback alone and has no
+    /// public URL (a proxy would make the host's loopback services
+    /// reachable through it), where only the host's own users reach it.
     pub loopback: bool,
     /// Hosts of the admin's `sync_endpoints`, lowercase: any address they
     /// resolve to may be reached, and `?endpoint=` may name them.
@@ -95,6 +96,9 @@ impl NetPolicy {
             return Some(format!(
                 "{at} a link-local or cloud metadata address; a sync never connects there"
             ));
+        }
+        if ip.is_multicast() {
+            return Some(format!("{at} a multicast address"));
         }
         if !self.loopback && (ip.is_loopback() || ip.is_unspecified()) {
             return Some(format!(

@@ -24,8 +24,10 @@ fn start(sb: &Sandbox) -> Server {
     }
     let htpasswd = sb.path().join("htpasswd");
     std::fs::write(&htpasswd, lines).unwrap();
+    // The sync row of the matrix creates a dir:// job of a folder that
+    // does not exist: allowed under a root, and failing at once.
     let config = format!(
-        "[auth]\nhtpasswd = {:?}\nadmins = [\"admin\"]\n\
+        "sync_dir_roots = [\"/nonexistent\"]\n[auth]\nhtpasswd = {:?}\nadmins = [\"admin\"]\n\
          [[auth.access]]\nrepositories = [\"weights/**\"]\nusers = [\"writer\"]\nactions = [\"pull\", \"push\", \"delete\"]\n\
          [[auth.access]]\nrepositories = [\"weights/**\"]\nusers = [\"reader\"]\ngroups = [\"readers\"]\nactions = [\"pull\"]\n\
          [auth.groups]\nreaders = [\"grouped\"]\n",

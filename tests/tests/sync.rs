@@ -64,15 +64,15 @@ impl Registry {
         self.sb.sealvol(&self.host(), args)
     }
 
-    /// `sealvol secret set NAME` with `value` on standard input.
-    fn set_secret(&self, name: &str, value: &str) {
+    /// `sealvol secret set NAME --for URI…` with `value` on standard input.
+    fn set_secret(&self, name: &str, value: &str, for_sources: &[&str]) {
         let h = self.host();
+        let mut args = vec!["secret", "set", name, "--registry", &h];
+        for f in for_sources {
+            args.extend_from_slice(&["--for", f]);
+        }
         ok(
-            self.sb.sealvol_stdin(
-                &h,
-                &["secret", "set", name, "--registry", &h],
-                value.as_bytes(),
-            ),
+            self.sb.sealvol_stdin(&h, &args, value.as_bytes()),
             &format!("secret set {name}"),
         );
     }
@@ -323,7 +323,7 @@ fn s3_prefix_syncs_byte_identical_filters_dedups_and_fails_on_a_missing_bucket()
         ("AWS_ENDPOINT_URL", moto.url()),
         ("AWS_REGION", "us-east-1"),
     ]);
-    reg.set_secret("moto", "k:s");
+    reg.set_secret("moto", "k:s", &["s3://models/org", "s3://no-such-bucket"]);
     let listed = json(
         reg.sealvol(&[
             "secret",
@@ -335,7 +335,11 @@ fn s3_prefix_syncs_byte_identical_filters_dedups_and_fails_on_a_missing_bucket()
         ]),
         "secret list",
     );
-    assert!(listed.to_string().contains("moto"), "{listed}");
+    assert_eq!(
+        listed["secrets"],
+        serde_json::json!([{"name": "moto", "for": ["s3://models/org", "s3://no-such-bucket"], "dest": []}]),
+        "{listed}"
+    );
     assert!(
         !listed.to_string().contains("k:s"),
         "a secret value came back: {listed}"
@@ -448,7 +452,7 @@ fn s3_folder_markers_are_skipped() {
     moto.put("marked", "ckpt/shards/model.safetensors", &weights);
     moto.put("marked", "ckpt/empty/", b"");
     let reg = Registry::start(&[("AWS_ENDPOINT_URL", moto.url())]);
-    reg.set_secret("moto", "k:s");
+    reg.set_secret("moto", "k:s", &["s3://marked"]);
     let job = reg.sync_ready("s3://marked/ckpt", "s3/marked", &["--secret", "moto"]);
     assert_eq!(progress(&job, "files_total"), 1, "{job}");
     assert_files(
@@ -579,7 +583,7 @@ fn hf_repo_syncs_filtered_and_verified() {
     let (line, job) = reg.sync_failed("hf://org/private", "hf/private", &[]);
     assert_eq!(job["error"]["code"], "SOURCE_DENIED", "{line}\n{job}");
     // The same repository with its token as the job's secret.
-    reg.set_secret("hf", "hf_secret_token");
+    reg.set_secret("hf", "hf_secret_token", &["hf://org/private"]);
     let job = reg.sync_ready("hf://org/private", "hf/private", &["--secret", "hf"]);
     assert_files(
         &reg.pull(job["ref"].as_str().unwrap(), "private"),
@@ -822,7 +826,9 @@ fn dir_source_keeps_the_tree_and_its_modes() {
     write(&src.join("run.sh"), b"#!/bin/sh\necho hi\n", 0o755);
     write(&src.join("nested/deeper/notes.txt"), b"notes", 0o600);
     write(&src.join("nested/empty"), b"", 0o644);
-    let reg = Registry::start(&[]);
+    // dir:// reads only the folders the admin lists.
+    let config = format!("{CONFIG}\nsync_dir_roots = [{:?}]", s(&src));
+    let reg = Registry::start_config(Box::leak(config.into_boxed_str()), &[]);
     let h = reg.host();
     let source = format!("dir://{}", s(&src));
 

@@ -140,7 +140,15 @@ fn s3_without_a_secret_assumes_the_role_of_the_web_identity_token() {
     ok(
         reg.sb.sealvol_stdin(
             &h,
-            &["secret", "set", "bogus", "--registry", &h],
+            &[
+                "secret",
+                "set",
+                "bogus",
+                "--for",
+                "s3://private",
+                "--registry",
+                &h,
+            ],
             b"AKIAIOSFODNN7EXAMPLE:wJalrXUtnFEMI",
         ),
         "secret set",
