@@ -482,57 +482,6 @@ impl MetaStore {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn tags_paginate_in_order_and_manifest_delete_drops_its_tags() {
-        let dir = tempfile::tempdir().unwrap();
-        let m = MetaStore::open(&dir.path().join("meta.redb")).unwrap();
-        let rec = ManifestRecord {
-            media_type: "application/vnd.oci.image.manifest.v1+json".into(),
-            size: 10,
-            subject: None,
-            stored_at: 0,
-        };
-        let none = References::default();
-        for t in ["b", "a", "c"] {
-            m.put_manifest("ns/repo", "sha256:aa", &rec, &none, Some(t), None, None, 0)
-                .unwrap()
-                .unwrap();
-        }
-        m.put_manifest(
-            "ns/repo2",
-            "sha256:bb",
-            &rec,
-            &none,
-            Some("z"),
-            None,
-            None,
-            0,
-        )
-        .unwrap()
-        .unwrap();
-        assert_eq!(
-            m.tags("ns/repo", None, 2).unwrap(),
-            (vec!["a".into(), "b".into()], true)
-        );
-        assert_eq!(
-            m.tags("ns/repo", Some("b"), 2).unwrap(),
-            (vec!["c".into()], false)
-        );
-        assert_eq!(m.catalog(None, 10).unwrap().0, ["ns/repo", "ns/repo2"]);
-        assert_eq!(m.catalog(Some("ns/repo"), 10).unwrap().0, ["ns/repo2"]);
-        assert!(m.delete_manifest("ns/repo", "sha256:aa", 0).unwrap());
-        assert_eq!(m.tags("ns/repo", None, 10).unwrap().0, Vec::<String>::new());
-        assert_eq!(
-            m.resolve_tag("ns/repo2", "z").unwrap().as_deref(),
-            Some("sha256:bb")
-        );
-    }
-}
-
 /// Copies every table of the database at `path` into a new file and puts
 /// it in its place (a crash before the rename leaves the old file whole).
 /// Tables are copied by the types the registry's tables have: keys are
@@ -594,4 +543,55 @@ fn copy_table<V: redb::Value + 'static>(
         dst.insert(k.value(), v.value())?;
     }
     Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tags_paginate_in_order_and_manifest_delete_drops_its_tags() {
+        let dir = tempfile::tempdir().unwrap();
+        let m = MetaStore::open(&dir.path().join("meta.redb")).unwrap();
+        let rec = ManifestRecord {
+            media_type: "application/vnd.oci.image.manifest.v1+json".into(),
+            size: 10,
+            subject: None,
+            stored_at: 0,
+        };
+        let none = References::default();
+        for t in ["b", "a", "c"] {
+            m.put_manifest("ns/repo", "sha256:aa", &rec, &none, Some(t), None, None, 0)
+                .unwrap()
+                .unwrap();
+        }
+        m.put_manifest(
+            "ns/repo2",
+            "sha256:bb",
+            &rec,
+            &none,
+            Some("z"),
+            None,
+            None,
+            0,
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            m.tags("ns/repo", None, 2).unwrap(),
+            (vec!["a".into(), "b".into()], true)
+        );
+        assert_eq!(
+            m.tags("ns/repo", Some("b"), 2).unwrap(),
+            (vec!["c".into()], false)
+        );
+        assert_eq!(m.catalog(None, 10).unwrap().0, ["ns/repo", "ns/repo2"]);
+        assert_eq!(m.catalog(Some("ns/repo"), 10).unwrap().0, ["ns/repo2"]);
+        assert!(m.delete_manifest("ns/repo", "sha256:aa", 0).unwrap());
+        assert_eq!(m.tags("ns/repo", None, 10).unwrap().0, Vec::<String>::new());
+        assert_eq!(
+            m.resolve_tag("ns/repo2", "z").unwrap().as_deref(),
+            Some("sha256:bb")
+        );
+    }
 }
