@@ -1,6 +1,7 @@
 //! Online garbage collection (SPEC.md §7.4): expiry (of tags, volumes,
-//! versions and abandoned upload sessions), purge, then mark-and-sweep of manifests, repository links and blob bytes while the
-//! registry keeps serving.
+//! versions and abandoned upload sessions), purge, then mark-and-sweep of
+//! manifests, repository links and blob bytes while the registry keeps
+//! serving.
 //!
 //! Marking reads a snapshot and parses manifests without any lock. The
 //! sweep then takes the write side of [`App::sweep`], which every handler

@@ -174,15 +174,29 @@ impl MetaStore {
     pub fn open_sealing_secrets(path: &Path, key: &crate::secrets::SecretKey) -> Result<MetaStore> {
         let meta = MetaStore::open(path)?;
         let sealed = meta.seal_plaintext_secrets(key)?;
-        if sealed == 0 {
-            return Ok(meta);
+        let meta = if sealed == 0 {
+            meta
+        } else {
+            drop(meta);
+            rewrite(path)?;
+            tracing::warn!(
+                "sealed {sealed} sync secret(s) stored in plaintext by an earlier release"
+            );
+            MetaStore::open(path)?
+        };
+        let unbound: Vec<String> = meta
+            .secrets()?
+            .into_iter()
+            .filter(|s| s.for_sources.is_empty())
+            .map(|s| s.name)
+            .collect();
+        if !unbound.is_empty() {
+            tracing::warn!(
+                "sync secret(s) {} are bound to no source, so only admins' jobs may use them; bind each with `sealvol secret bind NAME --for URI`",
+                unbound.join(", ")
+            );
         }
-        drop(meta);
-        rewrite(path)?;
-        tracing::warn!(
-            "sealed {sealed} sync secret(s) stored in plaintext by an earlier release; they are bound to no source, so only admins' jobs may use them until rebound with `sealvol secret bind NAME --for URI`"
-        );
-        MetaStore::open(path)
+        Ok(meta)
     }
 
     pub fn repo_exists(&self, repo: &str) -> Result<bool> {
