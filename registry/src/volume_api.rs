@@ -531,10 +531,16 @@ async fn set_secret(
     req_body: Body,
 ) -> Result<Response> {
     let (mut for_sources, mut dest) = (Vec::new(), Vec::new());
-    for (k, v) in form_urlencoded::parse(q.as_deref().unwrap_or("").as_bytes()) {
-        match &*k {
-            "for" => for_sources.push(v.into_owned()),
-            "dest" => dest.push(v.into_owned()),
+    let pairs = q
+        .as_deref()
+        .unwrap_or("")
+        .split('&')
+        .filter(|kv| !kv.is_empty());
+    for kv in pairs {
+        let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+        match k {
+            "for" => for_sources.push(crate::query::decode(v)),
+            "dest" => dest.push(crate::query::decode(v)),
             other => {
                 return Err(RegistryError::new(
                     Code::Invalid,
