@@ -35,27 +35,17 @@ impl Scope {
         let scheme = scheme.to_ascii_lowercase();
         match scheme.as_str() {
             "s3" | "r2" | "cw" | "gs" | "azure" => {
-                let url = url::Url::parse(uri).map_err(|e| invalid(&e.to_string()))?;
-                let authority = url
-                    .host_str()
-                    .filter(|h| !h.is_empty())
-                    .ok_or_else(|| invalid("names no bucket"))?
-                    .to_string();
-                let mut endpoint = None;
-                for (k, v) in url.query_pairs() {
-                    if k == "endpoint" {
-                        endpoint = Some(endpoint_origin(&v).ok_or_else(|| {
-                            invalid(&format!("endpoint {v:?} is not an http:// or https:// URL"))
-                        })?);
-                    }
-                }
-                let path = percent_encoding::percent_decode_str(url.path())
-                    .decode_utf8_lossy()
-                    .into_owned();
+                let p = crate::store::parse_uri(uri)?;
+                let endpoint = match &p.endpoint {
+                    None => None,
+                    Some(e) => Some(endpoint_origin(e).ok_or_else(|| {
+                        invalid(&format!("endpoint {e:?} is not an http:// or https:// URL"))
+                    })?),
+                };
                 Ok(Scope {
                     scheme,
-                    authority,
-                    path: components(&path),
+                    authority: p.authority,
+                    path: components(&p.path),
                     endpoint,
                 })
             }

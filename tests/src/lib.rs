@@ -110,9 +110,15 @@ impl Server {
         K: AsRef<std::ffi::OsStr>,
         V: AsRef<std::ffi::OsStr>,
     {
-        let mut child = Command::new(sealvol_bin())
-            .args(args)
-            .envs(env)
+        let mut cmd = Command::new(sealvol_bin());
+        cmd.args(args).envs(env);
+        Server::try_spawn_command(cmd, args, root)
+    }
+
+    /// Runs `cmd` (`sealvol ARGS`, its environment set) and reads the line
+    /// that says where it listens, as [`Server::try_spawn`].
+    fn try_spawn_command(mut cmd: Command, args: &[&str], root: &Path) -> Result<Server, String> {
+        let mut child = cmd
             .env("SEALVOL_LOG", "warn")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -1891,37 +1897,16 @@ impl Server {
     /// environment the tests run in.
     pub fn start_config_aws_env(root: &Path, config: &str, env: &[(&str, &str)]) -> Server {
         let file = write_config(root, "127.0.0.1:0", config);
+        let args = ["serve", "--config", s(&file)];
         let mut cmd = Command::new(sealvol_bin());
-        cmd.args(["serve", "--config", s(&file)]);
+        cmd.args(args);
         for (k, _) in std::env::vars_os() {
             if k.to_string_lossy().starts_with("AWS_") {
                 cmd.env_remove(k);
             }
         }
-        let mut child = cmd
-            .envs(env.iter().copied())
-            .env("SEALVOL_LOG", "warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("start sealvol serve");
-        let stdout = child.stdout.take().expect("piped stdout");
-        // Dropped (and so stopped) if it never says where it listens.
-        let mut server = Server {
-            child: Some(child),
-            url: String::new(),
-            root: root.to_path_buf(),
-        };
-        let mut line = String::new();
-        let _ = BufReader::new(stdout).read_line(&mut line);
-        server.url = line
-            .trim()
-            .rsplit(' ')
-            .next()
-            .filter(|u| u.starts_with("http://127.0.0.1:"))
-            .unwrap_or_else(|| panic!("sealvol serve did not say where it listens: {line:?}"))
-            .to_string();
-        server
+        cmd.envs(env.iter().copied());
+        Server::try_spawn_command(cmd, &args, root).unwrap_or_else(|e| panic!("{e}"))
     }
 }
 

@@ -240,6 +240,14 @@ fn holds(path: &Path, needle: &[u8]) -> bool {
     bytes.windows(needle.len()).any(|w| w == needle)
 }
 
+/// `sealvol secret list --output json` against the registry `h`.
+fn secret_list(sb: &Sandbox, h: &str) -> Value {
+    sealvol_tests::json(
+        sb.sealvol(h, &["secret", "list", "--registry", h, "--output", "json"]),
+        "secret list",
+    )
+}
+
 fn mode(path: &Path) -> u32 {
     std::fs::metadata(path).unwrap().permissions().mode() & 0o777
 }
@@ -297,13 +305,7 @@ fn secret_values_never_rest_in_plaintext() {
     );
     assert_eq!(mode(&old), 0o700);
     assert_eq!(mode(&old_meta), 0o600);
-    let listed = sealvol_tests::json(
-        sb.sealvol(
-            &h,
-            &["secret", "list", "--registry", &h, "--output", "json"],
-        ),
-        "secret list",
-    );
+    let listed = secret_list(&sb, &h);
     assert_eq!(
         listed["secrets"],
         json!([{"name": "legacy", "for": [], "dest": []}]),
@@ -324,13 +326,7 @@ fn secret_values_never_rest_in_plaintext() {
         ),
         "secret bind",
     );
-    let listed = sealvol_tests::json(
-        sb.sealvol(
-            &h,
-            &["secret", "list", "--registry", &h, "--output", "json"],
-        ),
-        "secret list",
-    );
+    let listed = secret_list(&sb, &h);
     assert_eq!(
         listed["secrets"],
         json!([{"name": "legacy", "for": ["hf://org"], "dest": []}]),
