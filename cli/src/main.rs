@@ -314,6 +314,18 @@ enum Command {
         #[command(subcommand)]
         action: sync::SecretAction,
     },
+    /// Run the containerd snapshotter: a proxy plugin serving snapshots on a unix socket
+    Snapshotter {
+        /// snapshotter.toml (fields: root, address)
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
+        /// Where snapshots live (default /var/lib/sealvol/snapshotter)
+        #[arg(long, value_name = "DIR")]
+        root: Option<PathBuf>,
+        /// The unix socket containerd connects to (default /run/sealvol/snapshotter.sock)
+        #[arg(long, value_name = "SOCKET")]
+        address: Option<PathBuf>,
+    },
     /// Registry administration: API keys
     Admin {
         #[command(subcommand)]
@@ -422,7 +434,7 @@ fn main() -> ExitCode {
     // A mount logs reads that fail; fuser's own warnings are about
     // requests the mount answers on purpose.
     let default_level = match cli.command {
-        Command::Serve { .. } => "info",
+        Command::Serve { .. } | Command::Snapshotter { .. } => "info",
         Command::Mount(_) => "warn,fuser=error",
         _ => "warn",
     };
@@ -469,6 +481,46 @@ fn serve(
         println!("sealvol: serving OCI distribution on {scheme}://{addr}");
     }))?;
     Ok(())
+}
+
+fn snapshotter(
+    config: Option<PathBuf>,
+    root: Option<PathBuf>,
+    address: Option<PathBuf>,
+) -> anyhow::Result<()> {
+    use sealvol_snapshotter::containerd;
+    let mut cfg = match config {
+        Some(path) => containerd::Config::load(&path)?,
+        None => containerd::Config::default(),
+    };
+    if let Some(r) = root {
+        cfg.root = r;
+    }
+    if let Some(a) = address {
+        cfg.address = a;
+    }
+    let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
+    runtime.block_on(async {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut term = signal(SignalKind::terminate())?;
+        let mut int = signal(SignalKind::interrupt())?;
+        let stop = async move {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+        };
+        let address = cfg.address.display().to_string();
+        containerd::serve(
+            &cfg.root,
+            &cfg.address,
+            // Scripts and tests wait for this line.
+            || println!("sealvol: serving containerd snapshots on {address}"),
+            stop,
+        )
+        .await?;
+        anyhow::Ok(())
+    })
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
@@ -624,6 +676,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Sync { action } => sync::run(action),
         Command::Secret { action } => sync::run_secret(action),
         Command::Admin { action } => admin::run(action),
+        Command::Snapshotter {
+            config,
+            root,
+            address,
+        } => snapshotter(config, root, address),
         Command::Login {
             registry,
             username,

@@ -29,9 +29,10 @@
 //! adapter) and [`mount()`] (the public entry point and its [`Mount`]
 //! handle).
 //!
-//! It is not a writable file system (every write is `EROFS`), not a
-//! registry client of its own (it reads through `sealvol-client`), and not
-//! yet the containerd snapshotter, which will be built on this mount.
+//! It is not a writable file system (every write is `EROFS`) nor a
+//! registry client of its own (it reads through `sealvol-client`).
+//! [`containerd`] is the containerd snapshotter; today it serves ordinary
+//! layers, and a sealed version's lazy mount is to be built on this one.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -46,6 +47,7 @@
 
 use std::path::PathBuf;
 
+pub mod containerd;
 mod fs;
 pub mod inodes;
 mod mount;

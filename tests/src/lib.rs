@@ -1910,6 +1910,75 @@ impl Server {
     }
 }
 
+/// A containerd of the test's own (root, state and socket in a temporary
+/// folder), killed when dropped.
+pub struct Containerd {
+    child: Child,
+    dir: tempfile::TempDir,
+}
+
+impl Containerd {
+    pub fn start() -> Containerd {
+        Containerd::start_with("")
+    }
+
+    /// With `extra` appended to its `config.toml` (a proxy plugin, say).
+    pub fn start_with(extra: &str) -> Containerd {
+        let dir = tempfile::tempdir().expect("containerd's folder");
+        let d = dir.path();
+        std::fs::write(
+            d.join("config.toml"),
+            format!(
+                "version = 2\nroot = {:?}\nstate = {:?}\n[grpc]\n  address = {:?}\n\
+                 [plugins.\"io.containerd.grpc.v1.cri\"]\n  disable_tcp_service = true\n{extra}",
+                s(&d.join("root")),
+                s(&d.join("state")),
+                s(&d.join("c.sock"))
+            ),
+        )
+        .expect("containerd's config");
+        let log = std::fs::File::create(d.join("log")).expect("containerd's log");
+        let child = Command::new("containerd")
+            .arg("--config")
+            .arg(d.join("config.toml"))
+            .stdout(log.try_clone().expect("log"))
+            .stderr(log)
+            .spawn()
+            .expect("run containerd (installed by scripts/deps.sh)");
+        let c = Containerd { child, dir };
+        for _ in 0..100 {
+            if c.ctr(&["version"]).status.success() {
+                return c;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!(
+            "containerd did not answer within 10 s; its log:\n{}",
+            c.log()
+        );
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("log")).unwrap_or_default()
+    }
+
+    pub fn ctr(&self, args: &[&str]) -> Output {
+        Command::new("ctr")
+            .arg("--address")
+            .arg(self.dir.path().join("c.sock"))
+            .args(args)
+            .output()
+            .expect("run ctr (installed with containerd by scripts/deps.sh)")
+    }
+}
+
+impl Drop for Containerd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 #[cfg(test)]
 mod emulator_tests {
     #[test]

@@ -9,7 +9,9 @@
 use std::path::Path;
 
 use base64::Engine as _;
-use sealvol_tests::{fails, host, htpasswd_line, ok, s, sha256, stderr, write, Sandbox, Server};
+use sealvol_tests::{
+    fails, host, htpasswd_line, ok, s, sha256, stderr, write, Containerd, Sandbox, Server,
+};
 use serde_json::{json, Value};
 
 const PASSWORD: &str = "pa55:word with space";
@@ -1050,66 +1052,6 @@ fn tokens_of_an_external_issuer_are_accepted_for_their_subject() {
         status(&token("alice@example.com", "elsewhere"), "GET", "/v2/"),
         401
     );
-}
-
-/// A containerd of the test's own (root, state and socket in a temporary
-/// folder), killed when dropped.
-struct Containerd {
-    child: std::process::Child,
-    dir: tempfile::TempDir,
-}
-
-impl Containerd {
-    fn start() -> Containerd {
-        let dir = tempfile::tempdir().unwrap();
-        let d = dir.path();
-        std::fs::write(
-            d.join("config.toml"),
-            format!(
-                "version = 2\nroot = {:?}\nstate = {:?}\n[grpc]\n  address = {:?}\n\
-                 [plugins.\"io.containerd.grpc.v1.cri\"]\n  disable_tcp_service = true\n",
-                s(&d.join("root")),
-                s(&d.join("state")),
-                s(&d.join("c.sock"))
-            ),
-        )
-        .unwrap();
-        let log = std::fs::File::create(d.join("log")).unwrap();
-        let child = std::process::Command::new("containerd")
-            .arg("--config")
-            .arg(d.join("config.toml"))
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .expect("run containerd (installed by scripts/deps.sh)");
-        let c = Containerd { child, dir };
-        for _ in 0..100 {
-            if c.ctr(&["version"]).status.success() {
-                return c;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(100));
-        }
-        panic!(
-            "containerd did not answer within 10 s; its log:\n{}",
-            std::fs::read_to_string(c.dir.path().join("log")).unwrap_or_default()
-        );
-    }
-
-    fn ctr(&self, args: &[&str]) -> std::process::Output {
-        std::process::Command::new("ctr")
-            .arg("--address")
-            .arg(self.dir.path().join("c.sock"))
-            .args(args)
-            .output()
-            .expect("run ctr (installed with containerd by scripts/deps.sh)")
-    }
-}
-
-impl Drop for Containerd {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 #[test]

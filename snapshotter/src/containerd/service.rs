@@ -1,0 +1,225 @@
+//! containerd's snapshots service over [`SnapshotStore`]: each call as
+//! containerd's proxy snapshotter client makes it, each store error as
+//! the gRPC code containerd turns back into its error class
+//! (`ALREADY_EXISTS` tells an unpacker the layer is there already).
+
+use std::collections::BTreeMap;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use tonic::{Request, Response, Status};
+
+use super::api::containerd::services::snapshots::v1 as pb;
+use super::api::containerd::types::Mount;
+use super::store::{Kind, MountSpec, Record, SnapshotStore, StoreError};
+
+/// The service; cheap to clone.
+#[derive(Clone)]
+pub struct SnapshotService {
+    store: Arc<SnapshotStore>,
+}
+
+impl SnapshotService {
+    pub fn new(store: SnapshotStore) -> SnapshotService {
+        SnapshotService {
+            store: Arc::new(store),
+        }
+    }
+
+    pub fn into_server(self) -> pb::snapshots_server::SnapshotsServer<SnapshotService> {
+        pb::snapshots_server::SnapshotsServer::new(self)
+    }
+
+    /// Runs a store operation off the async threads (redb commits fsync;
+    /// a commit measures the layer).
+    async fn run<T: Send + 'static>(
+        &self,
+        op: impl FnOnce(&SnapshotStore) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, Status> {
+        let store = Arc::clone(&self.store);
+        tokio::task::spawn_blocking(move || op(&store))
+            .await
+            .map_err(|e| Status::internal(format!("snapshot store task: {e}")))?
+            .map_err(status)
+    }
+}
+
+fn status(e: StoreError) -> Status {
+    let message = e.to_string();
+    match e {
+        StoreError::AlreadyExists(_) => Status::already_exists(message),
+        StoreError::NotFound(_) => Status::not_found(message),
+        StoreError::FailedPrecondition(_) => Status::failed_precondition(message),
+        StoreError::InvalidArgument(_) => Status::invalid_argument(message),
+        StoreError::Internal(_) => Status::internal(message),
+    }
+}
+
+fn mounts(specs: Vec<MountSpec>) -> Vec<Mount> {
+    specs
+        .into_iter()
+        .map(|m| Mount {
+            r#type: m.kind,
+            source: m.source,
+            target: String::new(),
+            options: m.options,
+        })
+        .collect()
+}
+
+fn timestamp(nanos: u128) -> prost_types::Timestamp {
+    prost_types::Timestamp {
+        seconds: (nanos / 1_000_000_000) as i64,
+        nanos: (nanos % 1_000_000_000) as i32,
+    }
+}
+
+fn info(name: String, r: Record) -> pb::Info {
+    pb::Info {
+        name,
+        parent: r.parent,
+        kind: match r.kind {
+            Kind::View => pb::Kind::View,
+            Kind::Active => pb::Kind::Active,
+            Kind::Committed => pb::Kind::Committed,
+        } as i32,
+        created_at: Some(timestamp(r.created_at)),
+        updated_at: Some(timestamp(r.updated_at)),
+        labels: r.labels.into_iter().collect(),
+    }
+}
+
+fn labels(l: std::collections::HashMap<String, String>) -> BTreeMap<String, String> {
+    l.into_iter().collect()
+}
+
+/// Infos per `List` answer: containerd reads the stream to its end.
+const LIST_BATCH: usize = 100;
+
+type ListStream =
+    Pin<Box<dyn tokio_stream::Stream<Item = Result<pb::ListSnapshotsResponse, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl pb::snapshots_server::Snapshots for SnapshotService {
+    async fn prepare(
+        &self,
+        req: Request<pb::PrepareSnapshotRequest>,
+    ) -> Result<Response<pb::PrepareSnapshotResponse>, Status> {
+        let r = req.into_inner();
+        let (_, m) = self
+            .run(move |s| s.create(Kind::Active, &r.key, &r.parent, labels(r.labels)))
+            .await?;
+        Ok(Response::new(pb::PrepareSnapshotResponse {
+            mounts: mounts(m),
+        }))
+    }
+
+    async fn view(
+        &self,
+        req: Request<pb::ViewSnapshotRequest>,
+    ) -> Result<Response<pb::ViewSnapshotResponse>, Status> {
+        let r = req.into_inner();
+        let (_, m) = self
+            .run(move |s| s.create(Kind::View, &r.key, &r.parent, labels(r.labels)))
+            .await?;
+        Ok(Response::new(pb::ViewSnapshotResponse {
+            mounts: mounts(m),
+        }))
+    }
+
+    async fn mounts(
+        &self,
+        req: Request<pb::MountsRequest>,
+    ) -> Result<Response<pb::MountsResponse>, Status> {
+        let key = req.into_inner().key;
+        let m = self.run(move |s| s.mounts(&key)).await?;
+        Ok(Response::new(pb::MountsResponse { mounts: mounts(m) }))
+    }
+
+    async fn commit(
+        &self,
+        req: Request<pb::CommitSnapshotRequest>,
+    ) -> Result<Response<()>, Status> {
+        let r = req.into_inner();
+        self.run(move |s| s.commit(&r.name, &r.key, labels(r.labels)))
+            .await?;
+        Ok(Response::new(()))
+    }
+
+    async fn remove(
+        &self,
+        req: Request<pb::RemoveSnapshotRequest>,
+    ) -> Result<Response<()>, Status> {
+        let key = req.into_inner().key;
+        self.run(move |s| s.remove(&key)).await?;
+        Ok(Response::new(()))
+    }
+
+    async fn stat(
+        &self,
+        req: Request<pb::StatSnapshotRequest>,
+    ) -> Result<Response<pb::StatSnapshotResponse>, Status> {
+        let key = req.into_inner().key;
+        let k = key.clone();
+        let r = self.run(move |s| s.get(&k)).await?;
+        Ok(Response::new(pb::StatSnapshotResponse {
+            info: Some(info(key, r)),
+        }))
+    }
+
+    async fn update(
+        &self,
+        req: Request<pb::UpdateSnapshotRequest>,
+    ) -> Result<Response<pb::UpdateSnapshotResponse>, Status> {
+        let r = req.into_inner();
+        let Some(i) = r.info else {
+            return Err(Status::invalid_argument(
+                "an update names the snapshot in info",
+            ));
+        };
+        let paths = r.update_mask.map(|m| m.paths).unwrap_or_default();
+        let name = i.name.clone();
+        let updated = self
+            .run(move |s| s.update_labels(&i.name, labels(i.labels), &paths))
+            .await?;
+        Ok(Response::new(pb::UpdateSnapshotResponse {
+            info: Some(info(name, updated)),
+        }))
+    }
+
+    type ListStream = ListStream;
+
+    async fn list(
+        &self,
+        _req: Request<pb::ListSnapshotsRequest>,
+    ) -> Result<Response<ListStream>, Status> {
+        // containerd filters what it lists itself; every snapshot is sent.
+        let all = self.run(|s| s.list()).await?;
+        let infos: Vec<pb::Info> = all.into_iter().map(|(k, r)| info(k, r)).collect();
+        let batches: Vec<Result<pb::ListSnapshotsResponse, Status>> = infos
+            .chunks(LIST_BATCH)
+            .map(|c| Ok(pb::ListSnapshotsResponse { info: c.to_vec() }))
+            .collect();
+        Ok(Response::new(Box::pin(tokio_stream::iter(batches))))
+    }
+
+    async fn usage(
+        &self,
+        req: Request<pb::UsageRequest>,
+    ) -> Result<Response<pb::UsageResponse>, Status> {
+        let key = req.into_inner().key;
+        let (size, inodes) = self.run(move |s| s.usage(&key)).await?;
+        Ok(Response::new(pb::UsageResponse {
+            size: i64::try_from(size).unwrap_or(i64::MAX),
+            inodes: i64::try_from(inodes).unwrap_or(i64::MAX),
+        }))
+    }
+
+    async fn cleanup(&self, _req: Request<pb::CleanupRequest>) -> Result<Response<()>, Status> {
+        let removed = self.run(|s| s.cleanup()).await?;
+        if removed > 0 {
+            tracing::info!(removed, "removed snapshot folders no record names");
+        }
+        Ok(Response::new(()))
+    }
+}

@@ -1,0 +1,521 @@
+//! Snapshots as the snapshotter keeps them: a record per snapshot in redb
+//! (kind, parent, labels, times, a numeric id), and per id a folder under
+//! `ROOT/snapshots/ID` with `fs` (the snapshot's files, the upper dir while
+//! it is active) and `work` (overlayfs's work dir). This is the model of
+//! containerd's overlayfs snapshotter, so ordinary image layers unpack and
+//! mount as they would there: a chain of committed snapshots becomes the
+//! `lowerdir` of an overlay mount.
+//!
+//! Keys are containerd's, opaque here (its metadata store prefixes them
+//! with a namespace). Active, view and committed snapshots share one name
+//! space, as in containerd. Every change is one redb transaction, so a
+//! crash leaves a record whole or absent; a folder without a record is
+//! removed by [`SnapshotStore::cleanup`].
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+use serde::{Deserialize, Serialize};
+
+/// key -> [`Record`] JSON.
+const SNAPSHOTS: TableDefinition<&str, &[u8]> = TableDefinition::new("snapshots");
+/// `"next_id"` -> the id the next snapshot gets.
+const COUNTERS: TableDefinition<&str, u64> = TableDefinition::new("counters");
+
+/// What kind of snapshot a record is (containerd's `snapshots.Kind`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    View,
+    Active,
+    Committed,
+}
+
+/// One snapshot.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Record {
+    pub id: u64,
+    pub kind: Kind,
+    /// The committed snapshot this one is on top of; empty for none.
+    pub parent: String,
+    pub labels: BTreeMap<String, String>,
+    /// Nanoseconds since the Unix epoch.
+    pub created_at: u128,
+    pub updated_at: u128,
+    /// Bytes and inodes of `fs`, measured when committed.
+    #[serde(default)]
+    pub size: u64,
+    #[serde(default)]
+    pub inodes: u64,
+}
+
+/// Why an operation was refused, in containerd's error classes.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("snapshot {0} already exists")]
+    AlreadyExists(String),
+    #[error("snapshot {0} does not exist")]
+    NotFound(String),
+    #[error("{0}")]
+    FailedPrecondition(String),
+    #[error("{0}")]
+    InvalidArgument(String),
+    #[error("snapshot store: {0}")]
+    Internal(String),
+}
+
+macro_rules! internal_from {
+    ($($t:ty),*) => {$(
+        impl From<$t> for StoreError {
+            fn from(e: $t) -> Self {
+                StoreError::Internal(e.to_string())
+            }
+        }
+    )*};
+}
+internal_from!(
+    redb::DatabaseError,
+    redb::TransactionError,
+    redb::TableError,
+    redb::StorageError,
+    redb::CommitError,
+    serde_json::Error,
+    std::io::Error
+);
+
+type Result<T> = std::result::Result<T, StoreError>;
+
+/// A mount containerd performs (its `types.Mount`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MountSpec {
+    pub kind: String,
+    pub source: String,
+    pub options: Vec<String>,
+}
+
+pub struct SnapshotStore {
+    root: PathBuf,
+    db: Database,
+}
+
+fn now_nanos() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos())
+}
+
+impl SnapshotStore {
+    /// Opens (or makes) the store under `root`.
+    pub fn open(root: &Path) -> Result<SnapshotStore> {
+        std::fs::create_dir_all(root.join("snapshots"))?;
+        let db = Database::create(root.join("metadata.redb"))?;
+        let tx = db.begin_write()?;
+        tx.open_table(SNAPSHOTS)?;
+        tx.open_table(COUNTERS)?;
+        tx.commit()?;
+        Ok(SnapshotStore {
+            root: root.to_path_buf(),
+            db,
+        })
+    }
+
+    fn dir(&self, id: u64) -> PathBuf {
+        self.root.join("snapshots").join(id.to_string())
+    }
+
+    fn fs(&self, id: u64) -> PathBuf {
+        self.dir(id).join("fs")
+    }
+
+    pub fn get(&self, key: &str) -> Result<Record> {
+        let tx = self.db.begin_read()?;
+        let t = tx.open_table(SNAPSHOTS)?;
+        let row = t.get(key)?;
+        match row {
+            Some(v) => Ok(serde_json::from_slice(v.value())?),
+            None => Err(StoreError::NotFound(key.to_string())),
+        }
+    }
+
+    /// Every snapshot, by key.
+    pub fn list(&self) -> Result<Vec<(String, Record)>> {
+        let tx = self.db.begin_read()?;
+        let mut out = Vec::new();
+        for row in tx.open_table(SNAPSHOTS)?.iter()? {
+            let (k, v) = row?;
+            out.push((k.value().to_string(), serde_json::from_slice(v.value())?));
+        }
+        Ok(out)
+    }
+
+    /// A new active (`Kind::Active`) or view snapshot `key` on `parent`,
+    /// with its folders, and the mounts that give it.
+    pub fn create(
+        &self,
+        kind: Kind,
+        key: &str,
+        parent: &str,
+        labels: BTreeMap<String, String>,
+    ) -> Result<(Record, Vec<MountSpec>)> {
+        if key.is_empty() {
+            return Err(StoreError::InvalidArgument("a snapshot needs a key".into()));
+        }
+        let tx = self.db.begin_write()?;
+        let record = {
+            let mut t = tx.open_table(SNAPSHOTS)?;
+            if t.get(key)?.is_some() {
+                return Err(StoreError::AlreadyExists(key.to_string()));
+            }
+            if !parent.is_empty() {
+                let p: Record = match t.get(parent)? {
+                    Some(v) => serde_json::from_slice(v.value())?,
+                    None => return Err(StoreError::NotFound(parent.to_string())),
+                };
+                if p.kind != Kind::Committed {
+                    return Err(StoreError::FailedPrecondition(format!(
+                        "parent {parent} is not a committed snapshot"
+                    )));
+                }
+            }
+            let mut counters = tx.open_table(COUNTERS)?;
+            let id = counters.get("next_id")?.map_or(1, |v| v.value());
+            counters.insert("next_id", id + 1)?;
+            let now = now_nanos();
+            let record = Record {
+                id,
+                kind,
+                parent: parent.to_string(),
+                labels,
+                created_at: now,
+                updated_at: now,
+                size: 0,
+                inodes: 0,
+            };
+            // The folders first: a record never names a folder that is
+            // not there, and a folder without a record is cleaned up.
+            let dir = self.dir(id);
+            std::fs::create_dir_all(dir.join("fs"))?;
+            if kind == Kind::Active {
+                std::fs::create_dir_all(dir.join("work"))?;
+            }
+            t.insert(key, serde_json::to_vec(&record)?.as_slice())?;
+            record
+        };
+        tx.commit()?;
+        let mounts = self.mounts_of(&record)?;
+        Ok((record, mounts))
+    }
+
+    /// The mounts of the active or view snapshot `key`.
+    pub fn mounts(&self, key: &str) -> Result<Vec<MountSpec>> {
+        let r = self.get(key)?;
+        if r.kind == Kind::Committed {
+            return Err(StoreError::FailedPrecondition(format!(
+                "snapshot {key} is committed; only active and view snapshots mount"
+            )));
+        }
+        self.mounts_of(&r)
+    }
+
+    /// The `fs` folders of `r`'s parents, nearest first.
+    fn lowers(&self, r: &Record) -> Result<Vec<PathBuf>> {
+        let mut out = Vec::new();
+        let mut parent = r.parent.clone();
+        while !parent.is_empty() {
+            let p = self.get(&parent)?;
+            out.push(self.fs(p.id));
+            parent = p.parent;
+        }
+        Ok(out)
+    }
+
+    /// As containerd's overlayfs snapshotter: a snapshot without parents
+    /// is a bind mount of its folder; a view of one layer a read-only bind
+    /// of that layer; otherwise an overlay of the parents, with the
+    /// snapshot's own folder as the upper dir when it is active.
+    fn mounts_of(&self, r: &Record) -> Result<Vec<MountSpec>> {
+        let lowers = self.lowers(r)?;
+        let show = |p: &Path| p.display().to_string();
+        let bind = |source: &Path, rw: &str| MountSpec {
+            kind: "bind".into(),
+            source: show(source),
+            options: vec![rw.into(), "rbind".into()],
+        };
+        let mount = match (r.kind, lowers.as_slice()) {
+            (Kind::Active, []) => bind(&self.fs(r.id), "rw"),
+            (_, []) => bind(&self.fs(r.id), "ro"),
+            (Kind::View, [only]) => bind(only, "ro"),
+            (kind, _) => {
+                let lowerdir = lowers.iter().map(|p| show(p)).collect::<Vec<_>>().join(":");
+                let mut options = Vec::new();
+                if kind == Kind::Active {
+                    options.push(format!("workdir={}", show(&self.dir(r.id).join("work"))));
+                    options.push(format!("upperdir={}", show(&self.fs(r.id))));
+                }
+                options.push(format!("lowerdir={lowerdir}"));
+                MountSpec {
+                    kind: "overlay".into(),
+                    source: "overlay".into(),
+                    options,
+                }
+            }
+        };
+        Ok(vec![mount])
+    }
+
+    /// Commits the active snapshot `key` as `name`: the same folder, now
+    /// read-only to containerd and a possible parent.
+    pub fn commit(&self, name: &str, key: &str, labels: BTreeMap<String, String>) -> Result<()> {
+        if name.is_empty() {
+            return Err(StoreError::InvalidArgument("a commit needs a name".into()));
+        }
+        let active = self.get(key)?;
+        if active.kind != Kind::Active {
+            return Err(StoreError::FailedPrecondition(format!(
+                "snapshot {key} is not active; only an active snapshot is committed"
+            )));
+        }
+        // Measured before the transaction: the folder no longer changes.
+        let (size, inodes) = usage(&self.fs(active.id))?;
+        let work = self.dir(active.id).join("work");
+        let tx = self.db.begin_write()?;
+        {
+            let mut t = tx.open_table(SNAPSHOTS)?;
+            if t.get(name)?.is_some() {
+                return Err(StoreError::AlreadyExists(name.to_string()));
+            }
+            let current: Record = match t.remove(key)? {
+                Some(v) => serde_json::from_slice(v.value())?,
+                None => return Err(StoreError::NotFound(key.to_string())),
+            };
+            let now = now_nanos();
+            let committed = Record {
+                kind: Kind::Committed,
+                labels,
+                created_at: now,
+                updated_at: now,
+                size,
+                inodes,
+                ..current
+            };
+            t.insert(name, serde_json::to_vec(&committed)?.as_slice())?;
+        }
+        tx.commit()?;
+        // overlayfs leaves a `work/work` folder it owns; a committed
+        // snapshot has no upper dir, so it goes.
+        let _ = std::fs::remove_dir_all(work);
+        Ok(())
+    }
+
+    /// Removes `key` and its folder; a snapshot others are on is kept.
+    pub fn remove(&self, key: &str) -> Result<()> {
+        let tx = self.db.begin_write()?;
+        let id = {
+            let mut t = tx.open_table(SNAPSHOTS)?;
+            let mut has_child = false;
+            for row in t.iter()? {
+                let (_, v) = row?;
+                let r: Record = serde_json::from_slice(v.value())?;
+                if r.parent == key {
+                    has_child = true;
+                    break;
+                }
+            }
+            if has_child {
+                return Err(StoreError::FailedPrecondition(format!(
+                    "snapshot {key} has children; remove them first"
+                )));
+            }
+            let r: Record = match t.remove(key)? {
+                Some(v) => serde_json::from_slice(v.value())?,
+                None => return Err(StoreError::NotFound(key.to_string())),
+            };
+            r.id
+        };
+        tx.commit()?;
+        std::fs::remove_dir_all(self.dir(id)).or_else(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => Ok(()),
+            _ => Err(e),
+        })?;
+        Ok(())
+    }
+
+    /// Sets `key`'s labels: all of them when `paths` is empty, else those
+    /// `labels.NAME` names (a name absent from `labels` is removed).
+    pub fn update_labels(
+        &self,
+        key: &str,
+        labels: BTreeMap<String, String>,
+        paths: &[String],
+    ) -> Result<Record> {
+        let tx = self.db.begin_write()?;
+        let record = {
+            let mut t = tx.open_table(SNAPSHOTS)?;
+            let mut r: Record = match t.get(key)? {
+                Some(v) => serde_json::from_slice(v.value())?,
+                None => return Err(StoreError::NotFound(key.to_string())),
+            };
+            if paths.is_empty() {
+                r.labels = labels;
+            } else {
+                for p in paths {
+                    if p == "labels" {
+                        r.labels = labels.clone();
+                        continue;
+                    }
+                    let Some(name) = p.strip_prefix("labels.") else {
+                        return Err(StoreError::InvalidArgument(format!(
+                            "cannot update {p}; only labels change"
+                        )));
+                    };
+                    match labels.get(name) {
+                        Some(v) => r.labels.insert(name.to_string(), v.clone()),
+                        None => r.labels.remove(name),
+                    };
+                }
+            }
+            r.updated_at = now_nanos();
+            t.insert(key, serde_json::to_vec(&r)?.as_slice())?;
+            r
+        };
+        tx.commit()?;
+        Ok(record)
+    }
+
+    /// Bytes and inodes `key` uses: measured now while it is active,
+    /// recorded at commit otherwise.
+    pub fn usage(&self, key: &str) -> Result<(u64, u64)> {
+        let r = self.get(key)?;
+        match r.kind {
+            Kind::Committed => Ok((r.size, r.inodes)),
+            _ => Ok(usage(&self.fs(r.id))?),
+        }
+    }
+
+    /// Removes the folders no record names (left by a crash between
+    /// making a folder and recording it, or a failed removal).
+    pub fn cleanup(&self) -> Result<usize> {
+        let live: std::collections::HashSet<u64> =
+            self.list()?.into_iter().map(|(_, r)| r.id).collect();
+        let mut removed = 0;
+        for entry in std::fs::read_dir(self.root.join("snapshots"))? {
+            let entry = entry?;
+            let id = entry
+                .file_name()
+                .to_str()
+                .and_then(|n| n.parse::<u64>().ok());
+            if id.is_some_and(|id| !live.contains(&id)) {
+                std::fs::remove_dir_all(entry.path())?;
+                removed += 1;
+            }
+        }
+        Ok(removed)
+    }
+}
+
+/// Bytes (of regular files, counted once per inode) and inodes under `dir`.
+fn usage(dir: &Path) -> std::io::Result<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let mut seen = std::collections::HashSet::new();
+    let (mut bytes, mut inodes) = (0u64, 0u64);
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d)? {
+            let entry = entry?;
+            let meta = entry.metadata()?;
+            if !seen.insert((meta.dev(), meta.ino())) {
+                continue;
+            }
+            inodes += 1;
+            if meta.is_dir() {
+                stack.push(entry.path());
+            } else if meta.is_file() {
+                bytes += meta.blocks() * 512;
+            }
+        }
+    }
+    Ok((bytes, inodes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn layers_chain_into_overlay_mounts() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = SnapshotStore::open(dir.path()).unwrap();
+        let (r1, m1) = s.create(Kind::Active, "a1", "", labels(&[])).unwrap();
+        assert_eq!(m1[0].kind, "bind");
+        assert_eq!(m1[0].options, ["rw", "rbind"]);
+        std::fs::write(s.fs(r1.id).join("f"), b"one").unwrap();
+        s.commit("l1", "a1", labels(&[("x", "1")])).unwrap();
+        assert!(matches!(s.get("a1"), Err(StoreError::NotFound(_))));
+        let l1 = s.get("l1").unwrap();
+        assert_eq!(
+            (l1.kind, l1.id, l1.labels.len()),
+            (Kind::Committed, r1.id, 1)
+        );
+        assert!(l1.size > 0 && l1.inodes == 1);
+
+        let (_, view) = s.create(Kind::View, "v", "l1", labels(&[])).unwrap();
+        assert_eq!(view[0].kind, "bind");
+        assert_eq!(view[0].options, ["ro", "rbind"]);
+        let (r2, m2) = s.create(Kind::Active, "a2", "l1", labels(&[])).unwrap();
+        assert_eq!(m2[0].kind, "overlay");
+        let lower = format!("lowerdir={}", s.fs(r1.id).display());
+        assert_eq!(m2[0].options.last().unwrap(), &lower);
+        assert!(m2[0].options[1].ends_with(&format!("{}/fs", r2.id)));
+        s.commit("l2", "a2", labels(&[])).unwrap();
+        let (_, v2) = s.create(Kind::View, "v2", "l2", labels(&[])).unwrap();
+        assert_eq!(v2[0].kind, "overlay");
+        assert_eq!(v2[0].options.len(), 1, "a view has no upper dir: {v2:?}");
+
+        assert!(matches!(
+            s.create(Kind::Active, "a2x", "v", labels(&[])),
+            Err(StoreError::FailedPrecondition(_))
+        ));
+        assert!(matches!(
+            s.create(Kind::Active, "l1", "", labels(&[])),
+            Err(StoreError::AlreadyExists(_))
+        ));
+        assert!(matches!(
+            s.remove("l1"),
+            Err(StoreError::FailedPrecondition(_))
+        ));
+        for k in ["v2", "l2", "v", "l1"] {
+            s.remove(k).unwrap();
+        }
+        assert!(s.list().unwrap().is_empty());
+        assert!(!s.fs(r1.id).exists());
+    }
+
+    #[test]
+    fn labels_update_by_path_and_orphans_are_cleaned() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = SnapshotStore::open(dir.path()).unwrap();
+        s.create(Kind::Active, "k", "", labels(&[("a", "1"), ("b", "2")]))
+            .unwrap();
+        let r = s
+            .update_labels(
+                "k",
+                labels(&[("a", "9")]),
+                &["labels.a".into(), "labels.b".into()],
+            )
+            .unwrap();
+        assert_eq!(r.labels, labels(&[("a", "9")]));
+        assert!(s.update_labels("k", labels(&[]), &["name".into()]).is_err());
+        std::fs::create_dir_all(dir.path().join("snapshots/999/fs")).unwrap();
+        assert_eq!(s.cleanup().unwrap(), 1);
+        assert!(s.get("k").is_ok());
+    }
+}

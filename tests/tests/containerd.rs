@@ -1,0 +1,272 @@
+//! `sealvol snapshotter` as containerd's proxy snapshotter, end to end with
+//! Debian's containerd 1.6 and `ctr`: an ordinary image (an OCI layout of
+//! two layers, the second changing, adding and deleting files) imports,
+//! unpacks through Prepare/Commit, mounts as an overlay of its layers with
+//! the second layer's changes, is listed, and goes with `images rm --sync`;
+//! the snapshots survive a restart of the daemon.
+
+use std::io::{BufRead, BufReader};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+use sealvol_tests::{noise, s, Containerd};
+use serde_json::json;
+use sha2::{Digest, Sha256};
+
+const IMAGE: &str = "docker.io/library/sealvol-plain:1";
+
+/// `sealvol snapshotter` on a socket in `dir`; stopped when dropped.
+struct Snapshotter {
+    child: Child,
+    socket: PathBuf,
+}
+
+impl Snapshotter {
+    fn start(dir: &Path) -> Snapshotter {
+        let socket = dir.join("snapshotter.sock");
+        let mut child = Command::new(sealvol_tests::sealvol_bin())
+            .args(["snapshotter", "--root", s(&dir.join("root"))])
+            .args(["--address", s(&socket)])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("run sealvol snapshotter");
+        let mut line = String::new();
+        let _ = BufReader::new(child.stdout.take().unwrap()).read_line(&mut line);
+        assert!(
+            line.starts_with("sealvol: serving containerd snapshots on"),
+            "the snapshotter did not start: {line:?}"
+        );
+        Snapshotter { child, socket }
+    }
+
+    fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Snapshotter {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn sha(bytes: &[u8]) -> String {
+    format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
+}
+
+/// An uncompressed layer tar of `entries` (path, bytes, mode); a path
+/// whose bytes are `None` is an OCI whiteout.
+fn layer(entries: &[(&str, Option<&[u8]>, u32)]) -> Vec<u8> {
+    let mut b = tar::Builder::new(Vec::new());
+    for (path, bytes, mode) in entries {
+        let (name, data): (String, &[u8]) = match bytes {
+            Some(d) => (path.to_string(), d),
+            None => {
+                let p = Path::new(path);
+                let wh = format!(".wh.{}", p.file_name().unwrap().to_str().unwrap());
+                let full = match p.parent().filter(|d| !d.as_os_str().is_empty()) {
+                    Some(d) => format!("{}/{wh}", d.display()),
+                    None => wh,
+                };
+                (full, &[])
+            }
+        };
+        let mut h = tar::Header::new_gnu();
+        h.set_size(data.len() as u64);
+        h.set_mode(*mode);
+        h.set_mtime(1_700_000_000);
+        h.set_entry_type(tar::EntryType::Regular);
+        b.append_data(&mut h, &name, data).unwrap();
+    }
+    b.into_inner().unwrap()
+}
+
+/// An OCI layout archive of one linux/amd64 image named [`IMAGE`].
+fn oci_archive(layers: &[Vec<u8>]) -> Vec<u8> {
+    let mut blobs: Vec<(String, Vec<u8>)> = Vec::new();
+    let diff_ids: Vec<String> = layers.iter().map(|l| sha(l)).collect();
+    let config = serde_json::to_vec(&json!({
+        "architecture": "amd64", "os": "linux",
+        "rootfs": {"type": "layers", "diff_ids": diff_ids},
+        "config": {}
+    }))
+    .unwrap();
+    let layer_descs: Vec<_> = layers
+        .iter()
+        .map(|l| {
+            json!({"mediaType": "application/vnd.oci.image.layer.v1.tar",
+                   "digest": sha(l), "size": l.len()})
+        })
+        .collect();
+    let manifest = serde_json::to_vec(&json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
+                   "digest": sha(&config), "size": config.len()},
+        "layers": layer_descs,
+    }))
+    .unwrap();
+    let index = serde_json::to_vec(&json!({
+        "schemaVersion": 2,
+        "manifests": [{
+            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "digest": sha(&manifest), "size": manifest.len(),
+            "platform": {"architecture": "amd64", "os": "linux"},
+            "annotations": {"io.containerd.image.name": IMAGE,
+                            "org.opencontainers.image.ref.name": "1"}
+        }]
+    }))
+    .unwrap();
+    blobs.push((sha(&config), config));
+    blobs.push((sha(&manifest), manifest));
+    for l in layers {
+        blobs.push((sha(l), l.clone()));
+    }
+    let mut b = tar::Builder::new(Vec::new());
+    let mut add = |name: &str, data: &[u8]| {
+        let mut h = tar::Header::new_gnu();
+        h.set_size(data.len() as u64);
+        h.set_mode(0o644);
+        h.set_entry_type(tar::EntryType::Regular);
+        b.append_data(&mut h, name, data).unwrap();
+    };
+    add("oci-layout", br#"{"imageLayoutVersion":"1.0.0"}"#);
+    add("index.json", &index);
+    for (d, bytes) in &blobs {
+        add(&format!("blobs/sha256/{}", &d["sha256:".len()..]), bytes);
+    }
+    b.into_inner().unwrap()
+}
+
+fn proxy_config(socket: &Path) -> String {
+    format!(
+        "[proxy_plugins]\n  [proxy_plugins.sealvol]\n    type = \"snapshot\"\n    address = {:?}\n",
+        s(socket)
+    )
+}
+
+fn ctr_ok(c: &Containerd, args: &[&str]) -> String {
+    let out = c.ctr(args);
+    assert!(
+        out.status.success(),
+        "ctr {}: {}\ncontainerd's log:\n{}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr),
+        c.log()
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The snapshots `ctr snapshots ls` lists for the sealvol snapshotter.
+fn snapshots(c: &Containerd) -> Vec<String> {
+    ctr_ok(c, &["snapshots", "--snapshotter", "sealvol", "ls"])
+        .lines()
+        .skip(1)
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn an_ordinary_image_unpacks_mounts_and_goes() {
+    let dir = tempfile::tempdir().unwrap();
+    let snap = Snapshotter::start(dir.path());
+    let ctd = Containerd::start_with(&proxy_config(&snap.socket));
+
+    let data = noise(300_000, 7);
+    let first = layer(&[
+        ("hello.txt", Some(b"hello from layer 1\n"), 0o644),
+        ("bin/run.sh", Some(b"#!/bin/sh\necho hi\n"), 0o755),
+        ("nested/data.bin", Some(&data), 0o600),
+        ("nested/keep.txt", Some(b"kept"), 0o644),
+    ]);
+    let second = layer(&[
+        ("hello.txt", Some(b"hello from layer 2\n"), 0o644),
+        ("extra.txt", Some(b"added"), 0o644),
+        ("nested/data.bin", None, 0o644),
+    ]);
+    let archive = dir.path().join("image.tar");
+    std::fs::write(&archive, oci_archive(&[first, second])).unwrap();
+    ctr_ok(
+        &ctd,
+        &["images", "import", "--snapshotter", "sealvol", s(&archive)],
+    );
+    let listed = snapshots(&ctd);
+    assert_eq!(
+        listed.len(),
+        2,
+        "one committed snapshot per layer: {listed:?}"
+    );
+    assert!(listed.iter().all(|l| l.contains("Committed")), "{listed:?}");
+
+    let mnt = dir.path().join("mnt");
+    std::fs::create_dir_all(&mnt).unwrap();
+    ctr_ok(
+        &ctd,
+        &[
+            "images",
+            "mount",
+            "--snapshotter",
+            "sealvol",
+            IMAGE,
+            s(&mnt),
+        ],
+    );
+    let read = |p: &str| std::fs::read(mnt.join(p));
+    let result = std::panic::catch_unwind(|| {
+        assert_eq!(read("hello.txt").unwrap(), b"hello from layer 2\n");
+        assert_eq!(read("extra.txt").unwrap(), b"added");
+        assert_eq!(read("nested/keep.txt").unwrap(), b"kept");
+        assert!(
+            !mnt.join("nested/data.bin").exists(),
+            "the second layer's whiteout did not hide nested/data.bin"
+        );
+        let mode = std::fs::metadata(mnt.join("bin/run.sh"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o755);
+    });
+    ctr_ok(&ctd, &["images", "unmount", "--rm", s(&mnt)]);
+    if let Err(e) = result {
+        std::panic::resume_unwind(e);
+    }
+
+    // A restarted daemon serves the snapshots it had.
+    let socket = snap.socket.clone();
+    snap.kill();
+    let snap = Snapshotter::start(dir.path());
+    assert_eq!(snap.socket, socket);
+    // containerd redials the socket with a backoff of its own.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !ctd
+        .ctr(&["snapshots", "--snapshotter", "sealvol", "ls"])
+        .status
+        .success()
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "containerd did not reach the restarted snapshotter"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(250));
+    }
+    assert_eq!(
+        snapshots(&ctd).len(),
+        2,
+        "the snapshots did not survive a restart"
+    );
+
+    ctr_ok(&ctd, &["images", "rm", "--sync", IMAGE]);
+    let left = snapshots(&ctd);
+    assert!(
+        left.is_empty(),
+        "snapshots left after images rm --sync: {left:?}"
+    );
+    let folders: Vec<_> = std::fs::read_dir(dir.path().join("root/snapshots"))
+        .unwrap()
+        .collect();
+    assert!(folders.is_empty(), "snapshot folders left: {folders:?}");
+}
