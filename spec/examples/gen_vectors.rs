@@ -211,6 +211,7 @@ fn main() {
     };
     let v = build_version(&t, &meta).unwrap();
     std::fs::write(out.join("basic.index.json"), &v.index.bytes).unwrap();
+    std::fs::write(out.join("basic.view.json"), &v.manifests[0].bytes).unwrap();
     let oci = json!({
         "created": meta.created,
         "source": meta.source,

@@ -45,6 +45,10 @@ pub const ANN_FILES: &str = "dev.sealvol.files";
 pub const ANN_SOURCE: &str = "dev.sealvol.source";
 pub const ANN_ROLE: &str = "dev.sealvol.role";
 pub const ANN_TREE: &str = "dev.sealvol.tree";
+/// The view layer's version and tree again, under the prefix containerd's
+/// unpacker passes to a snapshotter's `Prepare` (SPEC.md §5.4).
+pub const ANN_SNAPSHOT_VERSION: &str = "containerd.io/snapshot/sealvol.version";
+pub const ANN_SNAPSHOT_TREE: &str = "containerd.io/snapshot/sealvol.tree";
 
 /// Values of [`ANN_ROLE`].
 pub const ROLE_VIEW: &str = "view";
@@ -266,6 +270,11 @@ pub fn build_version_with_blob(
     layer.descriptor.set_annotations(Some(HashMap::from([
         (ANN_VERSION.to_string(), digest.to_string()),
         (ANN_TREE.to_string(), tree_blob.digest().to_string()),
+        (ANN_SNAPSHOT_VERSION.to_string(), digest.to_string()),
+        (
+            ANN_SNAPSHOT_TREE.to_string(),
+            tree_blob.digest().to_string(),
+        ),
     ])));
     let mut view_entries = Vec::new();
     for (os, arch) in VIEW_PLATFORMS {

@@ -129,6 +129,10 @@ fn oci_layout() {
     let built = build_version(&t, &meta).unwrap();
     let shipped = std::fs::read(vectors().join("basic.index.json")).unwrap();
     assert_eq!(built.index.bytes, shipped);
+    // The first view manifest (linux/amd64), for check_spec.py's reading
+    // of the view layer's annotations (SPEC.md §5.4).
+    let view = std::fs::read(vectors().join("basic.view.json")).unwrap();
+    assert_eq!(built.manifests[0].bytes, view);
     assert_eq!(
         built.index.digest().to_string(),
         v["index_digest"].as_str().unwrap()

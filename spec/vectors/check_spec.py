@@ -286,6 +286,24 @@ def main(argv):
             one = xof(CHAIN_CONTEXT + " one piece", 1 << 20)
             for what, got, want in file_data_checks("piece.bin", one, files["piece.bin"], []):
                 checks.append((name, what, got, want))
+    # The view layer (SPEC.md §5.4, §5.5): version and tree under
+    # sealvol's keys and again under containerd's snapshot prefix, and the
+    # view manifest is the one the version index lists for linux/amd64.
+    basic = trees["basic"]
+    view_bytes = (vectors / "basic.view.json").read_bytes()
+    index = json.loads((vectors / "basic.index.json").read_text())
+    amd64 = [m for m in index["manifests"]
+             if m.get("annotations", {}).get("dev.sealvol.role") == "view"
+             and m.get("platform", {}).get("architecture") == "amd64"]
+    must(len(amd64) == 1, "basic.index.json lists one linux/amd64 view manifest")
+    checks.append(("oci", "view manifest digest", "sha256:" + hashlib.sha256(view_bytes).hexdigest(), amd64[0]["digest"]))
+    layer = json.loads(view_bytes)["layers"][0]["annotations"]
+    entries = sorted(basic["entries"], key=lambda e: canonical_key(e["path"]))
+    tree_digest = "sha256:" + hashlib.sha256(encode(basic["params"], entries, 2)).hexdigest()
+    for key in ("dev.sealvol.version", "containerd.io/snapshot/sealvol.version"):
+        checks.append(("oci", f"view layer {key}", layer.get(key), version_digest(entries)))
+    for key in ("dev.sealvol.tree", "containerd.io/snapshot/sealvol.tree"):
+        checks.append(("oci", f"view layer {key}", layer.get(key), tree_digest))
     for i, case in enumerate(json.loads((vectors / "chunking.json").read_text())):
         name = f"chunking[{i}]"
         inp = case["input"]
