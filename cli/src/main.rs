@@ -316,7 +316,7 @@ enum Command {
     },
     /// Run the containerd snapshotter: a proxy plugin serving snapshots on a unix socket
     Snapshotter {
-        /// snapshotter.toml (fields: root, address)
+        /// snapshotter.toml (fields: root, address, cache_dir, cache_size)
         #[arg(long, value_name = "FILE")]
         config: Option<PathBuf>,
         /// Where snapshots live (default /var/lib/sealvol/snapshotter)
@@ -512,8 +512,7 @@ fn snapshotter(
         };
         let address = cfg.address.display().to_string();
         containerd::serve(
-            &cfg.root,
-            &cfg.address,
+            &cfg,
             // Scripts and tests wait for this line.
             || println!("sealvol: serving containerd snapshots on {address}"),
             stop,

@@ -270,3 +270,193 @@ fn an_ordinary_image_unpacks_mounts_and_goes() {
         .collect();
     assert!(folders.is_empty(), "snapshot folders left: {folders:?}");
 }
+
+/// A gRPC client of the snapshotter's socket, as containerd's proxy is.
+async fn client(
+    socket: &Path,
+) -> sealvol_snapshotter::containerd::api::containerd::services::snapshots::v1::snapshots_client::SnapshotsClient<
+    tonic::transport::Channel,
+>{
+    let socket = socket.to_path_buf();
+    let channel = tonic::transport::Endpoint::try_from("http://snapshotter.invalid")
+        .unwrap()
+        .connect_with_connector(tower::service_fn(move |_: tonic::transport::Uri| {
+            let socket = socket.clone();
+            async move {
+                let stream = tokio::net::UnixStream::connect(socket).await?;
+                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(stream))
+            }
+        }))
+        .await
+        .expect("connect to the snapshotter");
+    sealvol_snapshotter::containerd::api::containerd::services::snapshots::v1::snapshots_client::SnapshotsClient::new(channel)
+}
+
+/// The view layer's annotations of `repo:tag` on the registry at `url`.
+fn view_layer_annotations(url: &str, repo: &str, tag: &str) -> serde_json::Value {
+    let http = reqwest::blocking::Client::new();
+    let get = |reference: &str, accept: &str| -> serde_json::Value {
+        http.get(format!("{url}/v2/{repo}/manifests/{reference}"))
+            .header("accept", accept)
+            .send()
+            .unwrap()
+            .json()
+            .unwrap()
+    };
+    let index = get(tag, "application/vnd.oci.image.index.v1+json");
+    let view = index["manifests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["annotations"]["dev.sealvol.role"] == "view")
+        .unwrap_or_else(|| panic!("no view manifest: {index}"));
+    let m = get(
+        view["digest"].as_str().unwrap(),
+        "application/vnd.oci.image.manifest.v1+json",
+    );
+    m["layers"][0]["annotations"].clone()
+}
+
+/// Files under `dir` that are chunks of the cache.
+fn cached_chunks(dir: &Path) -> usize {
+    let root = dir.join("chunks/sha256");
+    std::fs::read_dir(&root)
+        .map(|shards| {
+            shards
+                .flatten()
+                .map(|s| std::fs::read_dir(s.path()).map_or(0, |f| f.count()))
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+fn mounted(path: &Path) -> bool {
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .any(|l| l.split(' ').nth(4) == Some(s(path)))
+}
+
+/// The labelled path (CRI, `client.Pull` with unpack): a `Prepare` that
+/// carries the view layer's `containerd.io/snapshot/` annotations, the
+/// chain ID and CRI's image reference mounts the version lazily, commits
+/// it under the chain ID and answers `ALREADY_EXISTS`; nothing but the
+/// tree is fetched until a file is read; a view of it reads the version's
+/// bytes; removing it unmounts it.
+#[test]
+fn a_labelled_prepare_mounts_the_version_lazily() {
+    use sealvol_snapshotter::containerd::api::containerd::services::snapshots::v1 as pb;
+    let sb = sealvol_tests::Sandbox::new();
+    let server = sealvol_tests::Server::start(&sb.path().join("registry"));
+    let reg = sealvol_tests::host(&server);
+    let model = sb.path().join("model");
+    let weights = noise(9 << 20, 3);
+    sealvol_tests::write(&model.join("config.json"), b"{\"layers\": 2}", 0o644);
+    sealvol_tests::write(&model.join("weights/model.bin"), &weights, 0o644);
+    let out = sealvol_tests::ok(
+        sb.sealvol(
+            &reg,
+            &[
+                "push",
+                s(&model),
+                "bdn:weights/toy:prod",
+                "--output",
+                "json",
+            ],
+        ),
+        "push",
+    );
+    let pushed: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let version = pushed["digest"].as_str().unwrap().to_string();
+
+    // What a current writer puts on the view layer (SPEC.md §5.4).
+    let ann = view_layer_annotations(&server.url, "weights/toy", "prod");
+    assert_eq!(
+        ann["containerd.io/snapshot/sealvol.version"],
+        version.as_str()
+    );
+    assert_eq!(
+        ann["containerd.io/snapshot/sealvol.tree"],
+        ann["dev.sealvol.tree"]
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let snap = Snapshotter::start(dir.path());
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let mut c = rt.block_on(client(&snap.socket));
+    let mut labels = std::collections::HashMap::new();
+    for key in [
+        "containerd.io/snapshot/sealvol.version",
+        "containerd.io/snapshot/sealvol.tree",
+    ] {
+        labels.insert(key.to_string(), ann[key].as_str().unwrap().to_string());
+    }
+    labels.insert("containerd.io/snapshot.ref".into(), "sha256:chain1".into());
+    labels.insert(
+        "containerd.io/snapshot/cri.image-ref".into(),
+        format!("{reg}/weights/toy:prod"),
+    );
+    let prepared = rt.block_on(c.prepare(pb::PrepareSnapshotRequest {
+        snapshotter: "sealvol".into(),
+        key: "extract-1 sha256:chain1".into(),
+        parent: String::new(),
+        labels,
+    }));
+    let status = prepared.expect_err("a version's layer is not unpacked");
+    assert_eq!(status.code(), tonic::Code::AlreadyExists, "{status:?}");
+    let cache = dir.path().join("root/cache");
+    assert_eq!(
+        cached_chunks(&cache),
+        0,
+        "chunks were fetched before any read"
+    );
+
+    let info = rt
+        .block_on(c.stat(pb::StatSnapshotRequest {
+            snapshotter: "sealvol".into(),
+            key: "sha256:chain1".into(),
+        }))
+        .unwrap()
+        .into_inner()
+        .info
+        .unwrap();
+    assert_eq!(info.kind, pb::Kind::Committed as i32);
+
+    let view = rt
+        .block_on(c.view(pb::ViewSnapshotRequest {
+            snapshotter: "sealvol".into(),
+            key: "view-1".into(),
+            parent: "sha256:chain1".into(),
+            labels: Default::default(),
+        }))
+        .unwrap()
+        .into_inner();
+    let source = PathBuf::from(&view.mounts[0].source);
+    assert_eq!(view.mounts[0].r#type, "bind", "{view:?}");
+    assert!(mounted(&source), "{} is not a mount", source.display());
+    assert_eq!(
+        std::fs::read(source.join("config.json")).unwrap(),
+        b"{\"layers\": 2}"
+    );
+    assert!(
+        std::fs::read(source.join("weights/model.bin")).unwrap() == weights,
+        "the mounted version's bytes differ"
+    );
+    assert!(
+        cached_chunks(&cache) > 0,
+        "reading fetched nothing into the cache"
+    );
+
+    for key in ["view-1", "sha256:chain1"] {
+        rt.block_on(c.remove(pb::RemoveSnapshotRequest {
+            snapshotter: "sealvol".into(),
+            key: key.into(),
+        }))
+        .unwrap_or_else(|e| panic!("remove {key}: {e:?}"));
+    }
+    assert!(
+        !mounted(&source),
+        "the version is still mounted after Remove"
+    );
+    assert!(!source.exists());
+}

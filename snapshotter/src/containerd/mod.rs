@@ -17,6 +17,7 @@
 
 pub mod service;
 pub mod store;
+pub mod version;
 
 /// containerd's API, generated; the module path mirrors the proto
 /// packages, which the generated code refers to relatively.
@@ -49,6 +50,10 @@ pub struct Config {
     pub root: std::path::PathBuf,
     /// The unix socket containerd's `proxy_plugins` entry names.
     pub address: std::path::PathBuf,
+    /// The chunk cache every mounted version shares; default `ROOT/cache`.
+    pub cache_dir: Option<std::path::PathBuf>,
+    /// Bound of that cache in bytes; none by default.
+    pub cache_size: Option<u64>,
 }
 
 impl Default for Config {
@@ -56,6 +61,8 @@ impl Default for Config {
         Config {
             root: "/var/lib/sealvol/snapshotter".into(),
             address: "/run/sealvol/snapshotter.sock".into(),
+            cache_dir: None,
+            cache_size: None,
         }
     }
 }
@@ -84,18 +91,30 @@ pub enum DaemonError {
     Serve(String),
 }
 
-/// Serves the snapshots service for the store under `root` on the unix
-/// socket `address` until `stop` resolves; `ready` hears when it listens.
+/// Serves the snapshots service for the store under `config.root` on the
+/// unix socket `config.address` until `stop` resolves; `ready` hears when
+/// it listens. Versions mounted by a previous run are mounted again first.
 pub async fn serve(
-    root: &Path,
-    address: &Path,
+    config: &Config,
     ready: impl FnOnce(),
     stop: impl std::future::Future<Output = ()>,
 ) -> Result<(), DaemonError> {
+    let (root, address) = (config.root.as_path(), config.address.as_path());
     let store = SnapshotStore::open(root).map_err(|e| DaemonError::Store {
         path: root.display().to_string(),
         message: e.to_string(),
     })?;
+    let mut options = crate::MountOptions::new(
+        config
+            .cache_dir
+            .clone()
+            .unwrap_or_else(|| root.join("cache")),
+    );
+    options.cache_size = config.cache_size;
+    // Containers run as any user; the snapshot is theirs to read.
+    options.allow_other = true;
+    let service = SnapshotService::new(store, options);
+    service.remount().await;
     let listen = |e: std::io::Error| DaemonError::Listen {
         path: address.display().to_string(),
         message: e.to_string(),
@@ -119,7 +138,7 @@ pub async fn serve(
     ready();
     let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
     let result = tonic::transport::Server::builder()
-        .add_service(SnapshotService::new(store).into_server())
+        .add_service(service.into_server())
         .serve_with_incoming_shutdown(incoming, stop)
         .await
         .map_err(|e| DaemonError::Serve(e.to_string()));

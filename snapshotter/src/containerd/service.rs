@@ -3,26 +3,123 @@
 //! the gRPC code containerd turns back into its error class
 //! (`ALREADY_EXISTS` tells an unpacker the layer is there already).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+
+use sealvol_client::Remote;
+use sealvol_spec::reference::VolumeRef;
 
 use tonic::{Request, Response, Status};
 
 use super::api::containerd::services::snapshots::v1 as pb;
-use super::api::containerd::types::Mount;
+use super::api::containerd::types::Mount as WireMount;
 use super::store::{Kind, MountSpec, Record, SnapshotStore, StoreError};
+use super::version::{recognize, Recognized, VersionLayer};
+use crate::{Mount, MountOptions};
 
 /// The service; cheap to clone.
 #[derive(Clone)]
 pub struct SnapshotService {
     store: Arc<SnapshotStore>,
+    /// The sealed versions mounted, by snapshot id: dropping one unmounts.
+    versions: Arc<Mutex<HashMap<u64, Mount>>>,
+    /// How versions are mounted: one chunk cache for every snapshot.
+    options: Arc<MountOptions>,
 }
 
 impl SnapshotService {
-    pub fn new(store: SnapshotStore) -> SnapshotService {
+    pub fn new(store: SnapshotStore, options: MountOptions) -> SnapshotService {
         SnapshotService {
             store: Arc::new(store),
+            versions: Arc::default(),
+            options: Arc::new(options),
+        }
+    }
+
+    /// Mounts again the versions a previous run of the daemon had mounted
+    /// (their FUSE sessions ended with it): a mount point left behind is
+    /// detached first. One that cannot be mounted is logged; its reads
+    /// fail until it is removed or the daemon restarts.
+    pub async fn remount(&self) {
+        let store = Arc::clone(&self.store);
+        let Ok(Ok(all)) = tokio::task::spawn_blocking(move || store.list()).await else {
+            tracing::error!("cannot list snapshots to mount their versions again");
+            return;
+        };
+        for (name, r) in all {
+            let Some(reference) = r.version.clone() else {
+                continue;
+            };
+            let fs = self.store.fs(r.id);
+            let _ = crate::unmount(&fs, true);
+            let mounted = match reference.parse::<VolumeRef>() {
+                Ok(v) => self.mount(&v, &fs).await,
+                Err(e) => Err(e.to_string()),
+            };
+            match mounted {
+                Ok(m) => {
+                    self.versions.lock().expect("versions lock").insert(r.id, m);
+                }
+                Err(e) => tracing::error!(snapshot = %name, "cannot mount {reference} again: {e}"),
+            }
+        }
+    }
+
+    async fn mount(&self, vref: &VolumeRef, at: &Path) -> Result<Mount, String> {
+        let host = vref
+            .registry
+            .clone()
+            .unwrap_or_else(VolumeRef::default_registry);
+        let remote = Remote::connect(&host, false).map_err(|e| e.to_string())?;
+        crate::mount(&remote, vref, at, &self.options)
+            .await
+            .map_err(|e| e.to_string())
+    }
+
+    /// A `Prepare` of a sealed version's view layer: the version mounted
+    /// lazily and committed as the layer's chain ID, then `ALREADY_EXISTS`,
+    /// which tells containerd's unpacker to skip the layer.
+    async fn prepare_version(
+        &self,
+        parent: String,
+        labels: BTreeMap<String, String>,
+        layer: VersionLayer,
+    ) -> Status {
+        let (name, reference) = (layer.target.clone(), layer.reference.to_string());
+        let exists = || {
+            Status::already_exists(format!(
+                "snapshot {} is the sealed version {reference}, mounted",
+                layer.target
+            ))
+        };
+        let (n, r) = (name.clone(), reference.clone());
+        let record = match self
+            .run(move |s| s.create_version(&n, &parent, labels, &r))
+            .await
+        {
+            Ok(record) => record,
+            // Another image with the same layer mounted it already.
+            Err(e) if e.code() == tonic::Code::AlreadyExists => return exists(),
+            Err(e) => return e,
+        };
+        match self
+            .mount(&layer.reference, &self.store.fs(record.id))
+            .await
+        {
+            Ok(m) => {
+                tracing::info!(snapshot = %name, "mounted {reference} lazily");
+                self.versions
+                    .lock()
+                    .expect("versions lock")
+                    .insert(record.id, m);
+                exists()
+            }
+            Err(e) => {
+                let _ = self.run(move |s| s.remove(&name)).await;
+                Status::unavailable(format!("cannot mount {reference}: {e}"))
+            }
         }
     }
 
@@ -55,10 +152,10 @@ fn status(e: StoreError) -> Status {
     }
 }
 
-fn mounts(specs: Vec<MountSpec>) -> Vec<Mount> {
+fn mounts(specs: Vec<MountSpec>) -> Vec<WireMount> {
     specs
         .into_iter()
-        .map(|m| Mount {
+        .map(|m| WireMount {
             r#type: m.kind,
             source: m.source,
             target: String::new(),
@@ -106,6 +203,15 @@ impl pb::snapshots_server::Snapshots for SnapshotService {
         req: Request<pb::PrepareSnapshotRequest>,
     ) -> Result<Response<pb::PrepareSnapshotResponse>, Status> {
         let r = req.into_inner();
+        match recognize(&r.labels) {
+            Recognized::Version(layer) => {
+                return Err(self
+                    .prepare_version(r.parent, labels(r.labels), layer)
+                    .await)
+            }
+            Recognized::Unusable(why) => tracing::warn!(key = %r.key, "{why}"),
+            Recognized::Ordinary => {}
+        }
         let (_, m) = self
             .run(move |s| s.create(Kind::Active, &r.key, &r.parent, labels(r.labels)))
             .await?;
@@ -151,6 +257,17 @@ impl pb::snapshots_server::Snapshots for SnapshotService {
         req: Request<pb::RemoveSnapshotRequest>,
     ) -> Result<Response<()>, Status> {
         let key = req.into_inner().key;
+        let k = key.clone();
+        let r = self.run(move |s| s.removable(&k)).await?;
+        // A version's mount goes first (detached if files are still open),
+        // then its record and folder.
+        let mounted = self.versions.lock().expect("versions lock").remove(&r.id);
+        if let Some(m) = mounted {
+            tokio::task::spawn_blocking(move || m.unmount())
+                .await
+                .map_err(|e| Status::internal(format!("unmount task: {e}")))?
+                .map_err(|e| Status::internal(format!("cannot unmount snapshot {key}: {e}")))?;
+        }
         self.run(move |s| s.remove(&key)).await?;
         Ok(Response::new(()))
     }

@@ -49,6 +49,10 @@ pub struct Record {
     pub size: u64,
     #[serde(default)]
     pub inodes: u64,
+    /// For a sealed version mounted lazily at `fs` in place of its view
+    /// layer: the pinned ref it mounts (`HOST/NS/VOL@b3:<hex>`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
 }
 
 /// Why an operation was refused, in containerd's error classes.
@@ -125,8 +129,51 @@ impl SnapshotStore {
         self.root.join("snapshots").join(id.to_string())
     }
 
-    fn fs(&self, id: u64) -> PathBuf {
+    /// Where snapshot `id`'s files are (a sealed version's mount point).
+    pub fn fs(&self, id: u64) -> PathBuf {
         self.dir(id).join("fs")
+    }
+
+    /// A committed snapshot `name` on `parent` whose files are the sealed
+    /// version `reference`, mounted at its `fs` by the caller. Its size is
+    /// not measured: walking it would fetch the version.
+    pub fn create_version(
+        &self,
+        name: &str,
+        parent: &str,
+        labels: BTreeMap<String, String>,
+        reference: &str,
+    ) -> Result<Record> {
+        let tx = self.db.begin_write()?;
+        let record = {
+            let mut t = tx.open_table(SNAPSHOTS)?;
+            if t.get(name)?.is_some() {
+                return Err(StoreError::AlreadyExists(name.to_string()));
+            }
+            if !parent.is_empty() && t.get(parent)?.is_none() {
+                return Err(StoreError::NotFound(parent.to_string()));
+            }
+            let mut counters = tx.open_table(COUNTERS)?;
+            let id = counters.get("next_id")?.map_or(1, |v| v.value());
+            counters.insert("next_id", id + 1)?;
+            let now = now_nanos();
+            let record = Record {
+                id,
+                kind: Kind::Committed,
+                parent: parent.to_string(),
+                labels,
+                created_at: now,
+                updated_at: now,
+                size: 0,
+                inodes: 0,
+                version: Some(reference.to_string()),
+            };
+            std::fs::create_dir_all(self.fs(id))?;
+            t.insert(name, serde_json::to_vec(&record)?.as_slice())?;
+            record
+        };
+        tx.commit()?;
+        Ok(record)
     }
 
     pub fn get(&self, key: &str) -> Result<Record> {
@@ -192,6 +239,7 @@ impl SnapshotStore {
                 updated_at: now,
                 size: 0,
                 inodes: 0,
+                version: None,
             };
             // The folders first: a record never names a folder that is
             // not there, and a folder without a record is cleaned up.
@@ -307,6 +355,18 @@ impl SnapshotStore {
         // snapshot has no upper dir, so it goes.
         let _ = std::fs::remove_dir_all(work);
         Ok(())
+    }
+
+    /// `key`'s record, when it could be removed now: it exists and no
+    /// snapshot is on it.
+    pub fn removable(&self, key: &str) -> Result<Record> {
+        let r = self.get(key)?;
+        if self.list()?.iter().any(|(_, c)| c.parent == key) {
+            return Err(StoreError::FailedPrecondition(format!(
+                "snapshot {key} has children; remove them first"
+            )));
+        }
+        Ok(r)
     }
 
     /// Removes `key` and its folder; a snapshot others are on is kept.

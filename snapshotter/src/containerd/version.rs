@@ -1,0 +1,143 @@
+//! Recognizing a sealed version's view layer in a `Prepare` (SPEC.md
+//! §5.4): containerd's unpacker (CRI, `client.Pull` with unpack) passes the
+//! layer's `containerd.io/snapshot/` annotations as labels, with the chain
+//! ID the layer would be committed as (`containerd.io/snapshot.ref`) and,
+//! from CRI, the image reference (`containerd.io/snapshot/cri.image-ref`).
+//! The version is then mounted lazily and committed under the chain ID,
+//! and the unpacker is told the layer exists: nothing but the tree index is
+//! fetched until files are read.
+//!
+//! The repository comes from the image reference, never from the layer:
+//! a mirror's byte-identical copy would otherwise send nodes back to the
+//! origin.
+
+use std::collections::HashMap;
+
+use sealvol_spec::oci::{ANN_SNAPSHOT_TREE, ANN_SNAPSHOT_VERSION};
+use sealvol_spec::reference::{Selector, VolumeRef};
+use sealvol_spec::{B3Digest, DigestSelector};
+
+/// The chain ID containerd commits an unpacked layer as.
+pub const LABEL_TARGET: &str = "containerd.io/snapshot.ref";
+/// The image reference CRI passes (with `disable_snapshot_annotations =
+/// false` in its configuration).
+pub const LABEL_IMAGE_REF: &str = "containerd.io/snapshot/cri.image-ref";
+
+/// A view layer to mount lazily.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VersionLayer {
+    /// `HOST/NAMESPACE/VOLUME@b3:<hex>`: the version, pinned.
+    pub reference: VolumeRef,
+    /// The tree index's digest the layer names (`sha256:<hex>`).
+    pub tree: String,
+    /// The name to commit the mounted version as.
+    pub target: String,
+}
+
+/// What a `Prepare`'s labels say: not a version's layer, a version's layer
+/// to mount, or one that cannot be mounted (and why).
+#[derive(Debug, PartialEq, Eq)]
+pub enum Recognized {
+    Ordinary,
+    Version(VersionLayer),
+    Unusable(String),
+}
+
+pub fn recognize(labels: &HashMap<String, String>) -> Recognized {
+    let Some(version) = labels.get(ANN_SNAPSHOT_VERSION) else {
+        return Recognized::Ordinary;
+    };
+    let digest: B3Digest = match version.parse() {
+        Ok(d) => d,
+        Err(_) => {
+            return Recognized::Unusable(format!(
+                "{ANN_SNAPSHOT_VERSION} {version:?} is not a version digest"
+            ))
+        }
+    };
+    let Some(target) = labels.get(LABEL_TARGET).filter(|t| !t.is_empty()) else {
+        return Recognized::Unusable(format!(
+            "a sealvol version's layer came without {LABEL_TARGET}; it is unpacked as an ordinary layer"
+        ));
+    };
+    let Some(image) = labels.get(LABEL_IMAGE_REF) else {
+        return Recognized::Unusable(format!(
+            "a sealvol version's layer came without {LABEL_IMAGE_REF}, so its repository is unknown; set disable_snapshot_annotations = false in containerd's CRI configuration"
+        ));
+    };
+    let image_ref: VolumeRef = match image.parse() {
+        Ok(r) => r,
+        Err(e) => {
+            return Recognized::Unusable(format!(
+                "{LABEL_IMAGE_REF} {image:?} is not a registry reference: {e}"
+            ))
+        }
+    };
+    if image_ref.registry.is_none() {
+        return Recognized::Unusable(format!("{LABEL_IMAGE_REF} {image:?} names no registry"));
+    }
+    Recognized::Version(VersionLayer {
+        reference: VolumeRef {
+            selector: Selector::Digest(DigestSelector::B3(digest)),
+            path: None,
+            ..image_ref
+        },
+        tree: labels.get(ANN_SNAPSHOT_TREE).cloned().unwrap_or_default(),
+        target: target.clone(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn labels(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn a_view_layer_is_recognized_by_its_labels() {
+        let b3 = format!("b3:{}", "ab".repeat(32));
+        let got = recognize(&labels(&[
+            (ANN_SNAPSHOT_VERSION, &b3),
+            (ANN_SNAPSHOT_TREE, "sha256:cd"),
+            (LABEL_TARGET, "sha256:chain"),
+            (LABEL_IMAGE_REF, "reg.example:5000/weights/qwen:prod"),
+        ]));
+        let Recognized::Version(v) = got else {
+            panic!("{got:?}")
+        };
+        assert_eq!(
+            v.reference.to_string(),
+            format!("reg.example:5000/weights/qwen@{b3}")
+        );
+        assert_eq!(v.target, "sha256:chain");
+        assert_eq!(
+            recognize(&labels(&[(LABEL_TARGET, "x")])),
+            Recognized::Ordinary
+        );
+        for missing in [LABEL_TARGET, LABEL_IMAGE_REF] {
+            let mut l = labels(&[
+                (ANN_SNAPSHOT_VERSION, &b3),
+                (LABEL_TARGET, "sha256:chain"),
+                (LABEL_IMAGE_REF, "reg.example/w/q:1"),
+            ]);
+            l.remove(missing);
+            assert!(
+                matches!(recognize(&l), Recognized::Unusable(_)),
+                "{missing}"
+            );
+        }
+        assert!(matches!(
+            recognize(&labels(&[
+                (ANN_SNAPSHOT_VERSION, "b3:zz"),
+                (LABEL_TARGET, "t"),
+                (LABEL_IMAGE_REF, "reg.example/w/q:1")
+            ])),
+            Recognized::Unusable(_)
+        ));
+    }
+}
