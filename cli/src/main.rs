@@ -316,15 +316,18 @@ enum Command {
     },
     /// Run the containerd snapshotter: a proxy plugin serving snapshots on a unix socket
     Snapshotter {
-        /// snapshotter.toml (fields: root, address, cache_dir, cache_size)
-        #[arg(long, value_name = "FILE")]
+        /// snapshotter.toml (root, address, containerd_address, cache_dir, cache_size,
+        /// prefetch, fetch_timeout_seconds, insecure_hosts, metrics_address)
+        #[arg(long, value_name = "FILE", global = true)]
         config: Option<PathBuf>,
         /// Where snapshots live (default /var/lib/sealvol/snapshotter)
-        #[arg(long, value_name = "DIR")]
+        #[arg(long, value_name = "DIR", global = true)]
         root: Option<PathBuf>,
         /// The unix socket containerd connects to (default /run/sealvol/snapshotter.sock)
-        #[arg(long, value_name = "SOCKET")]
+        #[arg(long, value_name = "SOCKET", global = true)]
         address: Option<PathBuf>,
+        #[command(subcommand)]
+        part: Option<SnapshotterPart>,
     },
     /// Registry administration: API keys
     Admin {
@@ -483,10 +486,19 @@ fn serve(
     Ok(())
 }
 
+/// The snapshotter's second process, which the daemon starts itself.
+#[derive(Subcommand)]
+enum SnapshotterPart {
+    /// The fuse manager holding the versions' FUSE sessions (started by the daemon)
+    #[command(hide = true)]
+    FuseManager,
+}
+
 fn snapshotter(
     config: Option<PathBuf>,
     root: Option<PathBuf>,
     address: Option<PathBuf>,
+    part: Option<SnapshotterPart>,
 ) -> anyhow::Result<()> {
     use sealvol_snapshotter::containerd;
     let mut cfg = match config {
@@ -510,9 +522,18 @@ fn snapshotter(
                 _ = int.recv() => {}
             }
         };
+        if let Some(SnapshotterPart::FuseManager) = part {
+            containerd::fuse_manager::serve(&cfg, stop).await?;
+            return Ok(());
+        }
+        let launcher = containerd::fuse_manager::Launcher {
+            program: std::env::current_exe().context("cannot find this program's path")?,
+            args: vec!["snapshotter".into(), "fuse-manager".into()],
+        };
         let address = cfg.address.display().to_string();
         containerd::serve(
             &cfg,
+            &launcher,
             // Scripts and tests wait for this line.
             || println!("sealvol: serving containerd snapshots on {address}"),
             stop,
@@ -679,7 +700,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             config,
             root,
             address,
-        } => snapshotter(config, root, address),
+            part,
+        } => snapshotter(config, root, address, part),
         Command::Login {
             registry,
             username,

@@ -200,6 +200,21 @@ fn index_entry(
     d
 }
 
+/// What [`VIEW_FILE`] says: the version and its tree blob. A snapshotter
+/// that finds the file unpacked in place of a version (a runtime that
+/// passed it no layer annotations) reads the version from it.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ViewPointer {
+    pub version: B3Digest,
+    pub tree: Sha256Digest,
+}
+
+impl ViewPointer {
+    /// The largest [`VIEW_FILE`] read: the two digests and their keys.
+    pub const MAX_LEN: u64 = 256;
+}
+
 /// The view layer: an uncompressed tar holding [`VIEW_FILE`], which names the
 /// version and its tree blob. Deterministic: fixed owner, mode and time.
 pub fn view_layer(version: &B3Digest, tree: &Sha256Digest) -> Result<Vec<u8>, OciError> {
@@ -506,6 +521,23 @@ mod tests {
             },
         };
         TreeIndex::new(ChunkingParams::default(), vec![e]).unwrap()
+    }
+
+    #[test]
+    fn the_view_file_reads_back_as_its_pointer() {
+        let (version, tree) = (B3Digest::of(b"v"), Sha256Digest::of(b"t"));
+        let tar = view_layer(&version, &tree).unwrap();
+        let mut archive = tar::Archive::new(tar.as_slice());
+        let mut body = Vec::new();
+        for entry in archive.entries().unwrap() {
+            let mut entry = entry.unwrap();
+            if entry.path().unwrap().to_str() == Some(VIEW_FILE) {
+                std::io::Read::read_to_end(&mut entry, &mut body).unwrap();
+            }
+        }
+        assert!(body.len() as u64 <= ViewPointer::MAX_LEN);
+        let p: ViewPointer = serde_json::from_slice(&body).unwrap();
+        assert_eq!(p, ViewPointer { version, tree });
     }
 
     #[test]

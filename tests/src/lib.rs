@@ -471,6 +471,7 @@ pub struct FlipProxy {
     addr: String,
     flipped: Arc<AtomicUsize>,
     failed: Arc<AtomicUsize>,
+    seen: Arc<std::sync::Mutex<Vec<String>>>,
     stop: Arc<AtomicBool>,
     accept: Option<std::thread::JoinHandle<()>>,
 }
@@ -488,6 +489,11 @@ impl FlipProxy {
     pub fn start_failing(upstream: &str, n: usize) -> FlipProxy {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind the flip proxy");
         FlipProxy::serve_on(listener, upstream, Some(Vec::new()), n)
+    }
+
+    /// A proxy that corrupts nothing: it counts, in [`FlipProxy::requests`].
+    pub fn start_counting(upstream: &str) -> FlipProxy {
+        FlipProxy::start_only(upstream, &[])
     }
 
     /// Like [`FlipProxy::start`], but corrupts only the blobs whose digest
@@ -510,6 +516,7 @@ impl FlipProxy {
         let addr = listener.local_addr().expect("proxy address").to_string();
         let flipped = Arc::new(AtomicUsize::new(0));
         let failed = Arc::new(AtomicUsize::new(0));
+        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
         let stop = Arc::new(AtomicBool::new(false));
         let proxy = Arc::new(Proxy {
             upstream: upstream.to_string(),
@@ -518,6 +525,7 @@ impl FlipProxy {
             only,
             fail_first,
             failed: failed.clone(),
+            seen: seen.clone(),
         });
         let stopping = stop.clone();
         // The blocking client lives on the proxy's own threads, never on the
@@ -542,6 +550,7 @@ impl FlipProxy {
             addr,
             flipped,
             failed,
+            seen,
             stop,
             accept: Some(accept),
         }
@@ -560,6 +569,11 @@ impl FlipProxy {
     /// How many requests [`FlipProxy::start_failing`] has refused so far.
     pub fn failed(&self) -> usize {
         self.failed.load(Ordering::SeqCst)
+    }
+
+    /// The requests forwarded so far, as `METHOD TARGET`.
+    pub fn requests(&self) -> Vec<String> {
+        self.seen.lock().expect("requests seen").clone()
     }
 }
 
@@ -583,6 +597,8 @@ struct Proxy {
     /// How many blob and upload requests to refuse with 503 first.
     fail_first: usize,
     failed: Arc<AtomicUsize>,
+    /// Every request forwarded, as `METHOD TARGET`.
+    seen: Arc<std::sync::Mutex<Vec<String>>>,
 }
 
 /// A request as read from the client.
@@ -616,6 +632,10 @@ impl Proxy {
         let Ok(method) = reqwest::Method::from_bytes(req.method.as_bytes()) else {
             return simple_response(400, "flip proxy: bad method");
         };
+        self.seen
+            .lock()
+            .expect("requests seen")
+            .push(format!("{} {}", req.method, req.target));
         if req.target.contains("/blobs/")
             && self
                 .failed
@@ -1960,6 +1980,11 @@ impl Containerd {
 
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("log")).unwrap_or_default()
+    }
+
+    /// Its gRPC socket.
+    pub fn address(&self) -> PathBuf {
+        self.dir.path().join("c.sock")
     }
 
     pub fn ctr(&self, args: &[&str]) -> Output {

@@ -3,7 +3,9 @@
 //! two layers, the second changing, adding and deleting files) imports,
 //! unpacks through Prepare/Commit, mounts as an overlay of its layers with
 //! the second layer's changes, is listed, and goes with `images rm --sync`;
-//! the snapshots survive a restart of the daemon.
+//! the snapshots survive a restart of the daemon. A sealed version pulled
+//! with `ctr images pull` (no labels) or prepared with CRI's labels is
+//! mounted lazily in place of its view layer.
 
 use std::io::{BufRead, BufReader};
 use std::os::unix::fs::PermissionsExt;
@@ -20,13 +22,22 @@ const IMAGE: &str = "docker.io/library/sealvol-plain:1";
 struct Snapshotter {
     child: Child,
     socket: PathBuf,
+    root: PathBuf,
 }
 
 impl Snapshotter {
     fn start(dir: &Path) -> Snapshotter {
+        Snapshotter::start_with(dir, "")
+    }
+
+    /// With `config` as its `snapshotter.toml`.
+    fn start_with(dir: &Path, config: &str) -> Snapshotter {
         let socket = dir.join("snapshotter.sock");
+        let toml = dir.join("snapshotter.toml");
+        std::fs::write(&toml, config).unwrap();
         let mut child = Command::new(sealvol_tests::sealvol_bin())
-            .args(["snapshotter", "--root", s(&dir.join("root"))])
+            .args(["snapshotter", "--config", s(&toml)])
+            .args(["--root", s(&dir.join("root"))])
             .args(["--address", s(&socket)])
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -38,7 +49,20 @@ impl Snapshotter {
             line.starts_with("sealvol: serving containerd snapshots on"),
             "the snapshotter did not start: {line:?}"
         );
-        Snapshotter { child, socket }
+        Snapshotter {
+            child,
+            socket,
+            root: dir.join("root"),
+        }
+    }
+
+    /// The fuse manager the daemon started, which outlives it.
+    fn manager_pid(&self) -> Option<i32> {
+        std::fs::read_to_string(self.root.join("fuse-manager.pid"))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
     }
 
     fn kill(mut self) {
@@ -48,9 +72,22 @@ impl Snapshotter {
 }
 
 impl Drop for Snapshotter {
+    /// Stops the daemon and its fuse manager, which unmounts what it
+    /// serves; a mount a killed manager left behind is detached.
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        if let Some(pid) = self.manager_pid() {
+            let _ = Command::new("kill").arg(pid.to_string()).status();
+            let proc = PathBuf::from(format!("/proc/{pid}"));
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            while proc.exists() && std::time::Instant::now() < deadline {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+        }
+        for m in fuse_mounts_under(&self.root) {
+            let _ = Command::new("umount").args(["-l", &m]).status();
+        }
     }
 }
 
@@ -170,6 +207,70 @@ fn snapshots(c: &Containerd) -> Vec<String> {
         .collect()
 }
 
+/// The committed snapshot no other is on: an image's top layer.
+fn top_snapshot(c: &Containerd) -> String {
+    let rows: Vec<Vec<String>> = snapshots(c)
+        .iter()
+        .map(|l| l.split_whitespace().map(str::to_string).collect())
+        .collect();
+    let tops: Vec<&String> = rows
+        .iter()
+        .filter(|r| r.last().map(String::as_str) == Some("Committed"))
+        .map(|r| &r[0])
+        .filter(|k| !rows.iter().any(|r| r.len() == 3 && &r[1] == *k))
+        .collect();
+    assert_eq!(tops.len(), 1, "one top snapshot: {rows:?}");
+    tops[0].clone()
+}
+
+/// A view `key` of the snapshot `parent` mounted at `at`, as `ctr images
+/// mount` does. (containerd 1.6's `ctr images mount` reads its
+/// `--snapshotter` flag as a global one that does not exist, and so always
+/// uses overlayfs: the view is made with `ctr snapshots view` instead.)
+fn mount_view(c: &Containerd, key: &str, parent: &str, at: &Path) {
+    let out = ctr_ok(
+        c,
+        &[
+            "snapshots",
+            "--snapshotter",
+            "sealvol",
+            "view",
+            "--mounts",
+            key,
+            parent,
+        ],
+    );
+    let mounts: serde_json::Value = serde_json::from_str(&out).unwrap();
+    for m in mounts.as_array().unwrap() {
+        let options: Vec<&str> = m["Options"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| o.as_str().unwrap())
+            .collect();
+        let kind = m["Type"].as_str().unwrap();
+        let source = m["Source"].as_str().unwrap();
+        let status = Command::new("mount")
+            .args(["-t", kind, "-o", &options.join(","), source, s(at)])
+            .status()
+            .unwrap();
+        assert!(status.success(), "mount {m}");
+    }
+}
+
+/// Undoes [`mount_view`]. The view holds no lease, so containerd's garbage
+/// collector may have removed it already.
+fn unmount_view(c: &Containerd, key: &str, at: &Path) {
+    let status = Command::new("umount").arg(at).status().unwrap();
+    assert!(status.success(), "umount {}", at.display());
+    let out = c.ctr(&["snapshots", "--snapshotter", "sealvol", "rm", key]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() || err.contains("not found"),
+        "ctr snapshots rm {key}: {err}"
+    );
+}
+
 #[test]
 fn an_ordinary_image_unpacks_mounts_and_goes() {
     let dir = tempfile::tempdir().unwrap();
@@ -204,17 +305,8 @@ fn an_ordinary_image_unpacks_mounts_and_goes() {
 
     let mnt = dir.path().join("mnt");
     std::fs::create_dir_all(&mnt).unwrap();
-    ctr_ok(
-        &ctd,
-        &[
-            "images",
-            "mount",
-            "--snapshotter",
-            "sealvol",
-            IMAGE,
-            s(&mnt),
-        ],
-    );
+    let top = top_snapshot(&ctd);
+    mount_view(&ctd, "view-plain", &top, &mnt);
     let read = |p: &str| std::fs::read(mnt.join(p));
     let result = std::panic::catch_unwind(|| {
         assert_eq!(read("hello.txt").unwrap(), b"hello from layer 2\n");
@@ -230,7 +322,7 @@ fn an_ordinary_image_unpacks_mounts_and_goes() {
             .mode();
         assert_eq!(mode & 0o777, 0o755);
     });
-    ctr_ok(&ctd, &["images", "unmount", "--rm", s(&mnt)]);
+    unmount_view(&ctd, "view-plain", &mnt);
     if let Err(e) = result {
         std::panic::resume_unwind(e);
     }
@@ -459,4 +551,134 @@ fn a_labelled_prepare_mounts_the_version_lazily() {
         "the version is still mounted after Remove"
     );
     assert!(!source.exists());
+}
+
+/// The chunk digests of `repo:tag` on the registry at `url` (its shard
+/// manifests' layers).
+fn chunk_digests(url: &str, repo: &str, tag: &str) -> Vec<String> {
+    let http = reqwest::blocking::Client::new();
+    let get = |reference: &str, accept: &str| -> serde_json::Value {
+        http.get(format!("{url}/v2/{repo}/manifests/{reference}"))
+            .header("accept", accept)
+            .send()
+            .unwrap()
+            .json()
+            .unwrap()
+    };
+    let index = get(tag, "application/vnd.oci.image.index.v1+json");
+    let mut out = Vec::new();
+    for m in index["manifests"].as_array().unwrap() {
+        if m["annotations"]["dev.sealvol.role"] != "chunks" {
+            continue;
+        }
+        let shard = get(
+            m["digest"].as_str().unwrap(),
+            "application/vnd.oci.image.manifest.v1+json",
+        );
+        for l in shard["layers"].as_array().unwrap() {
+            out.push(l["digest"].as_str().unwrap().to_string());
+        }
+    }
+    out
+}
+
+/// FUSE mounts under `dir`.
+fn fuse_mounts_under(dir: &Path) -> Vec<String> {
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .filter(|l| l.contains(" - fuse"))
+        .filter_map(|l| l.split(' ').nth(4))
+        .filter(|p| p.starts_with(s(dir)))
+        .map(str::to_string)
+        .collect()
+}
+
+/// containerd 1.6's other pull path: `ctr images pull` fetches the view
+/// image and unpacks its one layer without passing annotations; the
+/// snapshotter recognizes the pointer file when the layer is committed,
+/// finds the repository in containerd's image record and mounts the
+/// version in its place. From `sealvol serve` and from docker-registry 2.8,
+/// each behind a proxy counting requests: no chunk is fetched by the pull
+/// or the mount, the mounted image holds the pushed files byte for byte,
+/// reading fetches chunks, and `images rm --sync` unmounts it.
+#[test]
+fn ctr_images_pull_mounts_the_version_lazily() {
+    let sb = sealvol_tests::Sandbox::new();
+    let server = sealvol_tests::Server::start(&sb.path().join("registry"));
+    let docker = sealvol_tests::DockerRegistry::start();
+    let dir = tempfile::tempdir().unwrap();
+    let ctd = Containerd::start_with(&proxy_config(&dir.path().join("snapshotter.sock")));
+    let snap = Snapshotter::start_with(
+        dir.path(),
+        &format!("containerd_address = {:?}\n", s(&ctd.address())),
+    );
+    let peers = [
+        ("sealvol serve", sealvol_tests::host(&server)),
+        ("docker-registry 2.8", docker.addr()),
+    ];
+    for (i, (peer, upstream)) in peers.into_iter().enumerate() {
+        // Other bytes for each peer: the node's chunk cache outlives images.
+        let model = sb.path().join(format!("model-{i}"));
+        sealvol_tests::write(&model.join("config.json"), b"{\"layers\": 2}", 0o644);
+        sealvol_tests::write(
+            &model.join("weights/model.bin"),
+            &noise(9 << 20, 5 + i as u64),
+            0o644,
+        );
+        sealvol_tests::write(&model.join("tokenizer/vocab.txt"), b"a\nb\nc\n", 0o600);
+        sealvol_tests::ok(
+            sb.sealvol(&upstream, &["push", s(&model), "bdn:weights/toy:prod"]),
+            "push",
+        );
+        let chunks = chunk_digests(&format!("http://{upstream}"), "weights/toy", "prod");
+        assert!(chunks.len() > 1, "{peer}: {chunks:?}");
+        let proxy = sealvol_tests::FlipProxy::start_counting(&upstream);
+        let chunk_gets = || {
+            proxy
+                .requests()
+                .iter()
+                .filter(|r| r.starts_with("GET ") && chunks.iter().any(|c| r.contains(c)))
+                .count()
+        };
+        let image = format!("{}/weights/toy:prod", proxy.addr());
+        ctr_ok(
+            &ctd,
+            &[
+                "images",
+                "pull",
+                "--snapshotter",
+                "sealvol",
+                "--plain-http",
+                "--platform",
+                "linux/amd64",
+                &image,
+            ],
+        );
+        let mnt = dir.path().join("mnt");
+        std::fs::create_dir_all(&mnt).unwrap();
+        let top = top_snapshot(&ctd);
+        mount_view(&ctd, "view-toy", &top, &mnt);
+        let fetched_before_reading = chunk_gets();
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            assert_eq!(
+                fetched_before_reading,
+                0,
+                "{peer}: the pull or the mount fetched chunks: {:?}",
+                proxy.requests()
+            );
+            sealvol_tests::assert_same_tree(&model, &mnt);
+            assert!(chunk_gets() > 0, "{peer}: reading fetched no chunk");
+        }));
+        unmount_view(&ctd, "view-toy", &mnt);
+        if let Err(e) = result {
+            std::panic::resume_unwind(e);
+        }
+        ctr_ok(&ctd, &["images", "rm", "--sync", &image]);
+        let left = snapshots(&ctd);
+        assert!(left.is_empty(), "{peer}: snapshots left: {left:?}");
+        let mounts = fuse_mounts_under(dir.path());
+        assert!(mounts.is_empty(), "{peer}: FUSE mounts left: {mounts:?}");
+    }
+    drop(snap);
 }

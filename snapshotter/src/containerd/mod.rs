@@ -3,18 +3,25 @@
 //! socket, configured in containerd as
 //! `[proxy_plugins.sealvol] type = "snapshot", address = SOCKET`.
 //!
-//! This first step serves ordinary layers as containerd's overlayfs
-//! snapshotter does ([`store`]: Prepare/Commit of upper dirs, views,
-//! overlay mounts of committed chains, usage, removal and cleanup), since
-//! a CRI node on containerd 1.6 has one snapshotter and must still run
-//! every ordinary image. Recognizing a sealed version and mounting it
-//! lazily in place of its view layer builds on this.
+//! Ordinary layers are served as containerd's overlayfs snapshotter serves
+//! them ([`store`]: Prepare/Commit of upper dirs, views, overlay mounts of
+//! committed chains, usage, removal and cleanup), since a CRI node on
+//! containerd 1.6 has one snapshotter and must still run every ordinary
+//! image. A sealed version's view layer is mounted lazily in its place
+//! instead, recognized on both of containerd 1.6's pull paths: by its
+//! labels in a `Prepare` (CRI, `client.Pull` with unpack; [`version`]),
+//! and by its unpacked pointer file in a `Commit` (`ctr images pull`,
+//! which passes no labels; the repository then comes from containerd's
+//! image record, [`images`]).
 //!
 //! The wire types are generated from containerd's own `.proto` files
 //! (`proto/`, compiled by protox in `build.rs`); [`service`] maps each
 //! call to the store and the store's errors to the gRPC codes containerd
 //! reads as its error classes.
 
+pub mod fuse_manager;
+pub mod images;
+pub mod metrics;
 pub mod service;
 pub mod store;
 pub mod version;
@@ -33,27 +40,65 @@ pub mod api {
                     tonic::include_proto!("containerd.services.snapshots.v1");
                 }
             }
+            pub mod images {
+                pub mod v1 {
+                    tonic::include_proto!("containerd.services.images.v1");
+                }
+            }
+            pub mod content {
+                pub mod v1 {
+                    tonic::include_proto!("containerd.services.content.v1");
+                }
+            }
         }
     }
 }
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 pub use service::SnapshotService;
 pub use store::SnapshotStore;
 
-/// `snapshotter.toml`; each field may be overridden on the command line.
-#[derive(Clone, Debug, serde::Deserialize)]
+/// `snapshotter.toml`; `root` and `address` may be overridden on the
+/// command line.
+#[derive(Clone, Debug, serde::Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
     /// Where snapshots and their metadata live.
-    pub root: std::path::PathBuf,
+    pub root: PathBuf,
     /// The unix socket containerd's `proxy_plugins` entry names.
-    pub address: std::path::PathBuf,
+    pub address: PathBuf,
+    /// containerd's socket, whose image records name the repository of a
+    /// version pulled by `ctr images pull`.
+    pub containerd_address: PathBuf,
     /// The chunk cache every mounted version shares; default `ROOT/cache`.
-    pub cache_dir: Option<std::path::PathBuf>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cache_dir: Option<PathBuf>,
     /// Bound of that cache in bytes; none by default.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub cache_size: Option<u64>,
+    /// What a mount fetches before it is read: `none` (only what is read,
+    /// with read-ahead), `open` (a file whole once opened) or `all` (the
+    /// whole version in the background).
+    pub prefetch: PrefetchPolicy,
+    /// How long a read waits for one chunk before it fails with `EIO`.
+    pub fetch_timeout_seconds: u64,
+    /// Registries (`host[:port]`) reached over plain HTTP; loopback ones
+    /// always are.
+    pub insecure_hosts: Vec<String>,
+    /// Where `/metrics` is served (Prometheus text); off when unset.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub metrics_address: Option<std::net::SocketAddr>,
+}
+
+/// [`crate::Prefetch`] as the config spells it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PrefetchPolicy {
+    #[default]
+    None,
+    Open,
+    All,
 }
 
 impl Default for Config {
@@ -61,8 +106,13 @@ impl Default for Config {
         Config {
             root: "/var/lib/sealvol/snapshotter".into(),
             address: "/run/sealvol/snapshotter.sock".into(),
+            containerd_address: "/run/containerd/containerd.sock".into(),
             cache_dir: None,
             cache_size: None,
+            prefetch: PrefetchPolicy::None,
+            fetch_timeout_seconds: 30,
+            insecure_hosts: Vec::new(),
+            metrics_address: None,
         }
     }
 }
@@ -76,6 +126,25 @@ impl Config {
         let text = std::fs::read_to_string(path).map_err(|e| err(e.to_string()))?;
         toml::from_str(&text).map_err(|e| err(e.to_string()))
     }
+
+    /// How the fuse manager mounts versions: one chunk cache for all,
+    /// readable by containers running as any user.
+    pub fn mount_options(&self) -> crate::MountOptions {
+        let mut o = crate::MountOptions::new(
+            self.cache_dir
+                .clone()
+                .unwrap_or_else(|| self.root.join("cache")),
+        );
+        o.cache_size = self.cache_size;
+        o.prefetch = match self.prefetch {
+            PrefetchPolicy::None => crate::Prefetch::None,
+            PrefetchPolicy::Open => crate::Prefetch::Open,
+            PrefetchPolicy::All => crate::Prefetch::All,
+        };
+        o.fetch_timeout = std::time::Duration::from_secs(self.fetch_timeout_seconds.max(1));
+        o.allow_other = true;
+        o
+    }
 }
 
 /// Why the daemon could not start or stopped.
@@ -87,15 +156,37 @@ pub enum DaemonError {
     Store { path: String, message: String },
     #[error("cannot listen on {path}: {message}")]
     Listen { path: String, message: String },
+    #[error("fuse manager at {path}: {message}")]
+    Manager { path: String, message: String },
     #[error("gRPC server: {0}")]
     Serve(String),
 }
 
+/// A gRPC channel over the unix socket `path`.
+pub(crate) async fn dial(
+    path: &Path,
+) -> Result<tonic::transport::Channel, tonic::transport::Error> {
+    let path = path.to_path_buf();
+    // The URI is a placeholder: the connector dials the socket.
+    tonic::transport::Endpoint::from_static("http://localhost")
+        .connect_with_connector(tower::service_fn(move |_: tonic::transport::Uri| {
+            let path = path.clone();
+            async move {
+                let stream = tokio::net::UnixStream::connect(path).await?;
+                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(stream))
+            }
+        }))
+        .await
+}
+
 /// Serves the snapshots service for the store under `config.root` on the
 /// unix socket `config.address` until `stop` resolves; `ready` hears when
-/// it listens. Versions mounted by a previous run are mounted again first.
+/// it listens. Versions are mounted by the fuse manager, started with
+/// `launcher` when none runs for this root; the versions the store records
+/// are mounted again (or found mounted) first.
 pub async fn serve(
     config: &Config,
+    launcher: &fuse_manager::Launcher,
     ready: impl FnOnce(),
     stop: impl std::future::Future<Output = ()>,
 ) -> Result<(), DaemonError> {
@@ -104,17 +195,13 @@ pub async fn serve(
         path: root.display().to_string(),
         message: e.to_string(),
     })?;
-    let mut options = crate::MountOptions::new(
-        config
-            .cache_dir
-            .clone()
-            .unwrap_or_else(|| root.join("cache")),
-    );
-    options.cache_size = config.cache_size;
-    // Containers run as any user; the snapshot is theirs to read.
-    options.allow_other = true;
-    let service = SnapshotService::new(store, options);
+    let keeper = fuse_manager::Keeper::attach(config, launcher).await?;
+    let images = images::ImageRecords::new(&config.containerd_address);
+    let service = SnapshotService::new(store, keeper, images);
     service.remount().await;
+    if let Some(addr) = config.metrics_address {
+        metrics::serve(addr, service.clone()).await?;
+    }
     let listen = |e: std::io::Error| DaemonError::Listen {
         path: address.display().to_string(),
         message: e.to_string(),

@@ -3,45 +3,53 @@
 //! the gRPC code containerd turns back into its error class
 //! (`ALREADY_EXISTS` tells an unpacker the layer is there already).
 
-use std::collections::{BTreeMap, HashMap};
-use std::path::Path;
+use std::collections::BTreeMap;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
-
-use sealvol_client::Remote;
-use sealvol_spec::reference::VolumeRef;
+use std::sync::Arc;
 
 use tonic::{Request, Response, Status};
 
 use super::api::containerd::services::snapshots::v1 as pb;
 use super::api::containerd::types::Mount as WireMount;
+use super::fuse_manager::Keeper;
+use super::images::{ImageRecords, NAMESPACE_HEADER};
 use super::store::{Kind, MountSpec, Record, SnapshotStore, StoreError};
-use super::version::{recognize, Recognized, VersionLayer};
-use crate::{Mount, MountOptions};
+use super::version::{pin, recognize, Recognized, VersionLayer};
+use sealvol_spec::oci::ViewPointer;
 
 /// The service; cheap to clone.
 #[derive(Clone)]
 pub struct SnapshotService {
     store: Arc<SnapshotStore>,
-    /// The sealed versions mounted, by snapshot id: dropping one unmounts.
-    versions: Arc<Mutex<HashMap<u64, Mount>>>,
-    /// How versions are mounted: one chunk cache for every snapshot.
-    options: Arc<MountOptions>,
+    /// The fuse manager, which mounts and serves the versions.
+    keeper: Keeper,
+    /// containerd's image records: where a view layer unpacked without
+    /// labels came from.
+    images: ImageRecords,
 }
 
 impl SnapshotService {
-    pub fn new(store: SnapshotStore, options: MountOptions) -> SnapshotService {
+    pub fn new(store: SnapshotStore, keeper: Keeper, images: ImageRecords) -> SnapshotService {
         SnapshotService {
             store: Arc::new(store),
-            versions: Arc::default(),
-            options: Arc::new(options),
+            keeper,
+            images,
         }
     }
 
-    /// Mounts again the versions a previous run of the daemon had mounted
-    /// (their FUSE sessions ended with it): a mount point left behind is
-    /// detached first. One that cannot be mounted is logged; its reads
-    /// fail until it is removed or the daemon restarts.
+    pub fn store(&self) -> &Arc<SnapshotStore> {
+        &self.store
+    }
+
+    pub fn keeper(&self) -> &Keeper {
+        &self.keeper
+    }
+
+    /// Makes sure every version the store records is mounted: a manager
+    /// that kept running says it serves them already; a new one (the old
+    /// one died, or the node rebooted) mounts them again. One that cannot
+    /// be mounted is logged; its reads fail until it is removed or the
+    /// daemon restarts.
     pub async fn remount(&self) {
         let store = Arc::clone(&self.store);
         let Ok(Ok(all)) = tokio::task::spawn_blocking(move || store.list()).await else {
@@ -52,30 +60,10 @@ impl SnapshotService {
             let Some(reference) = r.version.clone() else {
                 continue;
             };
-            let fs = self.store.fs(r.id);
-            let _ = crate::unmount(&fs, true);
-            let mounted = match reference.parse::<VolumeRef>() {
-                Ok(v) => self.mount(&v, &fs).await,
-                Err(e) => Err(e.to_string()),
-            };
-            match mounted {
-                Ok(m) => {
-                    self.versions.lock().expect("versions lock").insert(r.id, m);
-                }
-                Err(e) => tracing::error!(snapshot = %name, "cannot mount {reference} again: {e}"),
+            if let Err(e) = self.keeper.mount(&reference, &self.store.fs(r.id)).await {
+                tracing::error!(snapshot = %name, "cannot mount {reference} again: {}", e.message());
             }
         }
-    }
-
-    async fn mount(&self, vref: &VolumeRef, at: &Path) -> Result<Mount, String> {
-        let host = vref
-            .registry
-            .clone()
-            .unwrap_or_else(VolumeRef::default_registry);
-        let remote = Remote::connect(&host, false).map_err(|e| e.to_string())?;
-        crate::mount(&remote, vref, at, &self.options)
-            .await
-            .map_err(|e| e.to_string())
     }
 
     /// A `Prepare` of a sealed version's view layer: the version mounted
@@ -105,20 +93,63 @@ impl SnapshotService {
             Err(e) => return e,
         };
         match self
-            .mount(&layer.reference, &self.store.fs(record.id))
+            .keeper
+            .mount(&reference, &self.store.fs(record.id))
             .await
         {
-            Ok(m) => {
+            Ok(()) => {
                 tracing::info!(snapshot = %name, "mounted {reference} lazily");
-                self.versions
-                    .lock()
-                    .expect("versions lock")
-                    .insert(record.id, m);
                 exists()
             }
             Err(e) => {
                 let _ = self.run(move |s| s.remove(&name)).await;
-                Status::unavailable(format!("cannot mount {reference}: {e}"))
+                e
+            }
+        }
+    }
+
+    /// A `Commit` of a sealed version's unpacked view layer (`ctr images
+    /// pull`, which passes no labels): the version, found in the image
+    /// record containerd stored before unpacking, is mounted lazily over
+    /// the unpacked pointer file and committed as the layer. A version that
+    /// cannot be mounted fails the commit, and so the pull, rather than
+    /// leave a snapshot holding only the pointer file.
+    async fn commit_version(
+        &self,
+        namespace: &str,
+        r: pb::CommitSnapshotRequest,
+        pointer: ViewPointer,
+    ) -> Result<(), Status> {
+        let image = self
+            .images
+            .find_version(namespace, &pointer.version)
+            .await
+            .map_err(|e| {
+                Status::failed_precondition(format!(
+                    "snapshot {} is the view layer of the sealed version {}, and {e}",
+                    r.key, pointer.version
+                ))
+            })?;
+        let reference = pin(&image, pointer.version).map_err(|e| {
+            Status::failed_precondition(format!("the image of snapshot {}: {e}", r.key))
+        })?;
+        let k = r.key.clone();
+        let active = self.run(move |s| s.get(&k)).await?;
+        let (shown, at) = (reference.to_string(), self.store.fs(active.id));
+        self.keeper.mount(&shown, &at).await?;
+        let version = Some(shown.clone());
+        let name = r.name.clone();
+        match self
+            .run(move |s| s.commit(&r.name, &r.key, labels(r.labels), version))
+            .await
+        {
+            Ok(()) => {
+                tracing::info!(snapshot = %name, "mounted {shown} lazily in place of its view layer");
+                Ok(())
+            }
+            Err(e) => {
+                let _ = self.keeper.unmount(&at).await;
+                Err(e)
             }
         }
     }
@@ -150,6 +181,21 @@ fn status(e: StoreError) -> Status {
         StoreError::InvalidArgument(_) => Status::invalid_argument(message),
         StoreError::Internal(_) => Status::internal(message),
     }
+}
+
+/// The containerd namespace a call on `key` is made in: its gRPC header,
+/// else the first segment of the key (containerd's metadata store names
+/// backend snapshots `NAMESPACE/ID/KEY`).
+fn namespace(metadata: &tonic::metadata::MetadataMap, key: &str) -> String {
+    metadata
+        .get(NAMESPACE_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string)
+        .unwrap_or_else(|| {
+            key.split_once('/')
+                .map_or("default", |(ns, _)| ns)
+                .to_string()
+        })
 }
 
 fn mounts(specs: Vec<MountSpec>) -> Vec<WireMount> {
@@ -246,8 +292,14 @@ impl pb::snapshots_server::Snapshots for SnapshotService {
         &self,
         req: Request<pb::CommitSnapshotRequest>,
     ) -> Result<Response<()>, Status> {
+        let namespace = namespace(req.metadata(), &req.get_ref().key);
         let r = req.into_inner();
-        self.run(move |s| s.commit(&r.name, &r.key, labels(r.labels)))
+        let key = r.key.clone();
+        if let Some(pointer) = self.run(move |s| s.view_pointer(&key)).await? {
+            self.commit_version(&namespace, r, pointer).await?;
+            return Ok(Response::new(()));
+        }
+        self.run(move |s| s.commit(&r.name, &r.key, labels(r.labels), None))
             .await?;
         Ok(Response::new(()))
     }
@@ -261,12 +313,8 @@ impl pb::snapshots_server::Snapshots for SnapshotService {
         let r = self.run(move |s| s.removable(&k)).await?;
         // A version's mount goes first (detached if files are still open),
         // then its record and folder.
-        let mounted = self.versions.lock().expect("versions lock").remove(&r.id);
-        if let Some(m) = mounted {
-            tokio::task::spawn_blocking(move || m.unmount())
-                .await
-                .map_err(|e| Status::internal(format!("unmount task: {e}")))?
-                .map_err(|e| Status::internal(format!("cannot unmount snapshot {key}: {e}")))?;
+        if r.version.is_some() {
+            self.keeper.unmount(&self.store.fs(r.id)).await?;
         }
         self.run(move |s| s.remove(&key)).await?;
         Ok(Response::new(()))

@@ -17,6 +17,7 @@ use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+use sealvol_spec::oci::{ViewPointer, VIEW_FILE};
 use serde::{Deserialize, Serialize};
 
 /// key -> [`Record`] JSON.
@@ -313,9 +314,43 @@ impl SnapshotStore {
         Ok(vec![mount])
     }
 
+    /// What the active snapshot `key` holds when it is a sealed version's
+    /// unpacked view layer (SPEC.md §5.1): no parent, and in its folder
+    /// only `.sealvol/version.json`. None for anything else.
+    pub fn view_pointer(&self, key: &str) -> Result<Option<ViewPointer>> {
+        let r = self.get(key)?;
+        if r.kind != Kind::Active || !r.parent.is_empty() {
+            return Ok(None);
+        }
+        let fs = self.fs(r.id);
+        let names = |dir: &Path| -> Result<Vec<std::ffi::OsString>> {
+            std::fs::read_dir(dir)?
+                .map(|e| Ok(e?.file_name()))
+                .collect()
+        };
+        let dir = fs.join(".sealvol");
+        if names(&fs)? != [".sealvol"] || names(&dir)? != ["version.json"] {
+            return Ok(None);
+        }
+        let file = fs.join(VIEW_FILE);
+        let meta = std::fs::symlink_metadata(&file)?;
+        if !meta.is_file() || meta.len() > ViewPointer::MAX_LEN {
+            return Ok(None);
+        }
+        Ok(serde_json::from_slice(&std::fs::read(file)?).ok())
+    }
+
     /// Commits the active snapshot `key` as `name`: the same folder, now
-    /// read-only to containerd and a possible parent.
-    pub fn commit(&self, name: &str, key: &str, labels: BTreeMap<String, String>) -> Result<()> {
+    /// read-only to containerd and a possible parent. With `version`, the
+    /// folder has had that sealed version mounted over it (its unpacked
+    /// view layer, [`Self::view_pointer`]) and is not measured.
+    pub fn commit(
+        &self,
+        name: &str,
+        key: &str,
+        labels: BTreeMap<String, String>,
+        version: Option<String>,
+    ) -> Result<()> {
         if name.is_empty() {
             return Err(StoreError::InvalidArgument("a commit needs a name".into()));
         }
@@ -326,7 +361,12 @@ impl SnapshotStore {
             )));
         }
         // Measured before the transaction: the folder no longer changes.
-        let (size, inodes) = usage(&self.fs(active.id))?;
+        // Walking a mounted version would fetch nothing, but is no measure
+        // of what the node stores.
+        let (size, inodes) = match version {
+            Some(_) => (0, 0),
+            None => usage(&self.fs(active.id))?,
+        };
         let work = self.dir(active.id).join("work");
         let tx = self.db.begin_write()?;
         {
@@ -346,6 +386,7 @@ impl SnapshotStore {
                 updated_at: now,
                 size,
                 inodes,
+                version: version.or(current.version),
                 ..current
             };
             t.insert(name, serde_json::to_vec(&committed)?.as_slice())?;
@@ -518,7 +559,7 @@ mod tests {
         assert_eq!(m1[0].kind, "bind");
         assert_eq!(m1[0].options, ["rw", "rbind"]);
         std::fs::write(s.fs(r1.id).join("f"), b"one").unwrap();
-        s.commit("l1", "a1", labels(&[("x", "1")])).unwrap();
+        s.commit("l1", "a1", labels(&[("x", "1")]), None).unwrap();
         assert!(matches!(s.get("a1"), Err(StoreError::NotFound(_))));
         let l1 = s.get("l1").unwrap();
         assert_eq!(
@@ -535,7 +576,7 @@ mod tests {
         let lower = format!("lowerdir={}", s.fs(r1.id).display());
         assert_eq!(m2[0].options.last().unwrap(), &lower);
         assert!(m2[0].options[1].ends_with(&format!("{}/fs", r2.id)));
-        s.commit("l2", "a2", labels(&[])).unwrap();
+        s.commit("l2", "a2", labels(&[]), None).unwrap();
         let (_, v2) = s.create(Kind::View, "v2", "l2", labels(&[])).unwrap();
         assert_eq!(v2[0].kind, "overlay");
         assert_eq!(v2[0].options.len(), 1, "a view has no upper dir: {v2:?}");
@@ -557,6 +598,35 @@ mod tests {
         }
         assert!(s.list().unwrap().is_empty());
         assert!(!s.fs(r1.id).exists());
+    }
+
+    #[test]
+    fn only_a_lone_pointer_file_is_a_view_layer() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = SnapshotStore::open(dir.path()).unwrap();
+        let body = format!(
+            "{{\"version\":\"b3:{}\",\"tree\":\"sha256:{}\"}}\n",
+            "ab".repeat(32),
+            "cd".repeat(32)
+        );
+        let (r, _) = s.create(Kind::Active, "k", "", labels(&[])).unwrap();
+        let fs = s.fs(r.id);
+        assert_eq!(s.view_pointer("k").unwrap(), None, "an empty layer");
+        std::fs::create_dir(fs.join(".sealvol")).unwrap();
+        std::fs::write(fs.join(VIEW_FILE), &body).unwrap();
+        let p = s.view_pointer("k").unwrap().expect("the pointer");
+        assert_eq!(p.version.to_string(), format!("b3:{}", "ab".repeat(32)));
+        std::fs::write(fs.join("other"), b"x").unwrap();
+        assert_eq!(s.view_pointer("k").unwrap(), None, "a file beside it");
+        std::fs::remove_file(fs.join("other")).unwrap();
+        std::fs::write(fs.join(VIEW_FILE), "not json").unwrap();
+        assert_eq!(s.view_pointer("k").unwrap(), None, "a file not a pointer");
+        std::fs::write(fs.join(VIEW_FILE), &body).unwrap();
+        let reference = "reg.example/w/v@b3:ab";
+        s.commit("c", "k", labels(&[]), Some(reference.into()))
+            .unwrap();
+        let c = s.get("c").unwrap();
+        assert_eq!((c.version.as_deref(), c.size), (Some(reference), 0));
     }
 
     #[test]

@@ -7,6 +7,9 @@
 //! and the unpacker is told the layer exists: nothing but the tree index is
 //! fetched until files are read.
 //!
+//! `ctr images pull` passes no labels: there the layer is unpacked, and
+//! its pointer file recognized when it is committed (`service`, `images`).
+//!
 //! The repository comes from the image reference, never from the layer:
 //! a mirror's byte-identical copy would otherwise send nodes back to the
 //! origin.
@@ -62,28 +65,32 @@ pub fn recognize(labels: &HashMap<String, String>) -> Recognized {
     };
     let Some(image) = labels.get(LABEL_IMAGE_REF) else {
         return Recognized::Unusable(format!(
-            "a sealvol version's layer came without {LABEL_IMAGE_REF}, so its repository is unknown; set disable_snapshot_annotations = false in containerd's CRI configuration"
+            "a sealvol version's layer came without {LABEL_IMAGE_REF}, so it is unpacked and its repository looked up in containerd's image records when committed; with CRI, set disable_snapshot_annotations = false"
         ));
     };
-    let image_ref: VolumeRef = match image.parse() {
-        Ok(r) => r,
-        Err(e) => {
-            return Recognized::Unusable(format!(
-                "{LABEL_IMAGE_REF} {image:?} is not a registry reference: {e}"
-            ))
-        }
-    };
-    if image_ref.registry.is_none() {
-        return Recognized::Unusable(format!("{LABEL_IMAGE_REF} {image:?} names no registry"));
+    match pin(image, digest) {
+        Ok(reference) => Recognized::Version(VersionLayer {
+            reference,
+            tree: labels.get(ANN_SNAPSHOT_TREE).cloned().unwrap_or_default(),
+            target: target.clone(),
+        }),
+        Err(why) => Recognized::Unusable(format!("{LABEL_IMAGE_REF}: {why}")),
     }
-    Recognized::Version(VersionLayer {
-        reference: VolumeRef {
-            selector: Selector::Digest(DigestSelector::B3(digest)),
-            path: None,
-            ..image_ref
-        },
-        tree: labels.get(ANN_SNAPSHOT_TREE).cloned().unwrap_or_default(),
-        target: target.clone(),
+}
+
+/// The version `version` in the repository of the image reference
+/// `image` (`HOST/NAMESPACE/VOLUME:TAG`, as containerd names images).
+pub fn pin(image: &str, version: B3Digest) -> Result<VolumeRef, String> {
+    let image_ref: VolumeRef = image
+        .parse()
+        .map_err(|e| format!("{image:?} is not a registry reference: {e}"))?;
+    if image_ref.registry.is_none() {
+        return Err(format!("{image:?} names no registry"));
+    }
+    Ok(VolumeRef {
+        selector: Selector::Digest(DigestSelector::B3(version)),
+        path: None,
+        ..image_ref
     })
 }
 

@@ -1,0 +1,340 @@
+//! The fuse manager: the long-lived process holding the FUSE sessions of
+//! the versions the snapshotter mounts.
+//!
+//! With plain FUSE, the process holding `/dev/fuse` is the file system:
+//! when it dies, every bind and overlay lower containerd has handed to a
+//! container fails with `ENOTCONN`. So the gRPC daemon, which containerd
+//! talks to and which may be restarted or upgraded at any time, mounts
+//! nothing itself: it asks this process (started by the first daemon,
+//! detached into its own session, and found again by every later one) over
+//! a unix socket in the root. A restarted daemon re-attaches by asking for
+//! the mounts its metadata records; the manager answers that it serves them
+//! already. Reads in flight never notice the daemon's absence.
+//!
+//! The manager shares one chunk cache among every mount. It exits (and
+//! unmounts) only on SIGTERM or SIGINT; the daemon's unit must not kill it
+//! with the daemon (`KillMode=process` under systemd).
+
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use sealvol_client::Remote;
+use sealvol_spec::reference::VolumeRef;
+use tokio::sync::Mutex;
+use tonic::transport::Channel;
+use tonic::{Request, Response, Status};
+
+use super::{dial, Config, DaemonError};
+use crate::{Mount, MountOptions, Unmounted};
+
+/// The manager's API, generated from `proto/sealvol/fusemanager/v1`.
+#[allow(clippy::all, missing_docs)]
+pub mod pb {
+    tonic::include_proto!("sealvol.fusemanager.v1");
+}
+
+/// The manager's socket, pid file, log and config, in the root.
+pub const SOCKET: &str = "fuse-manager.sock";
+pub const PID_FILE: &str = "fuse-manager.pid";
+pub const LOG_FILE: &str = "fuse-manager.log";
+pub const CONFIG_FILE: &str = "fuse-manager.toml";
+
+/// How long a daemon waits for a manager it started to listen.
+const START_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// The mounts served, by mountpoint.
+struct Manager {
+    mounts: Mutex<HashMap<PathBuf, Served>>,
+    options: MountOptions,
+    insecure_hosts: Vec<String>,
+}
+
+struct Served {
+    reference: String,
+    mount: Mount,
+}
+
+impl Manager {
+    async fn mount(&self, reference: &str, at: &Path) -> Result<bool, Status> {
+        let mut mounts = self.mounts.lock().await;
+        if let Some(s) = mounts.get(at) {
+            if s.reference == reference {
+                return Ok(true);
+            }
+            return Err(Status::already_exists(format!(
+                "{} serves {} already",
+                at.display(),
+                s.reference
+            )));
+        }
+        // A mount left by a manager that died: its reads fail with
+        // ENOTCONN, and mounting over it would hide nothing.
+        let _ = crate::unmount(at, true);
+        let vref: VolumeRef = reference
+            .parse()
+            .map_err(|e| Status::invalid_argument(format!("{reference:?}: {e}")))?;
+        let host = vref
+            .registry
+            .clone()
+            .unwrap_or_else(VolumeRef::default_registry);
+        let insecure = self.insecure_hosts.contains(&host);
+        let remote = Remote::connect(&host, insecure)
+            .map_err(|e| Status::unavailable(format!("cannot reach {host}: {e}")))?;
+        let mount = crate::mount(&remote, &vref, at, &self.options)
+            .await
+            .map_err(|e| Status::unavailable(format!("cannot mount {reference}: {e}")))?;
+        tracing::info!(mountpoint = %at.display(), "mounted {reference}");
+        mounts.insert(
+            at.to_path_buf(),
+            Served {
+                reference: reference.to_string(),
+                mount,
+            },
+        );
+        Ok(false)
+    }
+
+    async fn unmount(&self, at: &Path) -> Result<bool, Status> {
+        let served = self.mounts.lock().await.remove(at);
+        let Some(served) = served else {
+            // Not ours (an earlier manager's): detach what is there.
+            let _ = crate::unmount(at, true);
+            return Ok(false);
+        };
+        let how = tokio::task::spawn_blocking(move || served.mount.unmount())
+            .await
+            .map_err(|e| Status::internal(format!("unmount task: {e}")))?
+            .map_err(|e| Status::internal(e.to_string()))?;
+        tracing::info!(mountpoint = %at.display(), ?how, "unmounted");
+        Ok(how == Unmounted::Detached)
+    }
+}
+
+#[derive(Clone)]
+struct Service(Arc<Manager>);
+
+#[tonic::async_trait]
+impl pb::fuse_manager_server::FuseManager for Service {
+    async fn mount(
+        &self,
+        req: Request<pb::MountRequest>,
+    ) -> Result<Response<pb::MountResponse>, Status> {
+        let r = req.into_inner();
+        let already = self.0.mount(&r.reference, Path::new(&r.mountpoint)).await?;
+        Ok(Response::new(pb::MountResponse { already }))
+    }
+
+    async fn unmount(
+        &self,
+        req: Request<pb::UnmountRequest>,
+    ) -> Result<Response<pb::UnmountResponse>, Status> {
+        let r = req.into_inner();
+        let detached = self.0.unmount(Path::new(&r.mountpoint)).await?;
+        Ok(Response::new(pb::UnmountResponse { detached }))
+    }
+
+    async fn list(
+        &self,
+        _req: Request<pb::ListRequest>,
+    ) -> Result<Response<pb::ListResponse>, Status> {
+        let mounts = self.0.mounts.lock().await;
+        let mounts = mounts
+            .iter()
+            .map(|(at, s)| {
+                let st = s.mount.stats();
+                pb::Served {
+                    reference: s.reference.clone(),
+                    mountpoint: at.display().to_string(),
+                    stats: Some(pb::Stats {
+                        chunks_downloaded: st.chunks_downloaded,
+                        bytes_downloaded: st.bytes_downloaded,
+                        chunks_from_disk: st.chunks_from_disk,
+                        memory_hits: st.memory_hits,
+                        read_errors: st.read_errors,
+                        pieces_forged: st.pieces_forged,
+                    }),
+                }
+            })
+            .collect();
+        Ok(Response::new(pb::ListResponse { mounts }))
+    }
+}
+
+/// Runs the manager for `config.root` until `stop` resolves, then
+/// unmounts what it serves. Refuses to start beside a live manager.
+pub async fn serve(
+    config: &Config,
+    stop: impl std::future::Future<Output = ()>,
+) -> Result<(), DaemonError> {
+    let root = config.root.as_path();
+    let socket = root.join(SOCKET);
+    let listen = |e: std::io::Error| DaemonError::Listen {
+        path: socket.display().to_string(),
+        message: e.to_string(),
+    };
+    std::fs::create_dir_all(root).map_err(listen)?;
+    if dial(&socket).await.is_ok() {
+        return Err(DaemonError::Listen {
+            path: socket.display().to_string(),
+            message: "a fuse manager serves this root already".into(),
+        });
+    }
+    match std::fs::remove_file(&socket) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(listen(e)),
+    }
+    let listener = tokio::net::UnixListener::bind(&socket).map_err(listen)?;
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o600))
+            .map_err(listen)?;
+    }
+    std::fs::write(root.join(PID_FILE), format!("{}\n", std::process::id())).map_err(listen)?;
+    let manager = Arc::new(Manager {
+        mounts: Mutex::default(),
+        options: config.mount_options(),
+        insecure_hosts: config.insecure_hosts.clone(),
+    });
+    let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
+    tracing::info!(socket = %socket.display(), "fuse manager serving");
+    let result = tonic::transport::Server::builder()
+        .add_service(pb::fuse_manager_server::FuseManagerServer::new(Service(
+            Arc::clone(&manager),
+        )))
+        .serve_with_incoming_shutdown(incoming, stop)
+        .await
+        .map_err(|e| DaemonError::Serve(e.to_string()));
+    let _ = std::fs::remove_file(&socket);
+    let _ = std::fs::remove_file(root.join(PID_FILE));
+    let all: Vec<Served> = manager
+        .mounts
+        .lock()
+        .await
+        .drain()
+        .map(|(_, s)| s)
+        .collect();
+    let _ = tokio::task::spawn_blocking(move || drop(all)).await;
+    result
+}
+
+/// How to start a manager: this program with these arguments, to which
+/// `--config FILE` is added. The binary that embeds the snapshotter knows.
+#[derive(Clone, Debug)]
+pub struct Launcher {
+    pub program: PathBuf,
+    pub args: Vec<OsString>,
+}
+
+/// The daemon's handle on the manager; cheap to clone.
+#[derive(Clone)]
+pub struct Keeper {
+    client: pb::fuse_manager_client::FuseManagerClient<Channel>,
+}
+
+impl Keeper {
+    /// Connects to the manager of `config.root`, starting one (detached,
+    /// with `config` written beside its socket) when none listens.
+    pub async fn attach(config: &Config, launcher: &Launcher) -> Result<Keeper, DaemonError> {
+        let socket = config.root.join(SOCKET);
+        if let Ok(channel) = dial(&socket).await {
+            tracing::info!("re-attached to the running fuse manager");
+            return Ok(Keeper::with(channel));
+        }
+        let err = |message: String| DaemonError::Manager {
+            path: socket.display().to_string(),
+            message,
+        };
+        std::fs::create_dir_all(&config.root).map_err(|e| err(e.to_string()))?;
+        let file = config.root.join(CONFIG_FILE);
+        let text = toml::to_string(config).map_err(|e| err(e.to_string()))?;
+        std::fs::write(&file, text).map_err(|e| err(e.to_string()))?;
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(config.root.join(LOG_FILE))
+            .map_err(|e| err(e.to_string()))?;
+        let mut cmd = std::process::Command::new(&launcher.program);
+        cmd.args(&launcher.args)
+            .arg("--config")
+            .arg(&file)
+            .stdin(std::process::Stdio::null())
+            .stdout(log.try_clone().map_err(|e| err(e.to_string()))?)
+            .stderr(log);
+        {
+            use std::os::unix::process::CommandExt as _;
+            // Its own session: a signal to the daemon's process group (a
+            // terminal's Ctrl+C, a service manager) does not reach it.
+            // SAFETY: setsid is async-signal-safe and touches no memory.
+            unsafe {
+                cmd.pre_exec(|| {
+                    if libc::setsid() == -1 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        }
+        let mut child = cmd.spawn().map_err(|e| err(format!("cannot start: {e}")))?;
+        let deadline = tokio::time::Instant::now() + START_TIMEOUT;
+        loop {
+            if let Ok(channel) = dial(&socket).await {
+                // Reaped when it exits while this daemon still runs.
+                std::thread::spawn(move || child.wait());
+                tracing::info!("started a fuse manager");
+                return Ok(Keeper::with(channel));
+            }
+            if let Ok(Some(status)) = child.try_wait() {
+                return Err(err(format!(
+                    "it exited ({status}); see {}",
+                    config.root.join(LOG_FILE).display()
+                )));
+            }
+            if tokio::time::Instant::now() > deadline {
+                return Err(err("it did not listen within 20 s".into()));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    fn with(channel: Channel) -> Keeper {
+        Keeper {
+            client: pb::fuse_manager_client::FuseManagerClient::new(channel),
+        }
+    }
+
+    /// Mounts `reference` at `at`, or confirms it is mounted there.
+    pub async fn mount(&self, reference: &str, at: &Path) -> Result<(), Status> {
+        self.client
+            .clone()
+            .mount(pb::MountRequest {
+                reference: reference.to_string(),
+                mountpoint: at.display().to_string(),
+            })
+            .await?;
+        Ok(())
+    }
+
+    pub async fn unmount(&self, at: &Path) -> Result<(), Status> {
+        self.client
+            .clone()
+            .unmount(pb::UnmountRequest {
+                mountpoint: at.display().to_string(),
+            })
+            .await?;
+        Ok(())
+    }
+
+    pub async fn list(&self) -> Result<Vec<pb::Served>, Status> {
+        Ok(self
+            .client
+            .clone()
+            .list(pb::ListRequest {})
+            .await?
+            .into_inner()
+            .mounts)
+    }
+}
