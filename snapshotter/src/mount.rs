@@ -45,6 +45,10 @@ pub struct MountOptions {
     /// Bound of the on-disk chunk cache in bytes (least recently used
     /// chunks are removed past it); `None` for no bound.
     pub cache_size: Option<u64>,
+    /// A cache already open, shared with other mounts of this process so
+    /// that they keep one bound between them (the containerd
+    /// snapshotter's); `cache_dir` and `cache_size` are then unused.
+    pub shared_cache: Option<ChunkCache>,
     pub prefetch: Prefetch,
     /// Bytes kept in memory for reads: chunks, and the verified pieces
     /// reads are served from (a quarter of it for a format 2 tree; see
@@ -71,6 +75,7 @@ impl MountOptions {
         MountOptions {
             cache_dir: cache_dir.into(),
             cache_size: None,
+            shared_cache: None,
             prefetch: Prefetch::None,
             memory_bytes: 128 << 20,
             fetch_timeout: Duration::from_secs(30),
@@ -169,7 +174,9 @@ pub async fn mount(
         Owner::current(created),
     )?);
 
-    let cache = {
+    let cache = if let Some(shared) = &opts.shared_cache {
+        shared.clone()
+    } else {
         let (dir, size) = (opts.cache_dir.clone(), opts.cache_size);
         tokio::task::spawn_blocking(move || match size {
             Some(max) => ChunkCache::open_bounded(&dir, max),

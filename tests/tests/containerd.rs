@@ -18,9 +18,11 @@ use sha2::{Digest, Sha256};
 
 const IMAGE: &str = "docker.io/library/sealvol-plain:1";
 
-/// `sealvol snapshotter` on a socket in `dir`; stopped when dropped.
+/// `sealvol snapshotter` on a socket in `dir`, with its fuse manager;
+/// both stopped when dropped.
 struct Snapshotter {
     child: Child,
+    dir: PathBuf,
     socket: PathBuf,
     root: PathBuf,
 }
@@ -32,13 +34,20 @@ impl Snapshotter {
 
     /// With `config` as its `snapshotter.toml`.
     fn start_with(dir: &Path, config: &str) -> Snapshotter {
-        let socket = dir.join("snapshotter.sock");
-        let toml = dir.join("snapshotter.toml");
-        std::fs::write(&toml, config).unwrap();
+        std::fs::write(dir.join("snapshotter.toml"), config).unwrap();
+        Snapshotter {
+            child: Snapshotter::spawn(dir),
+            dir: dir.to_path_buf(),
+            socket: dir.join("snapshotter.sock"),
+            root: dir.join("root"),
+        }
+    }
+
+    fn spawn(dir: &Path) -> Child {
         let mut child = Command::new(sealvol_tests::sealvol_bin())
-            .args(["snapshotter", "--config", s(&toml)])
+            .args(["snapshotter", "--config", s(&dir.join("snapshotter.toml"))])
             .args(["--root", s(&dir.join("root"))])
-            .args(["--address", s(&socket)])
+            .args(["--address", s(&dir.join("snapshotter.sock"))])
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .spawn()
@@ -49,11 +58,7 @@ impl Snapshotter {
             line.starts_with("sealvol: serving containerd snapshots on"),
             "the snapshotter did not start: {line:?}"
         );
-        Snapshotter {
-            child,
-            socket,
-            root: dir.join("root"),
-        }
+        child
     }
 
     /// The fuse manager the daemon started, which outlives it.
@@ -65,9 +70,30 @@ impl Snapshotter {
             .ok()
     }
 
-    fn kill(mut self) {
+    /// SIGKILLs the gRPC daemon, leaving the fuse manager.
+    fn kill_daemon(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+
+    /// Starts the daemon again with the same configuration, and waits
+    /// until containerd, which redials with a backoff of its own, reaches
+    /// it.
+    fn restart(&mut self, ctd: &Containerd) {
+        self.kill_daemon();
+        self.child = Snapshotter::spawn(&self.dir);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while !ctd
+            .ctr(&["snapshots", "--snapshotter", "sealvol", "ls"])
+            .status
+            .success()
+        {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "containerd did not reach the restarted snapshotter"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(250));
+        }
     }
 }
 
@@ -274,7 +300,7 @@ fn unmount_view(c: &Containerd, key: &str, at: &Path) {
 #[test]
 fn an_ordinary_image_unpacks_mounts_and_goes() {
     let dir = tempfile::tempdir().unwrap();
-    let snap = Snapshotter::start(dir.path());
+    let mut snap = Snapshotter::start(dir.path());
     let ctd = Containerd::start_with(&proxy_config(&snap.socket));
 
     let data = noise(300_000, 7);
@@ -328,23 +354,7 @@ fn an_ordinary_image_unpacks_mounts_and_goes() {
     }
 
     // A restarted daemon serves the snapshots it had.
-    let socket = snap.socket.clone();
-    snap.kill();
-    let snap = Snapshotter::start(dir.path());
-    assert_eq!(snap.socket, socket);
-    // containerd redials the socket with a backoff of its own.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    while !ctd
-        .ctr(&["snapshots", "--snapshotter", "sealvol", "ls"])
-        .status
-        .success()
-    {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "containerd did not reach the restarted snapshotter"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(250));
-    }
+    snap.restart(&ctd);
     assert_eq!(
         snapshots(&ctd).len(),
         2,
@@ -681,4 +691,159 @@ fn ctr_images_pull_mounts_the_version_lazily() {
         assert!(mounts.is_empty(), "{peer}: FUSE mounts left: {mounts:?}");
     }
     drop(snap);
+}
+
+/// The committed snapshots `ctr snapshots ls` lists.
+fn committed(c: &Containerd) -> Vec<String> {
+    snapshots(c)
+        .iter()
+        .filter(|l| l.split_whitespace().last() == Some("Committed"))
+        .map(|l| l.split_whitespace().next().unwrap().to_string())
+        .collect()
+}
+
+fn pull(c: &Containerd, image: &str) {
+    ctr_ok(
+        c,
+        &[
+            "images",
+            "pull",
+            "--snapshotter",
+            "sealvol",
+            "--plain-http",
+            "--platform",
+            "linux/amd64",
+            image,
+        ],
+    );
+}
+
+/// The bytes of the files under `dir`.
+fn bytes_under(dir: &Path) -> u64 {
+    let mut total = 0;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let meta = e.metadata().unwrap();
+            if meta.is_dir() {
+                stack.push(e.path());
+            } else {
+                total += meta.len();
+            }
+        }
+    }
+    total
+}
+
+/// What a node needs of the snapshotter: a reader holding a file of a
+/// mounted version open keeps reading the right bytes while the gRPC
+/// daemon is SIGKILLed and restarted (the fuse manager holds the FUSE
+/// session), and the restarted daemon lists the same snapshots; `/metrics`
+/// reports the mount and what it fetched; the one chunk cache stays within
+/// `cache_size`; a chunk the registry corrupts gives `EIO`, never wrong
+/// bytes.
+#[test]
+fn mounted_versions_outlive_the_daemon_and_never_serve_wrong_bytes() {
+    let sb = sealvol_tests::Sandbox::new();
+    let server = sealvol_tests::Server::start(&sb.path().join("registry"));
+    let upstream = sealvol_tests::host(&server);
+    let want = noise(12 << 20, 11);
+    let good = sb.path().join("good");
+    sealvol_tests::write(&good.join("weights.bin"), &want, 0o644);
+    let bad = sb.path().join("bad");
+    sealvol_tests::write(&bad.join("weights.bin"), &noise(6 << 20, 12), 0o644);
+    for (dir, reference) in [(&good, "bdn:weights/good:1"), (&bad, "bdn:weights/bad:1")] {
+        sealvol_tests::ok(sb.sealvol(&upstream, &["push", s(dir), reference]), "push");
+    }
+    let bad_chunks = chunk_digests(&server.url, "weights/bad", "1");
+    let flipping = sealvol_tests::FlipProxy::start_only(&upstream, &bad_chunks[1..2]);
+    let metrics_port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let cache_size: u64 = 8 << 20;
+
+    let dir = tempfile::tempdir().unwrap();
+    let ctd = Containerd::start_with(&proxy_config(&dir.path().join("snapshotter.sock")));
+    let mut snap = Snapshotter::start_with(
+        dir.path(),
+        &format!(
+            "containerd_address = {:?}\ncache_size = {cache_size}\nmetrics_address = \"127.0.0.1:{metrics_port}\"\n",
+            s(&ctd.address())
+        ),
+    );
+    pull(&ctd, &format!("{upstream}/weights/good:1"));
+    let mnt = dir.path().join("mnt");
+    std::fs::create_dir_all(&mnt).unwrap();
+    mount_view(&ctd, "view-good", &top_snapshot(&ctd), &mnt);
+    // The view holds no lease: containerd's collector may take it any
+    // time, so the committed snapshots are what is compared.
+    let before = committed(&ctd);
+    assert_eq!(before.len(), 1, "{before:?}");
+
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        use std::io::Read as _;
+        let mut f = std::fs::File::open(mnt.join("weights.bin")).unwrap();
+        let mut got = vec![0; 1 << 20];
+        f.read_exact(&mut got).unwrap();
+        snap.kill_daemon();
+        // No daemon: the open descriptor still reads, through the manager.
+        let mut more = vec![0; 4 << 20];
+        f.read_exact(&mut more).unwrap();
+        got.extend_from_slice(&more);
+        snap.restart(&ctd);
+        f.read_to_end(&mut got).unwrap();
+        assert!(got == want, "the bytes read across the restart differ");
+        assert_eq!(
+            committed(&ctd),
+            before,
+            "the restarted daemon lists other snapshots"
+        );
+
+        let metrics = reqwest::blocking::get(format!("http://127.0.0.1:{metrics_port}/metrics"))
+            .unwrap()
+            .text()
+            .unwrap();
+        let value = |name: &str| -> f64 {
+            metrics
+                .lines()
+                .find_map(|l| l.strip_prefix(&format!("{name} ")))
+                .unwrap_or_else(|| panic!("no {name} in /metrics:\n{metrics}"))
+                .parse()
+                .unwrap()
+        };
+        assert_eq!(value("sealvol_snapshotter_mounts"), 1.0);
+        assert!(value("sealvol_snapshotter_fetched_bytes") >= want.len() as f64 / 2.0);
+        assert!(value("sealvol_snapshotter_cache_misses") > 0.0);
+        let cached = bytes_under(&dir.path().join("root/cache"));
+        assert!(
+            cached <= cache_size + (1 << 20),
+            "the cache holds {cached} bytes, over its bound of {cache_size}"
+        );
+    }));
+    unmount_view(&ctd, "view-good", &mnt);
+    if let Err(e) = result {
+        std::panic::resume_unwind(e);
+    }
+
+    // A chunk the registry serves corrupted: EIO, never its bytes.
+    let had = committed(&ctd);
+    pull(&ctd, &format!("{}/weights/bad:1", flipping.addr()));
+    let new: Vec<String> = committed(&ctd)
+        .into_iter()
+        .filter(|k| !had.contains(k))
+        .collect();
+    assert_eq!(new.len(), 1, "{new:?}");
+    mount_view(&ctd, "view-bad", &new[0], &mnt);
+    let read = std::fs::read(mnt.join("weights.bin"));
+    unmount_view(&ctd, "view-bad", &mnt);
+    let err = read.expect_err("a corrupt chunk was served");
+    assert_eq!(err.raw_os_error(), Some(libc::EIO), "{err}");
+    assert!(flipping.flipped() > 0, "the proxy corrupted nothing");
+    drop(snap);
+    assert!(
+        fuse_mounts_under(dir.path()).is_empty(),
+        "the fuse manager left mounts"
+    );
 }

@@ -11,7 +11,7 @@
 //! the mounts its metadata records; the manager answers that it serves them
 //! already. Reads in flight never notice the daemon's absence.
 //!
-//! The manager shares one chunk cache among every mount. It exits (and
+//! The manager shares one chunk cache, and its bound, among every mount. It exits (and
 //! unmounts) only on SIGTERM or SIGINT; the daemon's unit must not kill it
 //! with the daemon (`KillMode=process` under systemd).
 
@@ -21,6 +21,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use sealvol_client::cache::ChunkCache;
 use sealvol_client::Remote;
 use sealvol_spec::reference::VolumeRef;
 use tokio::sync::Mutex;
@@ -194,9 +195,23 @@ pub async fn serve(
             .map_err(listen)?;
     }
     std::fs::write(root.join(PID_FILE), format!("{}\n", std::process::id())).map_err(listen)?;
+    // One cache, opened once: every mount keeps within one bound.
+    let mut options = config.mount_options();
+    let (dir, size) = (options.cache_dir.clone(), options.cache_size);
+    let cache = tokio::task::spawn_blocking(move || match size {
+        Some(max) => ChunkCache::open_bounded(&dir, max),
+        None => ChunkCache::open(&dir),
+    })
+    .await
+    .map_err(|e| DaemonError::Serve(e.to_string()))?
+    .map_err(|e| DaemonError::Store {
+        path: options.cache_dir.display().to_string(),
+        message: e.to_string(),
+    })?;
+    options.shared_cache = Some(cache);
     let manager = Arc::new(Manager {
         mounts: Mutex::default(),
-        options: config.mount_options(),
+        options,
         insecure_hosts: config.insecure_hosts.clone(),
     });
     let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
