@@ -42,6 +42,19 @@ pub fn too_large(max: usize) -> RegistryError {
     )
 }
 
+/// How far past its limit a declared body is still read (and dropped)
+/// before the refusal. A client writes its whole body before it reads the
+/// answer; refused while still writing, it sees a reset connection instead
+/// of the 413. Larger bodies are refused at once, unread.
+const DRAIN_BEYOND: u64 = 8 << 20;
+
+/// Reads and drops `body`, at most `max` bytes of it.
+async fn drain(body: Body, max: u64) {
+    use http_body_util::BodyExt as _;
+    let mut body = http_body_util::Limited::new(body, max as usize);
+    while let Some(Ok(_)) = body.frame().await {}
+}
+
 /// The layer.
 pub async fn limit_bodies(req: Request, next: Next) -> Response {
     let Some(max) = limit(req.uri().path()) else {
@@ -52,7 +65,10 @@ pub async fn limit_bodies(req: Request, next: Next) -> Response {
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > max as u64) {
+    if let Some(n) = declared.filter(|n| *n > max as u64) {
+        if n <= max as u64 + DRAIN_BEYOND {
+            drain(req.into_body(), n).await;
+        }
         return too_large(max).into_response();
     }
     // Handlers read with `to_bytes(body, max)` as well; this makes the
