@@ -373,14 +373,10 @@ fn an_ordinary_image_unpacks_mounts_and_goes() {
     assert!(folders.is_empty(), "snapshot folders left: {folders:?}");
 }
 
-/// A gRPC client of the snapshotter's socket, as containerd's proxy is.
-async fn client(
-    socket: &Path,
-) -> sealvol_snapshotter::containerd::api::containerd::services::snapshots::v1::snapshots_client::SnapshotsClient<
-    tonic::transport::Channel,
->{
+/// A gRPC channel over the unix socket `socket`.
+async fn channel(socket: &Path) -> tonic::transport::Channel {
     let socket = socket.to_path_buf();
-    let channel = tonic::transport::Endpoint::try_from("http://snapshotter.invalid")
+    tonic::transport::Endpoint::try_from("http://localhost")
         .unwrap()
         .connect_with_connector(tower::service_fn(move |_: tonic::transport::Uri| {
             let socket = socket.clone();
@@ -390,8 +386,16 @@ async fn client(
             }
         }))
         .await
-        .expect("connect to the snapshotter");
-    sealvol_snapshotter::containerd::api::containerd::services::snapshots::v1::snapshots_client::SnapshotsClient::new(channel)
+        .expect("connect to the socket")
+}
+
+/// A gRPC client of the snapshotter's socket, as containerd's proxy is.
+async fn client(
+    socket: &Path,
+) -> sealvol_snapshotter::containerd::api::containerd::services::snapshots::v1::snapshots_client::SnapshotsClient<
+    tonic::transport::Channel,
+>{
+    sealvol_snapshotter::containerd::api::containerd::services::snapshots::v1::snapshots_client::SnapshotsClient::new(channel(socket).await)
 }
 
 /// The view layer's annotations of `repo:tag` on the registry at `url`.
@@ -845,5 +849,134 @@ fn mounted_versions_outlive_the_daemon_and_never_serve_wrong_bytes() {
     assert!(
         fuse_mounts_under(dir.path()).is_empty(),
         "the fuse manager left mounts"
+    );
+}
+
+/// The labelled path through a real CRI: containerd's CRI plugin, set to
+/// the sealvol snapshotter with `disable_snapshot_annotations = false`,
+/// pulls an image as a kubelet asks (`ImageService/PullImage`); its
+/// unpacker passes the view layer's `containerd.io/snapshot/` annotations
+/// and CRI's image reference to `Prepare`, the version is mounted from
+/// those, and no chunk is fetched by the pull. Then a view of it in the
+/// `k8s.io` namespace holds the pushed files.
+#[test]
+fn cri_pull_image_mounts_the_version_from_its_labels() {
+    use sealvol_tests::cri;
+    let sb = sealvol_tests::Sandbox::new();
+    let server = sealvol_tests::Server::start(&sb.path().join("registry"));
+    let upstream = sealvol_tests::host(&server);
+    let model = sb.path().join("model");
+    sealvol_tests::write(&model.join("config.json"), b"{\"cri\": true}", 0o644);
+    sealvol_tests::write(&model.join("weights/model.bin"), &noise(9 << 20, 21), 0o644);
+    let out = sealvol_tests::ok(
+        sb.sealvol(
+            &upstream,
+            &[
+                "push",
+                s(&model),
+                "bdn:weights/cri:prod",
+                "--output",
+                "json",
+            ],
+        ),
+        "push",
+    );
+    let version = serde_json::from_str::<serde_json::Value>(&out).unwrap()["digest"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let chunks = chunk_digests(&server.url, "weights/cri", "prod");
+    let proxy = sealvol_tests::FlipProxy::start_counting(&upstream);
+    let chunk_gets = || {
+        proxy
+            .requests()
+            .iter()
+            .filter(|r| r.starts_with("GET ") && chunks.iter().any(|c| r.contains(c)))
+            .count()
+    };
+
+    let dir = tempfile::tempdir().unwrap();
+    let cri_config = format!(
+        "[plugins.\"io.containerd.grpc.v1.cri\".containerd]\n  snapshotter = \"sealvol\"\n  \
+         disable_snapshot_annotations = false\n\
+         [plugins.\"io.containerd.grpc.v1.cri\".registry.mirrors.\"{addr}\"]\n  \
+         endpoint = [\"http://{addr}\"]\n",
+        addr = proxy.addr()
+    );
+    let ctd = Containerd::start_with(&format!(
+        "{}{cri_config}",
+        proxy_config(&dir.path().join("snapshotter.sock"))
+    ))
+    .in_namespace("k8s.io");
+    let _snap = Snapshotter::start_with(
+        dir.path(),
+        &format!("containerd_address = {:?}\n", s(&ctd.address())),
+    );
+    let image = format!("{}/weights/cri:prod", proxy.addr());
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let pulled = rt.block_on(async {
+        cri::image_service_client::ImageServiceClient::new(channel(&ctd.address()).await)
+            .pull_image(cri::PullImageRequest {
+                image: Some(cri::ImageSpec {
+                    image: image.clone(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            })
+            .await
+    });
+    let pulled = pulled
+        .unwrap_or_else(|e| panic!("CRI PullImage: {e:?}\ncontainerd's log:\n{}", ctd.log()))
+        .into_inner();
+    assert!(pulled.image_ref.starts_with("sha256:"), "{pulled:?}");
+    assert_eq!(
+        chunk_gets(),
+        0,
+        "the pull fetched chunks: {:?}",
+        proxy.requests()
+    );
+
+    let committed = committed(&ctd);
+    assert_eq!(committed.len(), 1, "{committed:?}");
+    // containerd keeps the labels the unpacker prepared the layer with:
+    // the version came from them, not from an unpacked pointer file.
+    let info: serde_json::Value = serde_json::from_str(&ctr_ok(
+        &ctd,
+        &[
+            "snapshots",
+            "--snapshotter",
+            "sealvol",
+            "info",
+            &committed[0],
+        ],
+    ))
+    .unwrap();
+    assert_eq!(
+        info["Labels"]["containerd.io/snapshot/sealvol.version"], version,
+        "{info}"
+    );
+
+    let mnt = dir.path().join("mnt");
+    std::fs::create_dir_all(&mnt).unwrap();
+    mount_view(&ctd, "view-cri", &committed[0], &mnt);
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        sealvol_tests::assert_same_tree(&model, &mnt);
+        assert!(chunk_gets() > 0, "reading fetched no chunk");
+    }));
+    unmount_view(&ctd, "view-cri", &mnt);
+    if let Err(e) = result {
+        std::panic::resume_unwind(e);
+    }
+    // CRI records the image under its tag, its digest and its ID.
+    let names = ctr_ok(&ctd, &["images", "ls", "--quiet"]);
+    let mut rm = vec!["images", "rm", "--sync"];
+    rm.extend(names.lines());
+    assert!(rm.len() > 3, "{names}");
+    ctr_ok(&ctd, &rm);
+    let left = snapshots(&ctd);
+    assert!(left.is_empty(), "snapshots left: {left:?}");
+    assert!(
+        fuse_mounts_under(dir.path()).is_empty(),
+        "the version is still mounted"
     );
 }
