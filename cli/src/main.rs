@@ -150,8 +150,12 @@ enum Command {
         #[arg(value_name = "REF")]
         target: String,
         /// Print only the version's full ref (bdn:ns/vol@b3:<hex>)
-        #[arg(long)]
+        #[arg(long, conflicts_with = "oci_ref")]
         full_ref: bool,
+        /// Print only the version index's OCI reference (HOST/ns/vol@sha256:<hex>), which
+        /// runtimes pull and Kubernetes image volumes name
+        #[arg(long)]
+        oci_ref: bool,
         #[command(flatten)]
         conn: volume::Conn,
         #[arg(long, value_enum, default_value_t = Output::Text)]
@@ -601,9 +605,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Stat {
             target,
             full_ref,
+            oci_ref,
             conn,
             output,
-        } => volume::stat(&target, full_ref, &conn, output),
+        } => volume::stat(&target, full_ref, oci_ref, &conn, output),
         Command::Cat {
             target,
             jobs,

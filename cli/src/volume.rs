@@ -284,7 +284,13 @@ pub fn ls(
     Ok(())
 }
 
-pub fn stat(target: &str, full_ref: bool, conn: &Conn, output: Output) -> anyhow::Result<()> {
+pub fn stat(
+    target: &str,
+    full_ref: bool,
+    oci_ref: bool,
+    conn: &Conn,
+    output: Output,
+) -> anyhow::Result<()> {
     let vref = parse_ref(target)?;
     let remote = connect(&vref, conn)?;
     let opened = runtime()?.block_on(inspect::open(&remote, &vref))?;
@@ -293,11 +299,16 @@ pub fn stat(target: &str, full_ref: bool, conn: &Conn, output: Output) -> anyhow
         println!("{}", s.reference);
         return Ok(());
     }
+    if oci_ref && output == Output::Text {
+        println!("{}", s.oci_ref);
+        return Ok(());
+    }
     match output {
         Output::Json => print_json(&s)?,
         Output::Text => {
             println!("ref:      {}", s.reference);
             println!("index:    {}", s.index_digest);
+            println!("oci:      {}", s.oci_ref);
             if let Some(c) = &s.created {
                 println!("created:  {c}");
             }

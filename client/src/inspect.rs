@@ -128,6 +128,10 @@ pub struct Stat {
     pub reference: String,
     pub digest: B3Digest,
     pub index_digest: Sha256Digest,
+    /// The version index as an OCI image reference
+    /// (`HOST/NAMESPACE/VOLUME@sha256:<hex>`): what a runtime pulls, a
+    /// Kubernetes image volume names.
+    pub oci_ref: String,
     pub created: Option<String>,
     #[serde(flatten)]
     pub stats: sealvol_spec::tree::TreeStats,
@@ -155,6 +159,12 @@ pub fn stat(remote: &Remote, opened: &Opened, path: Option<&str>) -> Result<Stat
         reference: display_ref(remote, &opened.version.pinned.without_path()),
         digest: ix.digest,
         index_digest: opened.version.index_digest,
+        oci_ref: format!(
+            "{}/{}@{}",
+            remote.registry(),
+            opened.version.pinned.repository(),
+            opened.version.index_digest
+        ),
         created: ix.created.clone(),
         stats: s,
         source: ix.source.clone(),

@@ -655,7 +655,22 @@ fn ctr_images_pull_mounts_the_version_lazily() {
                 .filter(|r| r.starts_with("GET ") && chunks.iter().any(|c| r.contains(c)))
                 .count()
         };
-        let image = format!("{}/weights/toy:prod", proxy.addr());
+        // The first peer by tag; the second by the index digest `sealvol
+        // stat --oci-ref` prints, as a Kubernetes image volume pins it.
+        let image = if i == 0 {
+            format!("{}/weights/toy:prod", proxy.addr())
+        } else {
+            let oci = sealvol_tests::ok(
+                sb.sealvol(&upstream, &["stat", "bdn:weights/toy:prod", "--oci-ref"]),
+                "stat --oci-ref",
+            );
+            let oci = oci.trim();
+            assert!(
+                oci.starts_with(&format!("{upstream}/weights/toy@sha256:")),
+                "{oci}"
+            );
+            oci.replacen(&upstream, &proxy.addr(), 1)
+        };
         ctr_ok(
             &ctd,
             &[
