@@ -115,6 +115,12 @@ impl SnapshotStore {
     /// Opens (or makes) the store under `root`.
     pub fn open(root: &Path) -> Result<SnapshotStore> {
         std::fs::create_dir_all(root.join("snapshots"))?;
+        // As containerd's own snapshotters: image layers and the metadata
+        // are root's alone; containers see them through their mounts.
+        {
+            use std::os::unix::fs::PermissionsExt as _;
+            std::fs::set_permissions(root, std::fs::Permissions::from_mode(0o700))?;
+        }
         let db = Database::create(root.join("metadata.redb"))?;
         let tx = db.begin_write()?;
         tx.open_table(SNAPSHOTS)?;
