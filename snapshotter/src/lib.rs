@@ -60,7 +60,7 @@ mod verify;
 pub use mount::{
     mount, mounts, unmount, Mount, MountEntry, MountOptions, MountStats, Prefetch, Unmounted,
 };
-pub use reader::ReadError;
+pub use reader::{Downloads, ReadError};
 
 /// Why a mount or an unmount failed: one line a user can act on.
 #[derive(Debug, thiserror::Error)]

@@ -49,6 +49,9 @@ pub struct MountOptions {
     /// that they keep one bound between them (the containerd
     /// snapshotter's); `cache_dir` and `cache_size` are then unused.
     pub shared_cache: Option<ChunkCache>,
+    /// The downloads under way among the mounts sharing that cache, so
+    /// that a chunk two of them need is fetched once.
+    pub shared_downloads: Option<crate::Downloads>,
     pub prefetch: Prefetch,
     /// Bytes kept in memory for reads: chunks, and the verified pieces
     /// reads are served from (a quarter of it for a format 2 tree; see
@@ -76,6 +79,7 @@ impl MountOptions {
             cache_dir: cache_dir.into(),
             cache_size: None,
             shared_cache: None,
+            shared_downloads: None,
             prefetch: Prefetch::None,
             memory_bytes: 128 << 20,
             fetch_timeout: Duration::from_secs(30),
@@ -196,6 +200,7 @@ pub async fn mount(
         cache,
         stats: Arc::clone(&fetch_stats),
         timeout: opts.fetch_timeout,
+        in_flight: opts.shared_downloads.clone(),
     });
     let reader = FileReader::new(Arc::clone(&inodes), source, opts.memory_bytes, rt.clone());
     let prefetch = match opts.prefetch {

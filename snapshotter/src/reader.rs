@@ -112,12 +112,73 @@ pub(crate) struct RegistrySource {
     pub stats: Arc<FetchStats>,
     /// How long one chunk may take, retries included.
     pub timeout: Duration,
+    /// Downloads under way in other mounts sharing `cache`.
+    pub in_flight: Option<Downloads>,
+}
+
+/// The chunk downloads under way among mounts that share one chunk cache
+/// (the containerd snapshotter's fuse manager): a mount needing a chunk
+/// another mount is downloading waits for that download, then finds the
+/// chunk in the cache, so versions sharing chunks fetch each once. Only
+/// the wait is shared, not the result: a download that fails or is
+/// abandoned leaves each waiter to fetch for itself.
+#[derive(Clone, Debug, Default)]
+pub struct Downloads(Arc<Mutex<HashMap<Sha256Digest, tokio::sync::watch::Receiver<()>>>>);
+
+/// Whose turn a download is.
+enum Turn {
+    /// Download it; the guard tells the waiters when dropped.
+    Lead(Leading),
+    /// Another mount is downloading it: wait for the sender to go.
+    Wait(tokio::sync::watch::Receiver<()>),
+}
+
+struct Leading {
+    downloads: Downloads,
+    digest: Sha256Digest,
+    _done: tokio::sync::watch::Sender<()>,
+}
+
+impl Drop for Leading {
+    fn drop(&mut self) {
+        self.downloads
+            .0
+            .lock()
+            .expect("downloads lock")
+            .remove(&self.digest);
+        // Dropping the sender after this wakes the waiters.
+    }
+}
+
+impl Downloads {
+    fn turn(&self, digest: Sha256Digest) -> Turn {
+        let mut map = self.0.lock().expect("downloads lock");
+        if let Some(rx) = map.get(&digest) {
+            return Turn::Wait(rx.clone());
+        }
+        let (tx, rx) = tokio::sync::watch::channel(());
+        map.insert(digest, rx);
+        Turn::Lead(Leading {
+            downloads: self.clone(),
+            digest,
+            _done: tx,
+        })
+    }
 }
 
 impl RegistrySource {
     /// The chunk's sha256-checked bytes, from the cache (`ChunkCache::get`)
     /// or the registry.
     async fn fetch_checked(&self, c: &ChunkRef) -> Result<Vec<u8>, sealvol_client::Error> {
+        let _leading = match self.in_flight.as_ref().map(|d| d.turn(c.sha256)) {
+            Some(Turn::Wait(mut rx)) => {
+                // Resolves with an error once the leader's sender is gone.
+                let _ = rx.changed().await;
+                None
+            }
+            Some(Turn::Lead(l)) => Some(l),
+            None => None,
+        };
         let once = || fetch_chunk(&self.remote, &self.repo, c, Some(&self.cache), &self.stats);
         match once().await {
             // A mount lives longer than a registry token: answer the
@@ -832,6 +893,7 @@ mod tests {
             cache: ChunkCache::open(dir.path()).unwrap(),
             stats: Arc::default(),
             timeout: Duration::from_secs(30),
+            in_flight: None,
         });
         let p = pieces();
         let (_, chunks) = file(&p);
@@ -912,7 +974,33 @@ mod tests {
             cache: ChunkCache::open(dir).unwrap(),
             stats: Arc::default(),
             timeout: Duration::from_secs(30),
+            in_flight: None,
         })
+    }
+
+    #[tokio::test]
+    async fn a_chunk_downloading_in_one_mount_is_waited_for_by_another() {
+        let downloads = Downloads::default();
+        let d = Sha256Digest::of(b"chunk");
+        let Turn::Lead(leading) = downloads.turn(d) else {
+            panic!("the first asker downloads")
+        };
+        let Turn::Wait(mut rx) = downloads.turn(d) else {
+            panic!("the second asker waits")
+        };
+        assert!(matches!(
+            downloads.turn(Sha256Digest::of(b"other")),
+            Turn::Lead(_)
+        ));
+        let waiter = tokio::spawn(async move { rx.changed().await.is_err() });
+        tokio::task::yield_now().await;
+        assert!(!waiter.is_finished(), "the waiter did not wait");
+        drop(leading);
+        assert!(waiter.await.unwrap(), "the waiter heard the download end");
+        assert!(
+            matches!(downloads.turn(d), Turn::Lead(_)),
+            "after the download the next asker downloads (from the cache)"
+        );
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -11,7 +11,8 @@
 //! the mounts its metadata records; the manager answers that it serves them
 //! already. Reads in flight never notice the daemon's absence.
 //!
-//! The manager shares one chunk cache, and its bound, among every mount. It exits (and
+//! The manager shares one chunk cache, and its bound, among every mount,
+//! and fetches a chunk two mounts need at once only once. It exits (and
 //! unmounts) only on SIGTERM or SIGINT; the daemon's unit must not kill it
 //! with the daemon (`KillMode=process` under systemd).
 
@@ -209,6 +210,7 @@ pub async fn serve(
         message: e.to_string(),
     })?;
     options.shared_cache = Some(cache);
+    options.shared_downloads = Some(crate::Downloads::default());
     let manager = Arc::new(Manager {
         mounts: Mutex::default(),
         options,
