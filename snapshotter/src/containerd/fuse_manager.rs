@@ -29,7 +29,7 @@ use tokio::sync::Mutex;
 use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
 
-use super::{dial, Config, DaemonError};
+use super::{dial, Config, DaemonError, PrefetchPolicy};
 use crate::{Mount, MountOptions, Unmounted};
 
 /// The manager's API, generated from `proto/sealvol/fusemanager/v1`.
@@ -60,7 +60,12 @@ struct Served {
 }
 
 impl Manager {
-    async fn mount(&self, reference: &str, at: &Path) -> Result<bool, Status> {
+    async fn mount(
+        &self,
+        reference: &str,
+        at: &Path,
+        prefetch: Option<PrefetchPolicy>,
+    ) -> Result<bool, Status> {
         let mut mounts = self.mounts.lock().await;
         if let Some(s) = mounts.get(at) {
             if s.reference == reference {
@@ -85,7 +90,11 @@ impl Manager {
         let insecure = self.insecure_hosts.contains(&host);
         let remote = Remote::connect(&host, insecure)
             .map_err(|e| Status::unavailable(format!("cannot reach {host}: {e}")))?;
-        let mount = crate::mount(&remote, &vref, at, &self.options)
+        let mut options = self.options.clone();
+        if let Some(p) = prefetch {
+            options.prefetch = p.mode();
+        }
+        let mount = crate::mount(&remote, &vref, at, &options)
             .await
             .map_err(|e| Status::unavailable(format!("cannot mount {reference}: {e}")))?;
         tracing::info!(mountpoint = %at.display(), "mounted {reference}");
@@ -125,7 +134,16 @@ impl pb::fuse_manager_server::FuseManager for Service {
         req: Request<pb::MountRequest>,
     ) -> Result<Response<pb::MountResponse>, Status> {
         let r = req.into_inner();
-        let already = self.0.mount(&r.reference, Path::new(&r.mountpoint)).await?;
+        let prefetch = match r.prefetch.as_str() {
+            "" => None,
+            p => Some(PrefetchPolicy::parse(p).ok_or_else(|| {
+                Status::invalid_argument(format!("prefetch {p:?}: none, open or all"))
+            })?),
+        };
+        let already = self
+            .0
+            .mount(&r.reference, Path::new(&r.mountpoint), prefetch)
+            .await?;
         Ok(Response::new(pb::MountResponse { already }))
     }
 
@@ -323,13 +341,20 @@ impl Keeper {
         }
     }
 
-    /// Mounts `reference` at `at`, or confirms it is mounted there.
-    pub async fn mount(&self, reference: &str, at: &Path) -> Result<(), Status> {
+    /// Mounts `reference` at `at` (with `prefetch` instead of the
+    /// configured policy), or confirms it is mounted there.
+    pub async fn mount(
+        &self,
+        reference: &str,
+        at: &Path,
+        prefetch: Option<PrefetchPolicy>,
+    ) -> Result<(), Status> {
         self.client
             .clone()
             .mount(pb::MountRequest {
                 reference: reference.to_string(),
                 mountpoint: at.display().to_string(),
+                prefetch: prefetch.map_or("", PrefetchPolicy::as_str).to_string(),
             })
             .await?;
         Ok(())

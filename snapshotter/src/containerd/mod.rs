@@ -101,6 +101,34 @@ pub enum PrefetchPolicy {
     All,
 }
 
+impl PrefetchPolicy {
+    /// `none`, `open` or `all`, as in the config.
+    pub fn parse(s: &str) -> Option<PrefetchPolicy> {
+        match s {
+            "none" => Some(PrefetchPolicy::None),
+            "open" => Some(PrefetchPolicy::Open),
+            "all" => Some(PrefetchPolicy::All),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PrefetchPolicy::None => "none",
+            PrefetchPolicy::Open => "open",
+            PrefetchPolicy::All => "all",
+        }
+    }
+
+    pub fn mode(self) -> crate::Prefetch {
+        match self {
+            PrefetchPolicy::None => crate::Prefetch::None,
+            PrefetchPolicy::Open => crate::Prefetch::Open,
+            PrefetchPolicy::All => crate::Prefetch::All,
+        }
+    }
+}
+
 impl Default for Config {
     fn default() -> Self {
         Config {
@@ -136,11 +164,7 @@ impl Config {
                 .unwrap_or_else(|| self.root.join("cache")),
         );
         o.cache_size = self.cache_size;
-        o.prefetch = match self.prefetch {
-            PrefetchPolicy::None => crate::Prefetch::None,
-            PrefetchPolicy::Open => crate::Prefetch::Open,
-            PrefetchPolicy::All => crate::Prefetch::All,
-        };
+        o.prefetch = self.prefetch.mode();
         o.fetch_timeout = std::time::Duration::from_secs(self.fetch_timeout_seconds.max(1));
         o.allow_other = true;
         o

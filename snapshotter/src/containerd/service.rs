@@ -3,7 +3,7 @@
 //! the gRPC code containerd turns back into its error class
 //! (`ALREADY_EXISTS` tells an unpacker the layer is there already).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::pin::Pin;
 use std::sync::Arc;
 
@@ -60,7 +60,12 @@ impl SnapshotService {
             let Some(reference) = r.version.clone() else {
                 continue;
             };
-            if let Err(e) = self.keeper.mount(&reference, &self.store.fs(r.id)).await {
+            // A prefetch the layer asked for is in the labels it was
+            // prepared with.
+            let labels: HashMap<String, String> = r.labels.clone().into_iter().collect();
+            let prefetch = super::version::prefetch(&labels);
+            let at = self.store.fs(r.id);
+            if let Err(e) = self.keeper.mount(&reference, &at, prefetch).await {
                 tracing::error!(snapshot = %name, "cannot mount {reference} again: {}", e.message());
             }
         }
@@ -92,11 +97,8 @@ impl SnapshotService {
             Err(e) if e.code() == tonic::Code::AlreadyExists => return exists(),
             Err(e) => return e,
         };
-        match self
-            .keeper
-            .mount(&reference, &self.store.fs(record.id))
-            .await
-        {
+        let at = self.store.fs(record.id);
+        match self.keeper.mount(&reference, &at, layer.prefetch).await {
             Ok(()) => {
                 tracing::info!(snapshot = %name, "mounted {reference} lazily");
                 exists()
@@ -136,7 +138,7 @@ impl SnapshotService {
         let k = r.key.clone();
         let active = self.run(move |s| s.get(&k)).await?;
         let (shown, at) = (reference.to_string(), self.store.fs(active.id));
-        self.keeper.mount(&shown, &at).await?;
+        self.keeper.mount(&shown, &at, None).await?;
         let version = Some(shown.clone());
         let name = r.name.clone();
         match self

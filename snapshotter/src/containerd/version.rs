@@ -20,8 +20,13 @@ use sealvol_spec::oci::{ANN_SNAPSHOT_TREE, ANN_SNAPSHOT_VERSION};
 use sealvol_spec::reference::{Selector, VolumeRef};
 use sealvol_spec::{B3Digest, DigestSelector};
 
+use super::PrefetchPolicy;
+
 /// The chain ID containerd commits an unpacked layer as.
 pub const LABEL_TARGET: &str = "containerd.io/snapshot.ref";
+/// A view layer annotation choosing the prefetch policy of this version's
+/// mount over the snapshotter's `prefetch` (`none`, `open`, `all`).
+pub const LABEL_PREFETCH: &str = "containerd.io/snapshot/sealvol.prefetch";
 /// The image reference CRI passes (with `disable_snapshot_annotations =
 /// false` in its configuration).
 pub const LABEL_IMAGE_REF: &str = "containerd.io/snapshot/cri.image-ref";
@@ -35,6 +40,20 @@ pub struct VersionLayer {
     pub tree: String,
     /// The name to commit the mounted version as.
     pub target: String,
+    /// The layer's [`LABEL_PREFETCH`], when it is a policy.
+    pub prefetch: Option<PrefetchPolicy>,
+}
+
+/// The prefetch policy `labels` ask for, if any and valid.
+pub fn prefetch(labels: &HashMap<String, String>) -> Option<PrefetchPolicy> {
+    let value = labels.get(LABEL_PREFETCH)?;
+    let policy = PrefetchPolicy::parse(value);
+    if policy.is_none() {
+        tracing::warn!(
+            "{LABEL_PREFETCH} {value:?} is not none, open or all; the configured prefetch applies"
+        );
+    }
+    policy
 }
 
 /// What a `Prepare`'s labels say: not a version's layer, a version's layer
@@ -73,6 +92,7 @@ pub fn recognize(labels: &HashMap<String, String>) -> Recognized {
             reference,
             tree: labels.get(ANN_SNAPSHOT_TREE).cloned().unwrap_or_default(),
             target: target.clone(),
+            prefetch: prefetch(labels),
         }),
         Err(why) => Recognized::Unusable(format!("{LABEL_IMAGE_REF}: {why}")),
     }
@@ -121,7 +141,19 @@ mod tests {
             v.reference.to_string(),
             format!("reg.example:5000/weights/qwen@{b3}")
         );
-        assert_eq!(v.target, "sha256:chain");
+        assert_eq!((v.target.as_str(), v.prefetch), ("sha256:chain", None));
+        for (value, want) in [("all", Some(PrefetchPolicy::All)), ("everything", None)] {
+            let l = labels(&[
+                (ANN_SNAPSHOT_VERSION, &b3),
+                (LABEL_TARGET, "sha256:chain"),
+                (LABEL_IMAGE_REF, "reg.example/w/q:1"),
+                (LABEL_PREFETCH, value),
+            ]);
+            let Recognized::Version(v) = recognize(&l) else {
+                panic!("{value}")
+            };
+            assert_eq!(v.prefetch, want, "{value}");
+        }
         assert_eq!(
             recognize(&labels(&[(LABEL_TARGET, "x")])),
             Recognized::Ordinary
