@@ -22,6 +22,9 @@ const IMAGE: &str = "docker.io/library/sealvol-plain:1";
 /// both stopped when dropped.
 struct Snapshotter {
     child: Child,
+    /// `DOCKER_CONFIG` for the daemon and the fuse manager it starts: the
+    /// node's registry credentials.
+    docker_config: PathBuf,
     dir: PathBuf,
     socket: PathBuf,
     root: PathBuf,
@@ -32,19 +35,29 @@ impl Snapshotter {
         Snapshotter::start_with(dir, "")
     }
 
-    /// With `config` as its `snapshotter.toml`.
+    /// With `config` as its `snapshotter.toml`, and no registry
+    /// credentials.
     fn start_with(dir: &Path, config: &str) -> Snapshotter {
+        let none = dir.join("no-docker-config");
+        std::fs::create_dir_all(&none).unwrap();
+        Snapshotter::start_with_credentials(dir, config, &none)
+    }
+
+    /// With `config`, and the credentials in `docker_config/config.json`.
+    fn start_with_credentials(dir: &Path, config: &str, docker_config: &Path) -> Snapshotter {
         std::fs::write(dir.join("snapshotter.toml"), config).unwrap();
         Snapshotter {
-            child: Snapshotter::spawn(dir),
+            child: Snapshotter::spawn(dir, docker_config),
+            docker_config: docker_config.to_path_buf(),
             dir: dir.to_path_buf(),
             socket: dir.join("snapshotter.sock"),
             root: dir.join("root"),
         }
     }
 
-    fn spawn(dir: &Path) -> Child {
+    fn spawn(dir: &Path, docker_config: &Path) -> Child {
         let mut child = Command::new(sealvol_tests::sealvol_bin())
+            .env("DOCKER_CONFIG", docker_config)
             .args(["snapshotter", "--config", s(&dir.join("snapshotter.toml"))])
             .args(["--root", s(&dir.join("root"))])
             .args(["--address", s(&dir.join("snapshotter.sock"))])
@@ -81,19 +94,27 @@ impl Snapshotter {
     /// it.
     fn restart(&mut self, ctd: &Containerd) {
         self.kill_daemon();
-        self.child = Snapshotter::spawn(&self.dir);
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-        while !ctd
-            .ctr(&["snapshots", "--snapshotter", "sealvol", "ls"])
-            .status
-            .success()
-        {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "containerd did not reach the restarted snapshotter"
-            );
-            std::thread::sleep(std::time::Duration::from_millis(250));
-        }
+        self.child = Snapshotter::spawn(&self.dir, &self.docker_config);
+        reached(ctd);
+    }
+}
+
+/// Waits until containerd, which redials a proxy plugin with a backoff of
+/// its own, reaches a (re)started snapshotter: a snapshot prepared and
+/// removed again (containerd answers `ls` from its own metadata).
+fn reached(ctd: &Containerd) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let probe = |args: &[&str]| {
+        let mut all = vec!["snapshots", "--snapshotter", "sealvol"];
+        all.extend_from_slice(args);
+        ctd.ctr(&all).status.success()
+    };
+    while !(probe(&["prepare", "reach-probe"]) && probe(&["rm", "reach-probe"])) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "containerd did not reach the restarted snapshotter"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(250));
     }
 }
 
@@ -994,4 +1015,81 @@ fn cri_pull_image_mounts_the_version_from_its_labels() {
         fuse_mounts_under(dir.path()).is_empty(),
         "the version is still mounted"
     );
+}
+
+/// Registry credentials come from the node's docker `config.json`, read as
+/// the CLI reads it, by the fuse manager that fetches the tree and the
+/// chunks; what containerd was given for the pull (`ctr --user`, kubelet
+/// pull secrets) never reaches a snapshotter. Without them a pull from a
+/// private registry fails with a line naming the registry; with them the
+/// view reads the files.
+#[test]
+fn a_private_registry_is_read_with_the_nodes_credentials() {
+    use base64::Engine as _;
+    let (user, password) = ("node", "s3cret: pass");
+    let registry = sealvol_tests::DockerRegistry::start_with_htpasswd(user, password);
+    let host = registry.addr();
+    let auth = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+    let config = serde_json::json!({ "auths": { &host: { "auth": auth } } }).to_string();
+    let owner = sealvol_tests::Sandbox::new();
+    sealvol_tests::write(
+        &owner.docker_config().join("config.json"),
+        config.as_bytes(),
+        0o600,
+    );
+    let model = owner.path().join("model");
+    sealvol_tests::write(&model.join("weights.bin"), &noise(3 << 20, 31), 0o644);
+    sealvol_tests::write(&model.join("config.json"), b"{\"private\": true}", 0o644);
+    let image = format!("{host}/weights/private:1");
+    sealvol_tests::ok(
+        owner.sealvol(&sealvol_tests::closed_addr(), &["push", s(&model), &image]),
+        "push",
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let ctd = Containerd::start_with(&proxy_config(&dir.path().join("snapshotter.sock")));
+    let toml = format!("containerd_address = {:?}\n", s(&ctd.address()));
+    let creds = format!("{user}:{password}");
+    let pull = [
+        "images",
+        "pull",
+        "--snapshotter",
+        "sealvol",
+        "--plain-http",
+        "--platform",
+        "linux/amd64",
+        "--user",
+        &creds,
+        &image,
+    ];
+    let snap = Snapshotter::start_with(dir.path(), &toml);
+    let out = ctd.ctr(&pull);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "a node without credentials mounted it"
+    );
+    assert!(
+        err.contains(&host) && err.contains("sealvol login"),
+        "the failure should name the registry and say sealvol login: {err}"
+    );
+    assert!(committed(&ctd).is_empty(), "{:?}", snapshots(&ctd));
+    // The manager keeps the environment it started with: stop both.
+    drop(snap);
+
+    let node = dir.path().join("node-docker");
+    sealvol_tests::write(&node.join("config.json"), config.as_bytes(), 0o600);
+    let _snap = Snapshotter::start_with_credentials(dir.path(), &toml, &node);
+    reached(&ctd);
+    ctr_ok(&ctd, &pull);
+    let mnt = dir.path().join("mnt");
+    std::fs::create_dir_all(&mnt).unwrap();
+    mount_view(&ctd, "view-private", &top_snapshot(&ctd), &mnt);
+    let result = std::panic::catch_unwind(|| sealvol_tests::assert_same_tree(&model, &mnt));
+    unmount_view(&ctd, "view-private", &mnt);
+    if let Err(e) = result {
+        std::panic::resume_unwind(e);
+    }
+    ctr_ok(&ctd, &["images", "rm", "--sync", &image]);
+    assert!(snapshots(&ctd).is_empty());
 }
