@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand, ValueEnum};
-use sealvol_client::{ReadMode, SealOptions};
+use sealvol_client::{CacheDir, ReadMode, SealOptions};
 
 mod admin;
 mod lifecycle;
@@ -567,7 +567,15 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             conn,
             output,
         } => volume::push(
-            &dir, &target, &tags, includes, excludes, jobs, cache_dir, &conn, output,
+            &dir,
+            &target,
+            &tags,
+            includes,
+            excludes,
+            jobs,
+            CacheDir::chosen(cache_dir, false),
+            &conn,
+            output,
         ),
         Command::Pull {
             source,
@@ -579,23 +587,16 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             verification,
             conn,
             output,
-        } => {
-            let cache = if no_cache {
-                None
-            } else {
-                volume::cache_dir(cache_dir)
-            };
-            volume::pull(
-                &source,
-                &dir,
-                includes,
-                jobs,
-                cache,
-                verification,
-                &conn,
-                output,
-            )
-        }
+        } => volume::pull(
+            &source,
+            &dir,
+            includes,
+            jobs,
+            CacheDir::chosen(cache_dir, no_cache),
+            verification,
+            &conn,
+            output,
+        ),
         Command::Ls {
             target,
             recursive,
@@ -615,7 +616,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             cache_dir,
             verification,
             conn,
-        } => volume::cat(&target, jobs, cache_dir, verification, &conn),
+        } => volume::cat(
+            &target,
+            jobs,
+            CacheDir::chosen(cache_dir, false),
+            verification,
+            &conn,
+        ),
         Command::Verify {
             first,
             second,
@@ -631,7 +638,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             digest.as_deref(),
             deep,
             jobs,
-            volume::cache_dir(cache_dir),
+            CacheDir::chosen(cache_dir, false),
             &conn,
             output,
         ),
@@ -641,7 +648,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             cache_dir,
             conn,
             output,
-        } => verify::upgrade(&target, jobs, volume::cache_dir(cache_dir), &conn, output),
+        } => verify::upgrade(
+            &target,
+            jobs,
+            CacheDir::chosen(cache_dir, false),
+            &conn,
+            output,
+        ),
         Command::Versions {
             target,
             jobs,
@@ -734,11 +747,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 },
                 ..SealOptions::default()
             };
-            if no_cache {
-                opts.cache_dir = None;
-            } else if cache_dir.is_some() {
-                opts.cache_dir = cache_dir;
-            }
+            opts.cache_dir = CacheDir::chosen(cache_dir, no_cache);
             let sealed = sealvol_client::seal(&dir, &opts)
                 .with_context(|| format!("cannot seal {}", dir.display()))?;
             let s = &sealed.stats;

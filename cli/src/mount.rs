@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context as _};
 use clap::ValueEnum;
+use sealvol_client::CacheDir;
 use sealvol_snapshotter::{MountOptions, Prefetch, Unmounted};
 use sealvol_spec::reference::VolumeRef;
 
@@ -185,7 +186,7 @@ pub fn mount(args: MountArgs) -> anyhow::Result<()> {
     if args.daemon && !detached {
         return detach_and_wait();
     }
-    let Some(cache_dir) = volume::cache_dir(args.cache_dir.clone()) else {
+    let CacheDir::At(cache_dir) = CacheDir::chosen(args.cache_dir.clone(), false) else {
         bail!("no cache directory: HOME is not set; give --cache-dir");
     };
     let mut opts = MountOptions::new(cache_dir);

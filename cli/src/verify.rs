@@ -4,8 +4,8 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::bail;
-use sealvol_client::cache::ChunkCache;
 use sealvol_client::verify::{self, Problem};
+use sealvol_client::CacheDir;
 use sealvol_client::SealOptions;
 use sealvol_spec::{B3Digest, VolumeRef};
 
@@ -19,7 +19,7 @@ pub fn verify(
     digest: Option<&str>,
     deep: bool,
     jobs: usize,
-    cache_dir: Option<PathBuf>,
+    cache_dir: CacheDir,
     conn: &Conn,
     output: Output,
 ) -> anyhow::Result<()> {
@@ -144,13 +144,14 @@ fn directory(arg: &str) -> anyhow::Result<PathBuf> {
 pub fn upgrade(
     target: &str,
     jobs: usize,
-    cache_dir: Option<PathBuf>,
+    cache_dir: CacheDir,
     conn: &Conn,
     output: Output,
 ) -> anyhow::Result<()> {
     let vref = parse_ref(target)?;
     let remote = connect(&vref, conn)?;
-    let cache = cache_dir.and_then(|d| ChunkCache::open(&d).ok());
+    // A cache that cannot be used only makes the upgrade slower.
+    let cache = cache_dir.chunks().ok().flatten();
     let jobs = if jobs == 0 { 8 } else { jobs };
     let progress = progress::for_terminal(output == Output::Json);
     let r = runtime()?.block_on(sealvol_client::upgrade::upgrade(

@@ -4,14 +4,14 @@
 //! library and prints text (or one JSON document with `--output json`).
 
 use std::io::{BufRead as _, IsTerminal as _, Write as _};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::{bail, Context as _};
 use sealvol_client::inspect::{self, EntryInfo};
 use sealvol_client::pull::PullOptions;
 use sealvol_client::push::PushOptions;
 use sealvol_client::resolve::{check_legacy, display_ref, legacy_warning, Legacy};
-use sealvol_client::{cache::ChunkCache, Remote};
+use sealvol_client::{CacheDir, Remote};
 use sealvol_spec::reference::{is_name_component, VolumeRef};
 
 use crate::{progress, Output};
@@ -95,11 +95,6 @@ pub(crate) fn human(bytes: u64) -> String {
     }
 }
 
-/// The cache directory: the one given, else the default.
-pub fn cache_dir(dir: Option<PathBuf>) -> Option<PathBuf> {
-    dir.or_else(sealvol_client::filestate::default_cache_dir)
-}
-
 #[allow(clippy::too_many_arguments)]
 pub fn push(
     dir: &Path,
@@ -108,7 +103,7 @@ pub fn push(
     includes: Vec<String>,
     excludes: Vec<String>,
     jobs: usize,
-    cache: Option<PathBuf>,
+    cache: CacheDir,
     conn: &Conn,
     output: Output,
 ) -> anyhow::Result<()> {
@@ -118,7 +113,6 @@ pub fn push(
         .map(|t| inspect::user_tag(t))
         .collect::<Result<Vec<_>, _>>()?;
     let remote = connect(&vref, conn)?;
-    let cache = cache_dir(cache);
     let mut seal = sealvol_client::SealOptions {
         includes,
         excludes,
@@ -179,7 +173,7 @@ pub fn pull(
     dir: &Path,
     includes: Vec<String>,
     jobs: usize,
-    cache: Option<PathBuf>,
+    cache: CacheDir,
     verification: Verification,
     conn: &Conn,
     output: Output,
@@ -348,7 +342,7 @@ pub fn stat(
 pub fn cat(
     target: &str,
     jobs: usize,
-    cache: Option<PathBuf>,
+    cache: CacheDir,
     verification: Verification,
     conn: &Conn,
 ) -> anyhow::Result<()> {
@@ -360,7 +354,8 @@ pub fn cat(
         );
     };
     let remote = connect(&vref, conn)?;
-    let cache = cache_dir(cache).and_then(|d| ChunkCache::open(&d).ok());
+    // A cache that cannot be used only makes the read slower.
+    let cache = cache.chunks().ok().flatten();
     let rt = runtime()?;
     let opened = rt.block_on(inspect::open(&remote, &vref))?;
     let shown = display_ref(&remote, &opened.version.pinned.without_path());

@@ -41,15 +41,6 @@ fn err(path: &Path, e: impl std::fmt::Display) -> CacheError {
     }
 }
 
-/// The default location: `$XDG_CACHE_HOME/sealvol` or `~/.cache/sealvol`.
-pub fn default_cache_dir() -> Option<PathBuf> {
-    std::env::var_os("XDG_CACHE_HOME")
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
-        .map(|d| d.join("sealvol"))
-}
-
 impl FileStateCache {
     /// Opens or creates `dir/filestate.redb`.
     pub fn open(dir: &Path) -> Result<FileStateCache, CacheError> {

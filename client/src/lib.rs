@@ -16,6 +16,7 @@
 use std::path::{Path, PathBuf};
 
 pub mod cache;
+pub mod cache_dir;
 pub mod chunker;
 pub mod credentials;
 
@@ -34,6 +35,7 @@ pub mod verified;
 pub mod verify;
 pub mod walk;
 
+pub use cache_dir::CacheDir;
 pub use chunker::ReadMode;
 pub use remote::{Remote, TransportError};
 pub use seal::{seal, seal_with_progress, ChunkLocation, SealOptions, Sealed};

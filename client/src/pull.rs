@@ -33,8 +33,8 @@ pub struct PullOptions {
     pub includes: Vec<String>,
     /// Parallel downloads; 0 picks the default.
     pub jobs: usize,
-    /// The chunk cache; `None` keeps chunks only in memory.
-    pub cache_dir: Option<PathBuf>,
+    /// The chunk cache; off keeps chunks only in memory.
+    pub cache_dir: crate::CacheDir,
     /// What to do with a format 1 tree (SPEC.md §2.6).
     pub legacy: crate::resolve::Legacy,
 }
@@ -138,10 +138,8 @@ pub async fn pull(
     let targets = select(&tree, vref.path.as_deref(), &includes, dir, &shown)?;
     let cache = opts
         .cache_dir
-        .as_deref()
-        .map(ChunkCache::open)
-        .transpose()
-        .map_err(|e| Error::io(opts.cache_dir.as_deref().unwrap_or(dir), e))?;
+        .chunks()
+        .map_err(|e| Error::io(opts.cache_dir.path().unwrap_or(dir), e))?;
 
     std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
     for t in targets.iter().filter(|t| t.entry.is_dir()) {

@@ -5,7 +5,7 @@
 //! no tag pointing at a partial version; pushing it again sends only what
 //! is still missing.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -31,7 +31,7 @@ pub struct PushOptions {
     /// Parallel transfers; 0 picks the default.
     pub jobs: usize,
     /// Where the client remembers which repositories hold which chunks.
-    pub cache_dir: Option<PathBuf>,
+    pub cache_dir: crate::CacheDir,
 }
 
 /// Parallel transfers when the user does not say: enough to fill a fast
@@ -152,10 +152,7 @@ async fn publish(
 
     remote.prepare(&repo, true).await;
     let digest_tag = Tag::for_digest(&sealed.digest);
-    let seen = opts
-        .cache_dir
-        .as_deref()
-        .and_then(|d| SeenBlobs::open(d, remote.registry()).ok());
+    let seen = opts.cache_dir.seen(remote.registry());
 
     // The same content already published with a format 2 tree: nothing to
     // upload, and the version keeps the index (and creation time) it was

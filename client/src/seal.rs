@@ -9,7 +9,6 @@ use sealvol_spec::{
 };
 
 use crate::chunker::{chunk_files, ChunkedFile, FileJob, ReadMode};
-use crate::filestate::FileStateCache;
 use crate::walk::{walk, Filter, WalkKind};
 use crate::SealError;
 
@@ -21,8 +20,8 @@ pub struct SealOptions {
     pub params: ChunkingParams,
     /// Worker threads; 0 means one per core.
     pub threads: usize,
-    /// Where the file-state cache lives; `None` disables it.
-    pub cache_dir: Option<PathBuf>,
+    /// Where the file-state cache lives, if anywhere.
+    pub cache_dir: crate::CacheDir,
     /// How files are read; see [`ReadMode`] before choosing `Mmap`.
     pub read_mode: ReadMode,
 }
@@ -34,7 +33,7 @@ impl Default for SealOptions {
             excludes: Vec::new(),
             params: ChunkingParams::default(),
             threads: 0,
-            cache_dir: crate::filestate::default_cache_dir(),
+            cache_dir: crate::CacheDir::default_location(),
             read_mode: ReadMode::Read,
         }
     }
@@ -108,16 +107,7 @@ pub fn seal_with_progress(
     let filter = Filter::new(&opts.includes, &opts.excludes)?;
     let stat_time = std::time::SystemTime::now();
     let walked = walk(root, &filter)?;
-    let cache = opts
-        .cache_dir
-        .as_deref()
-        .and_then(|d| match FileStateCache::open(d) {
-            Ok(c) => Some(c),
-            Err(e) => {
-                tracing::warn!("sealing without the file-state cache: {e}");
-                None
-            }
-        });
+    let cache = opts.cache_dir.file_states();
 
     // Files the cache knows are taken from it; the rest are chunked.
     let mut known: Vec<Option<ChunkedFile>> = Vec::new();
