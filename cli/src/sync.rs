@@ -609,7 +609,7 @@ fn secret_set(name: &str, binding: &Binding, ask: &Ask) -> anyhow::Result<()> {
     let (registry, remote) = ask.connect()?;
     let rt = runtime()?;
     // A registry without secrets says so before anyone types a value.
-    rt.block_on(sealvol_client::lifecycle::require(
+    rt.block_on(sealvol_client::api::require(
         &remote,
         "secrets for sync jobs",
     ))?;

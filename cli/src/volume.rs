@@ -431,7 +431,7 @@ pub fn tag_set(
 ) -> anyhow::Result<()> {
     let vref = parse_ref(target)?;
     let expires_at = expires_at
-        .map(|s| sealvol_client::lifecycle::parse_expiry(s, std::time::SystemTime::now()))
+        .map(|s| crate::lifecycle::parse_expiry(s, std::time::SystemTime::now()))
         .transpose()?;
     let remote = connect(&vref, conn)?;
     let done = runtime()?.block_on(inspect::tag_set(&remote, &vref, tag, expires_at))?;

@@ -289,7 +289,7 @@ pub async fn versions(
     jobs: usize,
     include_tombstoned: bool,
 ) -> Result<Vec<VersionInfo>, Error> {
-    if lifecycle::supported(remote).await? {
+    if crate::api::supported(remote).await? {
         return Ok(lifecycle::versions(remote, volume, include_tombstoned)
             .await?
             .into_iter()
@@ -297,7 +297,7 @@ pub async fn versions(
             .collect());
     }
     if include_tombstoned {
-        lifecycle::require(remote, "listing deleted versions").await?;
+        crate::api::require(remote, "listing deleted versions").await?;
     }
     let repo = volume.repository();
     let tags = remote.tags(&repo).await?;
@@ -392,7 +392,7 @@ pub async fn tag_set(
 ) -> Result<VersionInfoShort, Error> {
     let tag = user_tag(tag)?;
     if expires_at.is_some() {
-        lifecycle::require(remote, "tag expiry").await?;
+        crate::api::require(remote, "tag expiry").await?;
     }
     let version = resolve(remote, vref).await?;
     let reference = display_ref(remote, &version.pinned.without_path());

@@ -5,7 +5,7 @@
 use reqwest::Method;
 use sealvol_spec::api::{ApiKey, ApiKeyList, ApiKeyRequest, ErrorCode, NewApiKey};
 
-use crate::lifecycle::{self, CallCtx};
+use crate::api::{self, CallCtx};
 use crate::remote::Remote;
 use crate::Error;
 
@@ -28,7 +28,7 @@ impl CallCtx for Ctx {
     }
 
     fn refused(&self, status: u16, body: &[u8]) -> Error {
-        let (code, message) = lifecycle::error_code(body);
+        let (code, message) = api::error_code(body);
         let registry = &self.registry;
         match ErrorCode::parse(&code) {
             Some(ErrorCode::KeyUnknown) => Error::NotFound(format!(
@@ -38,9 +38,9 @@ impl CallCtx for Ctx {
             Some(ErrorCode::Invalid) => Error::Usage(format!(
                 "registry {registry} refused {}: {}",
                 self.doing,
-                lifecycle::one_line(&message)
+                api::one_line(&message)
             )),
-            _ => Error::Transport(lifecycle::other_failure(
+            _ => Error::Transport(api::other_failure(
                 registry, status, &code, &message, self.doing,
             )),
         }
@@ -48,7 +48,7 @@ impl CallCtx for Ctx {
 }
 
 async fn ctx(remote: &Remote, doing: &'static str, id: &str) -> Result<Ctx, Error> {
-    lifecycle::require(remote, "API keys").await?;
+    api::require(remote, "API keys").await?;
     Ok(Ctx {
         registry: remote.registry().to_string(),
         doing,
@@ -59,22 +59,22 @@ async fn ctx(remote: &Remote, doing: &'static str, id: &str) -> Result<Ctx, Erro
 /// `POST /api/v1/keys`.
 pub async fn create(remote: &Remote, req: &ApiKeyRequest) -> Result<NewApiKey, Error> {
     let ctx = ctx(remote, "creating an API key", "").await?;
-    let body = lifecycle::to_body(req);
-    let bytes = lifecycle::send(remote, &ctx, Method::POST, "/keys", None, Some(&body)).await?;
-    lifecycle::decode(&ctx, &bytes)
+    let body = api::to_body(req);
+    let bytes = api::send(remote, &ctx, Method::POST, "/keys", None, Some(&body)).await?;
+    api::decode(&ctx, &bytes)
 }
 
 /// `GET /api/v1/keys`.
 pub async fn list(remote: &Remote) -> Result<Vec<ApiKey>, Error> {
     let ctx = ctx(remote, "listing API keys", "").await?;
-    let list: ApiKeyList = lifecycle::get(remote, &ctx, "/keys", None).await?;
+    let list: ApiKeyList = api::get(remote, &ctx, "/keys", None).await?;
     Ok(list.keys)
 }
 
 /// `DELETE /api/v1/keys/ID`.
 pub async fn revoke(remote: &Remote, id: &str) -> Result<(), Error> {
     let ctx = ctx(remote, "revoking an API key", id).await?;
-    let path = format!("/keys/{}", lifecycle::segment(id));
-    lifecycle::send(remote, &ctx, Method::DELETE, &path, None, None).await?;
+    let path = format!("/keys/{}", api::segment(id));
+    api::send(remote, &ctx, Method::DELETE, &path, None, None).await?;
     Ok(())
 }

@@ -15,9 +15,11 @@
 
 use std::path::{Path, PathBuf};
 
+pub mod api;
 pub mod cache;
 pub mod cache_dir;
 pub mod chunker;
+pub mod claim;
 pub mod credentials;
 
 pub mod filestate;

@@ -1,10 +1,12 @@
-//! The registry volume API (SPEC.md §7) from the client side: a volume's
-//! history (versions alive and deleted), deleting and restoring versions,
-//! tag and volume expiry, push claims and garbage collection, over the
-//! same [`Remote`] the OCI calls use.
+//! The registry volume API's endpoints (SPEC.md §7) from the client side: a
+//! volume's history (versions alive and deleted), deleting and restoring
+//! versions, tag and volume expiry and garbage collection, over the same
+//! [`Remote`] the OCI calls use, and what their refusals mean to a user
+//! (`Ctx`). Sending, decoding and asking whether a registry has the API
+//! are [`crate::api`]'s; push claims are [`crate::claim`]'s.
 //!
 //! Only a registry that knows volumes (`sealvol serve`) has this API; any
-//! other answers 404 under `/api/v1`, [`supported`] says `false`, and every
+//! other answers 404 under `/api/v1`, [`crate::api::supported`] says `false`, and every
 //! call here fails with one line naming the registry and what it cannot
 //! do. It is not the OCI view: pushing, pulling and reading go through
 //! [`crate::push`], [`crate::pull`] and [`crate::inspect`], which work on
@@ -22,18 +24,18 @@
 //! # Ok(()) }
 //! ```
 
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
-use bytes::Bytes;
 use reqwest::Method;
-use sealvol_spec::api::{self as wire, ErrorBody, ErrorCode};
+use sealvol_spec::api::{self as wire, ErrorCode};
 use sealvol_spec::reference::{Selector, Tag, VolumeRef};
 use sealvol_spec::{B3Digest, DigestSelector};
-use serde::de::DeserializeOwned;
-use serde_json::Value;
 
-use crate::remote::{ApiAnswer, Remote, TransportError};
+use crate::api::{
+    decode, error_code, get, human_seconds, one_line, other_failure, require, segment, send,
+    to_body, CallCtx,
+};
+use crate::remote::{Remote, TransportError};
 use crate::resolve::display_ref;
 use crate::Error;
 
@@ -41,50 +43,6 @@ use crate::Error;
 pub use sealvol_spec::api::{
     ApiInfo, Claim, GcReport, Head, Lifecycle, TagInfo, Version, Volume, API,
 };
-
-/// What the registry says about its volume API: `None` when it has none.
-/// Asked once per [`Remote`] (and its clones); a registry that cannot be
-/// reached, or fails with 5xx on every attempt, is an error and is asked
-/// again next time.
-pub async fn info(remote: &Remote) -> Result<Option<ApiInfo>, Error> {
-    let probe = || async {
-        let answer = remote.api(Method::GET, "", None, None).await?;
-        let info = match answer.status {
-            200 => serde_json::from_slice::<ApiInfo>(&answer.body)
-                .ok()
-                .filter(|i| i.api == API),
-            _ => None,
-        };
-        tracing::debug!(
-            registry = remote.registry(),
-            status = answer.status,
-            api = info.is_some(),
-            "probing /api/v1"
-        );
-        Ok::<_, Error>(info)
-    };
-    Ok(remote.api_info_cell().get_or_try_init(probe).await?.clone())
-}
-
-/// Whether the registry implements SPEC.md §7.
-pub async fn supported(remote: &Remote) -> Result<bool, Error> {
-    Ok(info(remote).await?.is_some())
-}
-
-/// The registry's [`ApiInfo`], or the error "registry HOST does not
-/// support `what` (it has no sealvol volume API)".
-pub async fn require(remote: &Remote, what: &str) -> Result<ApiInfo, Error> {
-    info(remote)
-        .await?
-        .ok_or_else(|| unsupported(remote.registry(), what))
-}
-
-fn unsupported(registry: &str, what: &str) -> Error {
-    Error::Transport(TransportError::Unsupported {
-        registry: registry.to_string(),
-        what: format!("{what} (it has no sealvol volume API)"),
-    })
-}
 
 /// `GET /api/v1/namespaces`.
 pub async fn namespaces(remote: &Remote) -> Result<Vec<String>, Error> {
@@ -339,79 +297,6 @@ pub async fn delete_tag(remote: &Remote, volume: &VolumeRef, tag: &Tag) -> Resul
     Ok(())
 }
 
-/// `POST /api/v1/volumes/NAME/-/claim`: takes the volume's push claim, or
-/// fails with "another push to REF is in progress; push again".
-pub async fn claim_acquire(
-    remote: &Remote,
-    volume: &VolumeRef,
-    holder: &str,
-) -> Result<Claim, Error> {
-    Ok(claim_call(remote, volume, Method::POST, None, Some(holder)).await?)
-}
-
-/// `PUT /api/v1/volumes/NAME/-/claim/TOKEN`: renews a claim. One that
-/// lapsed is an [`Error::Conflict`] saying so.
-pub async fn claim_renew(remote: &Remote, volume: &VolumeRef, token: &str) -> Result<Claim, Error> {
-    Ok(claim_call(remote, volume, Method::PUT, Some(token), None).await?)
-}
-
-/// `DELETE /api/v1/volumes/NAME/-/claim/TOKEN`; a claim already gone is
-/// released too.
-pub async fn claim_release(remote: &Remote, volume: &VolumeRef, token: &str) -> Result<(), Error> {
-    let info = require(remote, Op::Claim.what()).await?;
-    let ctx = Ctx::volume(remote, Op::Claim, &info, volume);
-    let path = format!("{}/-/claim/{}", volume_path(volume), segment(token));
-    match send(
-        remote,
-        &ctx,
-        Method::DELETE,
-        &path,
-        Some(&volume.repository()),
-        None,
-    )
-    .await
-    {
-        Ok(_) => Ok(()),
-        Err(f) if f.code == Some(ErrorCode::ClaimUnknown) => Ok(()),
-        Err(f) => Err(f.into()),
-    }
-}
-
-/// Acquires (no `token`) or renews (`token`) a claim, keeping the error
-/// code for [`PushClaim`]'s renewer.
-async fn claim_call(
-    remote: &Remote,
-    volume: &VolumeRef,
-    method: Method,
-    token: Option<&str>,
-    holder: Option<&str>,
-) -> Result<Claim, Failed> {
-    let info = require(remote, Op::Claim.what())
-        .await
-        .map_err(Failed::from)?;
-    let ctx = Ctx::volume(remote, Op::Claim, &info, volume);
-    let mut path = format!("{}/-/claim", volume_path(volume));
-    if let Some(t) = token {
-        path.push('/');
-        path.push_str(&segment(t));
-    }
-    let body = holder.map(|h| {
-        to_body(&wire::ClaimRequest {
-            holder: h.to_string(),
-        })
-    });
-    let bytes = send(
-        remote,
-        &ctx,
-        method,
-        &path,
-        Some(&volume.repository()),
-        body.as_ref(),
-    )
-    .await?;
-    decode(&ctx, &bytes).map_err(Failed::from)
-}
-
 /// `POST /api/v1/gc[?dry_run=true]`: runs garbage collection now (SPEC.md
 /// §7.4), or says what it would do.
 pub async fn gc(remote: &Remote, dry_run: bool) -> Result<GcReport, Error> {
@@ -422,182 +307,14 @@ pub async fn gc(remote: &Remote, dry_run: bool) -> Result<GcReport, Error> {
     decode(&ctx, &bytes)
 }
 
-/// A push claim held for as long as a push runs: renewed every third of
-/// its lifetime in the background, released by [`PushClaim::release`].
-/// Dropped without a release (a push cancelled), it stops renewing and
-/// lapses on its own.
-pub struct PushClaim {
-    remote: Remote,
-    volume: VolumeRef,
-    state: Arc<Mutex<ClaimState>>,
-    renewer: tokio::task::JoinHandle<()>,
-}
-
-struct ClaimState {
-    token: String,
-    /// Set when the claim lapsed and another push took the volume.
-    lost: Option<String>,
-}
-
-/// What a push claim's holder says: `sealvol push <host> pid <pid>`.
-pub fn push_holder() -> String {
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .ok()
-        .map(|h| h.trim().to_string())
-        .filter(|h| !h.is_empty())
-        .or_else(|| std::env::var("HOSTNAME").ok())
-        .unwrap_or_else(|| "unknown-host".into());
-    format!("sealvol push {host} pid {}", std::process::id())
-}
-
-/// Takes `volume`'s push claim and keeps it renewed; `None` on a registry
-/// without the volume API (SPEC.md §7.4: such a push takes no claim).
-pub async fn hold_push_claim(
-    remote: &Remote,
-    volume: &VolumeRef,
-    holder: &str,
-) -> Result<Option<PushClaim>, Error> {
-    if !supported(remote).await? {
-        tracing::debug!(
-            registry = remote.registry(),
-            "no volume API: pushing without a claim"
-        );
-        return Ok(None);
-    }
-    let claim = claim_acquire(remote, volume, holder).await?;
-    let every = renew_interval(claim.ttl_seconds);
-    let state = Arc::new(Mutex::new(ClaimState {
-        token: claim.token,
-        lost: None,
-    }));
-    let renewer = tokio::spawn(renew_loop(
-        remote.clone(),
-        volume.clone(),
-        holder.to_string(),
-        state.clone(),
-        every,
-    ));
-    Ok(Some(PushClaim {
-        remote: remote.clone(),
-        volume: volume.clone(),
-        state,
-        renewer,
-    }))
-}
-
-/// A third of the claim's lifetime, so two renewals may fail in a row.
-fn renew_interval(ttl_seconds: u64) -> Duration {
-    Duration::from_secs(ttl_seconds.max(3)) / 3
-}
-
-async fn renew_loop(
-    remote: Remote,
-    volume: VolumeRef,
-    holder: String,
-    state: Arc<Mutex<ClaimState>>,
-    every: Duration,
-) {
-    loop {
-        tokio::time::sleep(every).await;
-        let token = state.lock().expect("claim state").token.clone();
-        match claim_call(&remote, &volume, Method::PUT, Some(&token), None).await {
-            Ok(_) => {}
-            // It lapsed (the process was stopped, the network was away):
-            // take it again unless another push has it now.
-            Err(f) if f.code == Some(ErrorCode::ClaimUnknown) => {
-                tracing::warn!("the push claim lapsed; taking it again");
-                match claim_acquire(&remote, &volume, &holder).await {
-                    Ok(c) => state.lock().expect("claim state").token = c.token,
-                    Err(e) => {
-                        state.lock().expect("claim state").lost = Some(e.to_string());
-                        return;
-                    }
-                }
-            }
-            Err(f) => {
-                tracing::debug!(error = %f.error, "renewing the push claim; trying again later")
-            }
-        }
-    }
-}
-
-impl PushClaim {
-    /// An error once the claim lapsed and could not be taken again:
-    /// another push now owns the volume, and this one must not move tags.
-    pub fn check(&self) -> Result<(), Error> {
-        match &self.state.lock().expect("claim state").lost {
-            None => Ok(()),
-            Some(why) => Err(Error::Conflict(format!(
-                "the push claim on {} lapsed and could not be taken again ({why}); push again",
-                display_ref(&self.remote, &self.volume.with_selector(Selector::Head))
-            ))),
-        }
-    }
-
-    /// Stops renewing and gives the claim back; a failure only delays the
-    /// next push until the claim lapses, so it is logged, not returned.
-    pub async fn release(self) {
-        self.renewer.abort();
-        let token = self.state.lock().expect("claim state").token.clone();
-        if let Err(e) = claim_release(&self.remote, &self.volume, &token).await {
-            tracing::debug!(error = %e, "releasing the push claim");
-        }
-    }
-}
-
-impl Drop for PushClaim {
-    fn drop(&mut self) {
-        self.renewer.abort();
-    }
-}
-
 /// An RFC 3339 UTC time to the second, as the API writes them.
 pub fn format_time(t: SystemTime) -> String {
     humantime::format_rfc3339_seconds(t).to_string()
 }
 
-/// An expiry a user typed: an RFC 3339 UTC time (`2026-12-09T00:00:00Z`)
-/// or a duration from `now` (`24h`, `7d`, `1h 30m`). A time in the past is
-/// refused: it would expire at the next garbage collection.
-pub fn parse_expiry(s: &str, now: SystemTime) -> Result<SystemTime, Error> {
-    let s = s.trim();
-    let t = if let Ok(t) = humantime::parse_rfc3339(s) {
-        t
-    } else if let Ok(d) = humantime::parse_duration(s) {
-        now.checked_add(d)
-            .ok_or_else(|| Error::Usage(format!("expiry {s:?} is too far away")))?
-    } else {
-        return Err(Error::Usage(format!(
-            "invalid expiry {s:?}: give an RFC 3339 UTC time (2026-12-09T00:00:00Z) or a duration from now (24h, 7d)"
-        )));
-    };
-    if t < now {
-        return Err(Error::Usage(format!(
-            "expiry {s:?} is in the past; give a later time or a duration from now (24h, 7d)"
-        )));
-    }
-    Ok(t)
-}
-
-/// A duration in the largest whole unit: `7 days`, `1 hour`, `90 seconds`.
-pub fn human_seconds(secs: u64) -> String {
-    let (n, unit) = match secs {
-        0 => (0, "second"),
-        s if s % 86_400 == 0 => (s / 86_400, "day"),
-        s if s % 3_600 == 0 => (s / 3_600, "hour"),
-        s if s % 60 == 0 => (s / 60, "minute"),
-        s => (s, "second"),
-    };
-    if n == 1 {
-        format!("1 {unit}")
-    } else {
-        format!("{n} {unit}s")
-    }
-}
-
 /// Which call failed, for its error message.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Op {
+pub(crate) enum Op {
     Namespaces,
     Volumes,
     Volume,
@@ -617,7 +334,7 @@ enum Op {
 
 impl Op {
     /// What a registry without the API "does not support".
-    fn what(self) -> &'static str {
+    pub(crate) fn what(self) -> &'static str {
         match self {
             Op::Namespaces | Op::Volumes | Op::Volume => "volume records",
             Op::Update => "volume expiry",
@@ -635,7 +352,7 @@ impl Op {
 
 /// Everything an error message may name.
 #[derive(Clone, Debug)]
-struct Ctx {
+pub(crate) struct Ctx {
     op: Op,
     registry: String,
     /// The volume as the user would type it (`bdn:ns/vol`).
@@ -658,7 +375,7 @@ impl Ctx {
         }
     }
 
-    fn volume(remote: &Remote, op: Op, info: &ApiInfo, volume: &VolumeRef) -> Ctx {
+    pub(crate) fn volume(remote: &Remote, op: Op, info: &ApiInfo, volume: &VolumeRef) -> Ctx {
         let shown = display_ref(remote, &volume.with_selector(Selector::Head));
         Ctx {
             volume: shown.clone(),
@@ -688,9 +405,9 @@ impl Ctx {
 /// when the answer had none this release knows) for callers that react to
 /// one.
 #[derive(Debug)]
-struct Failed {
-    code: Option<ErrorCode>,
-    error: Error,
+pub(crate) struct Failed {
+    pub(crate) code: Option<ErrorCode>,
+    pub(crate) error: Error,
 }
 
 impl From<Failed> for Error {
@@ -703,23 +420,6 @@ impl From<Error> for Failed {
     fn from(error: Error) -> Failed {
         Failed { code: None, error }
     }
-}
-
-/// What the errors of one volume API call name, for [`send`], [`get`] and
-/// [`decode`]: the calls of this module (SPEC.md §7) and those of
-/// [`crate::sync`] (SPEC.md §8) each have their own.
-pub(crate) trait CallCtx {
-    /// The section of SPEC.md that describes the answers.
-    const SPEC: &'static str;
-    /// What a refused call fails with: [`Error`], or one that keeps the
-    /// API error code.
-    type Error: From<Error> + Into<Error>;
-    fn registry(&self) -> &str;
-    /// The call, to start a message: `listing syncs`, `version history of
-    /// bdn:ns/vol`.
-    fn call(&self) -> String;
-    /// The error for an answer other than 2xx.
-    fn refused(&self, status: u16, body: &[u8]) -> Self::Error;
 }
 
 impl CallCtx for Ctx {
@@ -736,52 +436,6 @@ impl CallCtx for Ctx {
 
     fn refused(&self, status: u16, body: &[u8]) -> Failed {
         failure(self, status, body)
-    }
-}
-
-/// The code and message of the first error in an API error body (SPEC.md
-/// §7.2) as they came; empty strings when the body is not one.
-pub(crate) fn error_code(body: &[u8]) -> (String, String) {
-    serde_json::from_slice::<ErrorBody>(body)
-        .ok()
-        .and_then(|b| b.errors.into_iter().next())
-        .map(|i| (i.code, i.message))
-        .unwrap_or_default()
-}
-
-/// A request body as JSON. The bodies are plain structs of strings.
-pub(crate) fn to_body(body: &impl serde::Serialize) -> Value {
-    serde_json::to_value(body).expect("a request body serializes")
-}
-
-/// The error for a refused call that no code explains to the caller:
-/// 401 and 403 are denied; anything else names `call`, the status, the
-/// code and the message as they came.
-pub(crate) fn other_failure(
-    registry: &str,
-    status: u16,
-    code: &str,
-    message: &str,
-    call: &str,
-) -> TransportError {
-    let message = one_line(message);
-    match status {
-        401 | 403 => TransportError::Denied {
-            registry: registry.to_string(),
-            message: if message.is_empty() {
-                format!("HTTP {status}")
-            } else {
-                message
-            },
-        },
-        _ => TransportError::Registry {
-            registry: registry.to_string(),
-            message: format!(
-                "{call}: HTTP {status}{}{code}{}{message}",
-                if code.is_empty() { "" } else { " " },
-                if message.is_empty() { "" } else { ": " },
-            ),
-        },
     }
 }
 
@@ -849,91 +503,12 @@ fn failure(ctx: &Ctx, status: u16, body: &[u8]) -> Failed {
     Failed { code: known, error }
 }
 
-/// The first line of `s` that is not blank, trimmed, at most 300
-/// characters: a registry's words, fit for a one-line message.
-pub(crate) fn one_line(s: &str) -> String {
-    let line = s
-        .lines()
-        .map(str::trim)
-        .find(|l| !l.is_empty())
-        .unwrap_or("");
-    line.chars().take(300).collect()
-}
-
-/// Sends a call and returns the body of a 2xx answer; a registry that
-/// cannot be reached, or refuses the call, is `ctx`'s error.
-pub(crate) async fn send<C: CallCtx>(
-    remote: &Remote,
-    ctx: &C,
-    method: Method,
-    path: &str,
-    repo: Option<&str>,
-    body: Option<&Value>,
-) -> Result<Bytes, C::Error> {
-    let answer = remote
-        .api(method, path, repo, body)
-        .await
-        .map_err(|e| C::Error::from(Error::from(e)))?;
-    answered(ctx, answer)
-}
-
-/// The body of a 2xx answer, or `ctx`'s error for any other.
-pub(crate) fn answered<C: CallCtx>(ctx: &C, answer: ApiAnswer) -> Result<Bytes, C::Error> {
-    if (200..300).contains(&answer.status) {
-        Ok(answer.body)
-    } else {
-        Err(ctx.refused(answer.status, &answer.body))
-    }
-}
-
-/// `GET`s `path` and decodes the answer.
-pub(crate) async fn get<C: CallCtx, T: DeserializeOwned>(
-    remote: &Remote,
-    ctx: &C,
-    path: &str,
-    repo: Option<&str>,
-) -> Result<T, Error> {
-    let bytes = send(remote, ctx, Method::GET, path, repo, None)
-        .await
-        .map_err(Into::into)?;
-    decode(ctx, &bytes)
-}
-
-/// An answer as SPEC.md describes it, or an error naming the call.
-pub(crate) fn decode<C: CallCtx, T: DeserializeOwned>(ctx: &C, bytes: &[u8]) -> Result<T, Error> {
-    serde_json::from_slice(bytes).map_err(|e| {
-        Error::Transport(TransportError::Registry {
-            registry: ctx.registry().to_string(),
-            message: format!(
-                "{}: the answer is not what SPEC.md {} describes ({e})",
-                ctx.call(),
-                C::SPEC
-            ),
-        })
-    })
-}
-
-fn volume_path(volume: &VolumeRef) -> String {
+pub(crate) fn volume_path(volume: &VolumeRef) -> String {
     format!("/volumes/{}", volume.repository())
 }
 
 fn version_path(volume: &VolumeRef, digest: &DigestSelector) -> String {
     format!("{}/-/versions/{digest}", volume_path(volume))
-}
-
-/// Percent-encodes what is not unreserved in a path segment or query value
-/// (tokens and holders come from elsewhere; names and digests never need
-/// it).
-pub(crate) fn segment(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~' | b':') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
 }
 
 #[cfg(test)]
@@ -1045,48 +620,5 @@ mod tests {
             e.to_string().starts_with("bdn:ns/vol: no version matches"),
             "{e}"
         );
-    }
-
-    #[test]
-    fn expiries_are_times_or_durations_from_now() {
-        let now = humantime::parse_rfc3339("2026-12-02T18:40:00Z").unwrap();
-        let at = |s: &str| parse_expiry(s, now).map(format_time);
-        assert_eq!(at("2026-12-09T00:00:00Z").unwrap(), "2026-12-09T00:00:00Z");
-        assert_eq!(at("24h").unwrap(), "2026-12-03T18:40:00Z");
-        assert_eq!(at("7d").unwrap(), "2026-12-09T18:40:00Z");
-        assert_eq!(at(" 1h 30m ").unwrap(), "2026-12-02T20:10:00Z");
-        for bad in ["tomorrow", "2026-12-09", "2026-12-09T00:00:00+01:00", ""] {
-            let e = at(bad).unwrap_err();
-            assert!(matches!(e, Error::Usage(_)), "{bad}: {e}");
-            assert!(e.to_string().contains("RFC 3339"), "{bad}: {e}");
-        }
-        let e = at("2020-01-01T00:00:00Z").unwrap_err();
-        assert!(e.to_string().contains("in the past"), "{e}");
-    }
-
-    #[test]
-    fn durations_print_in_whole_units() {
-        assert_eq!(human_seconds(604_800), "7 days");
-        assert_eq!(human_seconds(86_400), "1 day");
-        assert_eq!(human_seconds(7_200), "2 hours");
-        assert_eq!(human_seconds(120), "2 minutes");
-        assert_eq!(human_seconds(61), "61 seconds");
-    }
-
-    #[test]
-    fn claims_are_renewed_three_times_a_lifetime() {
-        // The answers themselves are sealvol_spec::api's, tested there.
-        let info: ApiInfo = serde_json::from_value(json!({"api": API})).unwrap();
-        assert_eq!(
-            renew_interval(info.claim_ttl_seconds),
-            Duration::from_secs(20)
-        );
-        assert_eq!(renew_interval(0), Duration::from_secs(1));
-    }
-
-    #[test]
-    fn segments_are_escaped() {
-        assert_eq!(segment("abc-1.2_x"), "abc-1.2_x");
-        assert_eq!(segment("a/b c"), "a%2Fb%20c");
     }
 }

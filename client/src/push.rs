@@ -106,8 +106,7 @@ pub async fn push(
     };
     // The volume's push claim (SPEC.md §7.4), before the first write; a
     // registry without the volume API takes pushes without one.
-    let claim =
-        crate::lifecycle::hold_push_claim(remote, vref, &crate::lifecycle::push_holder()).await?;
+    let claim = crate::claim::hold_push_claim(remote, vref, &crate::claim::push_holder()).await?;
     let result = publish(
         remote,
         dir,
@@ -139,7 +138,7 @@ async fn publish(
     tags: Vec<Tag>,
     opts: &PushOptions,
     sealed: &crate::Sealed,
-    claim: Option<&crate::lifecycle::PushClaim>,
+    claim: Option<&crate::claim::PushClaim>,
     progress: Arc<dyn Progress>,
 ) -> Result<PushReport, Error> {
     let repo = vref.repository();

@@ -64,7 +64,7 @@ pub struct Remote {
     scheme: &'static str,
     open: Arc<OnceCell<bool>>,
     /// What `GET /api/v1` said (SPEC.md §7.3): `None` when the registry has
-    /// no volume API. See [`crate::lifecycle::info`].
+    /// no volume API. See [`crate::api::info`].
     api: Arc<OnceCell<Option<crate::lifecycle::ApiInfo>>>,
 }
 

@@ -41,7 +41,7 @@ use sealvol_spec::api::{self as wire, ErrorCode};
 use sealvol_spec::reference::{Selector, Tag, VolumeRef};
 use sealvol_spec::DigestSelector;
 
-use crate::lifecycle::{self, decode, get, segment, send, CallCtx};
+use crate::api::{self, decode, get, segment, send, CallCtx};
 use crate::remote::{Remote, TransportError};
 use crate::resolve::display_ref;
 use crate::Error;
@@ -137,7 +137,7 @@ pub async fn start_sync(remote: &Remote, request: &SyncRequest) -> Result<SyncJo
     let mut ctx = Ctx::new(remote, Op::Start).await?;
     ctx.secret = request.secret.as_ref().map(|s| s.to_string());
     ctx.dest = dest_ref(remote, &request.dest);
-    let body = lifecycle::to_body(request);
+    let body = api::to_body(request);
     let bytes = send(
         remote,
         &ctx,
@@ -202,7 +202,7 @@ pub async fn wait(
         match remote.api(Method::GET, &path, None, None).await {
             Ok(answer) => {
                 failing_since = None;
-                let job: SyncJob = decode(&ctx, &lifecycle::answered(&ctx, answer)?)?;
+                let job: SyncJob = decode(&ctx, &crate::api::answered(&ctx, answer)?)?;
                 seen(Ok(&job));
                 if job.state.is_finished() {
                     return Ok(job);
@@ -300,7 +300,7 @@ async fn put_secret(
     let answer = remote
         .api_raw(Method::PUT, &path, None, "application/octet-stream", value)
         .await?;
-    lifecycle::answered(&ctx, answer)?;
+    crate::api::answered(&ctx, answer)?;
     Ok(())
 }
 
@@ -373,7 +373,7 @@ impl Ctx {
     /// Checks that the registry has the volume API at all (asked once per
     /// [`Remote`]); calls on a registry without it fail here.
     async fn new(remote: &Remote, op: Op) -> Result<Ctx, Error> {
-        lifecycle::require(remote, op.what()).await?;
+        api::require(remote, op.what()).await?;
         Ok(Ctx::bare(remote.registry(), op))
     }
 
@@ -418,9 +418,9 @@ pub fn registry_flag(registry: &str) -> String {
 /// The error for an answer other than 2xx (SPEC.md §7.2's body, §8.3's
 /// codes): one line naming the job, secret or registry and what to do.
 fn failure(ctx: &Ctx, status: u16, body: &[u8]) -> Error {
-    let (code, message) = lifecycle::error_code(body);
+    let (code, message) = api::error_code(body);
     let registry = &ctx.registry;
-    let message = lifecycle::one_line(&message);
+    let message = api::one_line(&message);
     let secret = ctx.secret.as_deref().unwrap_or("");
     match ErrorCode::parse(&code) {
         Some(ErrorCode::SyncUnknown) => Error::NotFound(format!(
@@ -460,7 +460,7 @@ fn failure(ctx: &Ctx, status: u16, body: &[u8]) -> Error {
         _ if status == 413 && ctx.op == Op::SetSecret => Error::Usage(format!(
             "secret {secret}: registry {registry} refused the value as too large (at most {SECRET_MAX_BYTES} bytes)"
         )),
-        _ => Error::Transport(lifecycle::other_failure(
+        _ => Error::Transport(api::other_failure(
             registry,
             status,
             &code,

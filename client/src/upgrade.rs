@@ -133,8 +133,7 @@ pub async fn upgrade(
     )
     .map_err(|e| Error::Usage(format!("{shown}: {e}")))?;
 
-    let claim =
-        crate::lifecycle::hold_push_claim(remote, vref, &crate::lifecycle::push_holder()).await?;
+    let claim = crate::claim::hold_push_claim(remote, vref, &crate::claim::push_holder()).await?;
     let result = async {
         let old_tags = tags_naming(remote, &version.repo, &version.index_digest).await?;
         put_small_blobs(remote, &version.repo, &built, jobs).await?;
