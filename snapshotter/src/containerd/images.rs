@@ -85,12 +85,19 @@ impl ImageRecords {
         let mut store = content::content_client::ContentClient::new(channel);
         for image in list {
             let Some(target) = image.target else { continue };
-            let manifest_like = target.media_type.ends_with("image.index.v1+json")
-                || target.media_type.ends_with("image.manifest.v1+json");
-            if !manifest_like || !(1..=MAX_TARGET).contains(&target.size) {
+            // An index or a manifest, OCI's or docker's media type.
+            if !target.media_type.ends_with("json") || !(1..=MAX_TARGET).contains(&target.size) {
                 continue;
             }
-            let bytes = read(&mut store, namespace, &target.digest, target.size).await?;
+            // An image whose target is not in the content store (fetched
+            // partly, or its content collected) is not the one unpacking.
+            let bytes = match read(&mut store, namespace, &target.digest, target.size).await {
+                Ok(b) => b,
+                Err(e) => {
+                    tracing::debug!(image = %image.name, error = %e, "skipped");
+                    continue;
+                }
+            };
             let names_version = serde_json::from_slice::<Annotated>(&bytes)
                 .ok()
                 .and_then(|a| a.annotations)
