@@ -61,6 +61,7 @@ impl ChunkCache {
         let root = dir.join("chunks");
         std::fs::create_dir_all(root.join("tmp"))?;
         std::fs::create_dir_all(root.join("sha256"))?;
+        std::fs::create_dir_all(root.join("refs"))?;
         Ok(ChunkCache { root, budget: None })
     }
 
@@ -186,6 +187,68 @@ impl ChunkCache {
         self.root.join("sha256").join(&hex[..2]).join(hex)
     }
 
+    fn ref_path(&self, digest: &Sha256Digest) -> PathBuf {
+        let hex = digest.hex();
+        self.root.join("refs").join(&hex[..2]).join(hex)
+    }
+
+    /// Records that the chunks of `file` (a file a pull has just finished,
+    /// holding `chunks` at their offsets) can be read from it: a pull
+    /// writes each byte once, into its destination, and the cache points
+    /// there instead of keeping a second copy. A reference holds while the
+    /// file keeps its device, inode, size and modification time; every
+    /// read through it is checked like a cached copy (by sha256, or by the
+    /// caller's chain), so a file changed since serves nothing wrong. They
+    /// take no room, so they do not count against a bound.
+    pub fn put_refs(&self, file: &Path, chunks: &[ChunkRef]) {
+        let result = (|| -> std::io::Result<()> {
+            let file = file.canonicalize()?;
+            let stamp = FileRef::stamp_of(&file)?;
+            for c in chunks {
+                if self.path(&c.sha256).is_file() {
+                    continue;
+                }
+                let r = FileRef {
+                    path: file.clone(),
+                    offset: c.offset,
+                    ..stamp.clone()
+                };
+                let path = self.ref_path(&c.sha256);
+                std::fs::create_dir_all(path.parent().expect("ref path has a parent"))?;
+                let mut tmp = tempfile::NamedTempFile::new_in(self.root.join("tmp"))?;
+                tmp.write_all(&serde_json::to_vec(&r).map_err(std::io::Error::other)?)?;
+                tmp.persist(&path).map_err(|e| e.error)?;
+            }
+            Ok(())
+        })();
+        if let Err(e) = result {
+            tracing::debug!(file = %file.display(), error = %e, "chunks not referenced in the cache");
+        }
+    }
+
+    /// The chunk's bytes through a reference, when the file it points to
+    /// is unchanged; a stale reference is removed.
+    fn get_referenced(&self, chunk: &ChunkRef) -> Option<Vec<u8>> {
+        use std::os::unix::fs::FileExt as _;
+        let path = self.ref_path(&chunk.sha256);
+        let text = std::fs::read(&path).ok()?;
+        let read = || -> Option<Vec<u8>> {
+            let r: FileRef = serde_json::from_slice(&text).ok()?;
+            let file = std::fs::File::open(&r.path).ok()?;
+            if FileRef::stamp(&file.metadata().ok()?) != (r.dev, r.ino, r.size, r.mtime_ns) {
+                return None;
+            }
+            let mut bytes = vec![0; chunk.length as usize];
+            file.read_exact_at(&mut bytes, r.offset).ok()?;
+            Some(bytes)
+        };
+        let bytes = read();
+        if bytes.is_none() {
+            let _ = std::fs::remove_file(&path);
+        }
+        bytes
+    }
+
     /// The chunk's bytes when the cache holds an intact copy: right length
     /// and sha256. A damaged copy is removed and reported as absent. A hit
     /// counts as a use for the LRU order.
@@ -204,7 +267,9 @@ impl ChunkCache {
     /// [`ChunkCache::remove_damaged`] when that check fails.
     pub fn get_unverified(&self, chunk: &ChunkRef) -> Option<Vec<u8>> {
         let path = self.path(&chunk.sha256);
-        let mut file = std::fs::File::open(&path).ok()?;
+        let Ok(mut file) = std::fs::File::open(&path) else {
+            return self.get_referenced(chunk);
+        };
         let mut bytes = Vec::with_capacity(chunk.length as usize);
         std::io::Read::by_ref(&mut file)
             .take(u64::from(chunk.length) + 1)
@@ -224,11 +289,13 @@ impl ChunkCache {
         let path = self.path(digest);
         tracing::warn!(path = %path.display(), "damaged cache entry removed");
         let _ = std::fs::remove_file(&path);
+        let _ = std::fs::remove_file(self.ref_path(digest));
     }
 
-    /// Whether the cache holds the chunk (without checking its bytes).
+    /// Whether the cache holds the chunk, or a reference to it (without
+    /// checking its bytes).
     pub fn contains(&self, digest: &Sha256Digest) -> bool {
-        self.path(digest).is_file()
+        self.path(digest).is_file() || self.ref_path(digest).is_file()
     }
 
     /// Stores verified chunk bytes. Failure to cache is not an error for the
@@ -250,6 +317,41 @@ impl ChunkCache {
         tmp.persist(&path).map_err(|e| e.error)?;
         self.account(bytes.len() as u64);
         Ok(())
+    }
+}
+
+/// Where a chunk is in a pulled file, and the file as it was then.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+struct FileRef {
+    path: PathBuf,
+    offset: u64,
+    dev: u64,
+    ino: u64,
+    size: u64,
+    mtime_ns: i128,
+}
+
+impl FileRef {
+    fn stamp(meta: &std::fs::Metadata) -> (u64, u64, u64, i128) {
+        use std::os::unix::fs::MetadataExt as _;
+        (
+            meta.dev(),
+            meta.ino(),
+            meta.len(),
+            i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec()),
+        )
+    }
+
+    fn stamp_of(path: &Path) -> std::io::Result<FileRef> {
+        let (dev, ino, size, mtime_ns) = FileRef::stamp(&std::fs::metadata(path)?);
+        Ok(FileRef {
+            path: path.to_path_buf(),
+            offset: 0,
+            dev,
+            ino,
+            size,
+            mtime_ns,
+        })
     }
 }
 
@@ -342,6 +444,49 @@ mod tests {
             length: data.len() as u32,
             sha256: Sha256Digest::of(data),
         }
+    }
+
+    #[test]
+    fn a_pulled_file_serves_its_chunks_until_it_changes() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = ChunkCache::open(&dir.path().join("cache")).unwrap();
+        let file = dir.path().join("model.bin");
+        std::fs::write(&file, b"first chunk|second chunk").unwrap();
+        let first = chunk(b"first chunk|");
+        let second = ChunkRef {
+            offset: 12,
+            ..chunk(b"second chunk")
+        };
+        cache.put_refs(&file, &[first, second]);
+        assert!(cache.contains(&second.sha256));
+        assert_eq!(cache.get(&second).unwrap(), b"second chunk");
+        assert_eq!(cache.get(&first).unwrap(), b"first chunk|");
+        assert_eq!(cache.size().unwrap(), 0, "references take no room");
+        // Rewritten (another inode, or another time or size): not served,
+        // and the reference goes.
+        std::fs::write(&file, b"first chunk|second chunK").unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(10));
+        let _ = std::fs::File::options()
+            .append(true)
+            .open(&file)
+            .unwrap()
+            .set_modified(SystemTime::now());
+        assert!(cache.get(&second).is_none(), "a changed file served");
+        assert!(!cache.contains(&second.sha256));
+        // Changed in place with the same stamp: the sha256 check refuses it.
+        std::fs::write(&file, b"first chunk|second chunk").unwrap();
+        cache.put_refs(&file, &[second]);
+        let stamp = std::fs::metadata(&file).unwrap().modified().unwrap();
+        std::fs::write(&file, b"first chunk|second chunK").unwrap();
+        std::fs::File::options()
+            .append(true)
+            .open(&file)
+            .unwrap()
+            .set_modified(stamp)
+            .unwrap();
+        assert!(cache.get(&second).is_none(), "changed bytes served");
+        std::fs::remove_file(&file).unwrap();
+        assert!(cache.get(&first).is_none(), "a removed file served");
     }
 
     #[test]

@@ -201,8 +201,10 @@ pub async fn pull(
             size,
             blake3,
             mode,
+            chunks: chunks.clone(),
             remaining: AtomicUsize::new(chunks.len()),
             handle: Mutex::new(None),
+            cache: cache.clone(),
         });
     }
 
@@ -236,7 +238,9 @@ pub async fn pull(
             let repo = version.repo.clone();
             let progress = progress.clone();
             async move {
-                let bytes = fetch_chunk(remote, &repo, &c, cache.as_ref(), stats).await?;
+                // Not copied into the cache: the finished file is what the
+                // cache then points to (`ChunkCache::put_refs`).
+                let bytes = fetch(remote, &repo, &c, cache.as_ref(), stats, false).await?;
                 progress.advance(u64::from(c.length));
                 tokio::task::spawn_blocking(move || write_chunk(&files, &places[&c.sha256], &bytes))
                     .await
@@ -297,10 +301,13 @@ struct FileJob {
     size: u64,
     blake3: B3Digest,
     mode: u32,
+    /// The file's chunks, which the cache refers to once it is in place.
+    chunks: Vec<ChunkRef>,
     remaining: AtomicUsize,
     /// Open while chunks are landing: opened by the first, closed by the
     /// last, so a version of many files never holds many descriptors.
     handle: Mutex<Option<Arc<std::fs::File>>>,
+    cache: Option<ChunkCache>,
 }
 
 impl FileJob {
@@ -331,6 +338,19 @@ pub async fn fetch_chunk(
     cache: Option<&ChunkCache>,
     stats: &FetchStats,
 ) -> Result<Vec<u8>, Error> {
+    fetch(remote, repo, c, cache, stats, true).await
+}
+
+/// [`fetch_chunk`], adding what it downloads to the cache only with
+/// `store`.
+async fn fetch(
+    remote: &Remote,
+    repo: &str,
+    c: &ChunkRef,
+    cache: Option<&ChunkCache>,
+    stats: &FetchStats,
+    store: bool,
+) -> Result<Vec<u8>, Error> {
     if let Some(cache) = cache {
         let cache = cache.clone();
         let c = *c;
@@ -348,7 +368,7 @@ pub async fn fetch_chunk(
         .await?;
     stats.downloaded.fetch_add(1, Ordering::Relaxed);
     stats.bytes.fetch_add(bytes.len() as u64, Ordering::Relaxed);
-    let Some(cache) = cache else {
+    let Some(cache) = cache.filter(|_| store) else {
         return Ok(bytes);
     };
     // Writing 4 MiB is blocking work; keep it off the async threads.
@@ -401,6 +421,9 @@ fn finish_file(files: &[FileJob], i: usize) -> Result<(), Error> {
     }
     set_mode(&f.tmp, f.mode)?;
     std::fs::rename(&f.tmp, &f.dest).map_err(|e| Error::io(&f.dest, e))?;
+    if let Some(cache) = &f.cache {
+        cache.put_refs(&f.dest, &f.chunks);
+    }
     Ok(())
 }
 

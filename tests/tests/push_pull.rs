@@ -748,7 +748,15 @@ fn a_second_pull_restores_only_what_was_damaged() {
         assert_eq!(bytes.len(), BIG, "same size");
     };
 
-    // Warm cache: nothing crosses the network.
+    // The cache refers to pulled files rather than keeping a second copy
+    // of their bytes (each byte is written once): a pull elsewhere reads
+    // them, and nothing crosses the network.
+    let other = sb.path().join("other");
+    let copy = pull(&sb, &reg, "bdn:ns/vol", &other, &[]);
+    assert_eq!(copy["chunks_downloaded"], 0, "{copy}");
+    assert_same_tree(&src, &other);
+
+    // Warm cache (referring to `other` now): nothing crosses the network.
     damage();
     let resumed = pull(&sb, &reg, "bdn:ns/vol", &dest, &[]);
     assert_eq!(resumed["files_present"], SAMPLE_FILES - 2, "{resumed}");
@@ -756,6 +764,21 @@ fn a_second_pull_restores_only_what_was_damaged() {
     assert!(
         resumed["chunks_from_cache"].as_u64().unwrap() >= 2,
         "{resumed}"
+    );
+    assert_same_tree(&src, &dest);
+
+    // The files the cache refers to, changed: their chunks are fetched
+    // again, never served from the changed bytes.
+    damage();
+    let big = other.join("big.bin");
+    let mut bytes = std::fs::read(&big).unwrap();
+    bytes[0] ^= 1;
+    std::fs::write(&big, &bytes).unwrap();
+    std::fs::remove_file(other.join("config.json")).unwrap();
+    let refetched = pull(&sb, &reg, "bdn:ns/vol", &dest, &[]);
+    assert!(
+        refetched["chunks_downloaded"].as_u64().unwrap() >= 2,
+        "{refetched}"
     );
     assert_same_tree(&src, &dest);
 
