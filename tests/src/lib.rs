@@ -206,6 +206,41 @@ impl Drop for Server {
     }
 }
 
+/// The manifest `reference` (a tag or digest) of `repo` on the registry at
+/// `addr` (`HOST:PORT`), parsed.
+pub fn manifest_json(addr: &str, repo: &str, reference: &str) -> serde_json::Value {
+    let (bytes, _) = forge::Mirror::new(addr)
+        .manifest(repo, reference)
+        .unwrap_or_else(|| panic!("no manifest {repo}:{reference} at {addr}"));
+    serde_json::from_slice(&bytes).expect("a manifest is JSON")
+}
+
+/// The chunk blobs (digest, size) of the version `reference` of `repo` on
+/// the registry at `addr`, from its chunk shard manifests, in order of
+/// first use (a version's first file in canonical order has the first
+/// ones).
+pub fn chunk_blobs(addr: &str, repo: &str, reference: &str) -> Vec<(String, u64)> {
+    let index = manifest_json(addr, repo, reference);
+    let mut out = Vec::new();
+    for m in index["manifests"].as_array().expect("an index") {
+        if m["annotations"]["dev.sealvol.role"] != "chunks" {
+            continue;
+        }
+        let shard = manifest_json(addr, repo, m["digest"].as_str().unwrap());
+        for l in shard["layers"].as_array().unwrap() {
+            out.push((
+                l["digest"].as_str().unwrap().to_string(),
+                l["size"].as_u64().unwrap(),
+            ));
+        }
+    }
+    assert!(
+        !out.is_empty(),
+        "no chunk shard in the index of {repo}:{reference}"
+    );
+    out
+}
+
 /// `sha256:<hex>` of `data`.
 pub fn sha256(data: &[u8]) -> String {
     use sha2::Digest as _;

@@ -396,16 +396,7 @@ fn an_ordinary_image_unpacks_mounts_and_goes() {
 
 /// A gRPC channel over the unix socket `socket`.
 async fn channel(socket: &Path) -> tonic::transport::Channel {
-    let socket = socket.to_path_buf();
-    tonic::transport::Endpoint::try_from("http://localhost")
-        .unwrap()
-        .connect_with_connector(tower::service_fn(move |_: tonic::transport::Uri| {
-            let socket = socket.clone();
-            async move {
-                let stream = tokio::net::UnixStream::connect(socket).await?;
-                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(stream))
-            }
-        }))
+    sealvol_snapshotter::containerd::dial(socket)
         .await
         .expect("connect to the socket")
 }
@@ -419,28 +410,16 @@ async fn client(
     sealvol_snapshotter::containerd::api::containerd::services::snapshots::v1::snapshots_client::SnapshotsClient::new(channel(socket).await)
 }
 
-/// The view layer's annotations of `repo:tag` on the registry at `url`.
-fn view_layer_annotations(url: &str, repo: &str, tag: &str) -> serde_json::Value {
-    let http = reqwest::blocking::Client::new();
-    let get = |reference: &str, accept: &str| -> serde_json::Value {
-        http.get(format!("{url}/v2/{repo}/manifests/{reference}"))
-            .header("accept", accept)
-            .send()
-            .unwrap()
-            .json()
-            .unwrap()
-    };
-    let index = get(tag, "application/vnd.oci.image.index.v1+json");
+/// The view layer's annotations of `repo:tag` on the registry at `addr`.
+fn view_layer_annotations(addr: &str, repo: &str, tag: &str) -> serde_json::Value {
+    let index = sealvol_tests::manifest_json(addr, repo, tag);
     let view = index["manifests"]
         .as_array()
         .unwrap()
         .iter()
         .find(|m| m["annotations"]["dev.sealvol.role"] == "view")
         .unwrap_or_else(|| panic!("no view manifest: {index}"));
-    let m = get(
-        view["digest"].as_str().unwrap(),
-        "application/vnd.oci.image.manifest.v1+json",
-    );
+    let m = sealvol_tests::manifest_json(addr, repo, view["digest"].as_str().unwrap());
     m["layers"][0]["annotations"].clone()
 }
 
@@ -497,7 +476,7 @@ fn a_labelled_prepare_mounts_the_version_lazily() {
     let version = pushed["digest"].as_str().unwrap().to_string();
 
     // What a current writer puts on the view layer (SPEC.md §5.4).
-    let ann = view_layer_annotations(&server.url, "weights/toy", "prod");
+    let ann = view_layer_annotations(&reg, "weights/toy", "prod");
     assert_eq!(
         ann["containerd.io/snapshot/sealvol.version"],
         version.as_str()
@@ -588,33 +567,12 @@ fn a_labelled_prepare_mounts_the_version_lazily() {
     assert!(!source.exists());
 }
 
-/// The chunk digests of `repo:tag` on the registry at `url` (its shard
-/// manifests' layers).
-fn chunk_digests(url: &str, repo: &str, tag: &str) -> Vec<String> {
-    let http = reqwest::blocking::Client::new();
-    let get = |reference: &str, accept: &str| -> serde_json::Value {
-        http.get(format!("{url}/v2/{repo}/manifests/{reference}"))
-            .header("accept", accept)
-            .send()
-            .unwrap()
-            .json()
-            .unwrap()
-    };
-    let index = get(tag, "application/vnd.oci.image.index.v1+json");
-    let mut out = Vec::new();
-    for m in index["manifests"].as_array().unwrap() {
-        if m["annotations"]["dev.sealvol.role"] != "chunks" {
-            continue;
-        }
-        let shard = get(
-            m["digest"].as_str().unwrap(),
-            "application/vnd.oci.image.manifest.v1+json",
-        );
-        for l in shard["layers"].as_array().unwrap() {
-            out.push(l["digest"].as_str().unwrap().to_string());
-        }
-    }
-    out
+/// The chunk digests of `repo:tag` on the registry at `addr`.
+fn chunk_digests(addr: &str, repo: &str, tag: &str) -> Vec<String> {
+    sealvol_tests::chunk_blobs(addr, repo, tag)
+        .into_iter()
+        .map(|(d, _)| d)
+        .collect()
 }
 
 /// FUSE mounts under `dir`.
@@ -666,7 +624,7 @@ fn ctr_images_pull_mounts_the_version_lazily() {
             sb.sealvol(&upstream, &["push", s(&model), "bdn:weights/toy:prod"]),
             "push",
         );
-        let chunks = chunk_digests(&format!("http://{upstream}"), "weights/toy", "prod");
+        let chunks = chunk_digests(&upstream, "weights/toy", "prod");
         assert!(chunks.len() > 1, "{peer}: {chunks:?}");
         let proxy = sealvol_tests::FlipProxy::start_counting(&upstream);
         let chunk_gets = || {
@@ -795,7 +753,7 @@ fn mounted_versions_outlive_the_daemon_and_never_serve_wrong_bytes() {
     for (dir, reference) in [(&good, "bdn:weights/good:1"), (&bad, "bdn:weights/bad:1")] {
         sealvol_tests::ok(sb.sealvol(&upstream, &["push", s(dir), reference]), "push");
     }
-    let bad_chunks = chunk_digests(&server.url, "weights/bad", "1");
+    let bad_chunks = chunk_digests(&upstream, "weights/bad", "1");
     let flipping = sealvol_tests::FlipProxy::start_only(&upstream, &bad_chunks[1..2]);
     let metrics_port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -921,7 +879,7 @@ fn cri_pull_image_mounts_the_version_from_its_labels() {
         .as_str()
         .unwrap()
         .to_string();
-    let chunks = chunk_digests(&server.url, "weights/cri", "prod");
+    let chunks = chunk_digests(&upstream, "weights/cri", "prod");
     let proxy = sealvol_tests::FlipProxy::start_counting(&upstream);
     let chunk_gets = || {
         proxy

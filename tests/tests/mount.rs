@@ -105,47 +105,11 @@ fn http() -> reqwest::blocking::Client {
         .unwrap()
 }
 
-/// The chunk blobs (digest, size) of a version, in order of first use: a
-/// version's first file in canonical order (`big.bin` in [`sample`]) has
-/// the first ones, in file order.
-fn chunk_blobs(addr: &str, repo: &str, hex: &str) -> Vec<(String, u64)> {
-    let manifest = |reference: &str, accept: &str| -> Value {
-        let r = http()
-            .get(format!("http://{addr}/v2/{repo}/manifests/{reference}"))
-            .header("accept", accept)
-            .send()
-            .unwrap();
-        assert!(r.status().is_success(), "GET manifest {reference}");
-        serde_json::from_slice(&r.bytes().unwrap()).unwrap()
-    };
-    let index = manifest(
-        &format!("b3-{hex}"),
-        "application/vnd.oci.image.index.v1+json",
-    );
-    let mut out = Vec::new();
-    for m in index["manifests"].as_array().unwrap() {
-        if m["annotations"]["dev.sealvol.role"] != "chunks" {
-            continue;
-        }
-        let shard = manifest(
-            m["digest"].as_str().unwrap(),
-            "application/vnd.oci.image.manifest.v1+json",
-        );
-        for l in shard["layers"].as_array().unwrap() {
-            out.push((
-                l["digest"].as_str().unwrap().to_string(),
-                l["size"].as_u64().unwrap(),
-            ));
-        }
-    }
-    out
-}
-
 /// The chunks of `big.bin` in [`sample`]: (digest, offset, length).
 fn big_chunks(addr: &str, repo: &str, hex: &str) -> Vec<(String, u64, u64)> {
     let mut out = Vec::new();
     let mut offset = 0;
-    for (digest, size) in chunk_blobs(addr, repo, hex) {
+    for (digest, size) in sealvol_tests::chunk_blobs(addr, repo, &format!("b3-{hex}")) {
         if offset == BIG as u64 {
             break;
         }
@@ -808,7 +772,7 @@ fn prefetch_all_fills_the_cache_and_cache_size_bounds_it() {
     let serve = Server::start(&sb.path().join("serve"));
     let reg = host(&serve);
     let hex = push(&sb, &reg, &src, "bdn:ns/vol");
-    let all: BTreeSet<String> = chunk_blobs(&reg, "ns/vol", &hex)
+    let all: BTreeSet<String> = sealvol_tests::chunk_blobs(&reg, "ns/vol", &format!("b3-{hex}"))
         .into_iter()
         .map(|(d, _)| d)
         .collect();

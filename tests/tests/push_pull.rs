@@ -95,7 +95,6 @@ fn http() -> reqwest::blocking::Client {
 }
 
 const INDEX: &str = "application/vnd.oci.image.index.v1+json";
-const MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
 
 /// The raw manifest `reference` of `repo` at `addr`.
 fn manifest_bytes(addr: &str, repo: &str, reference: &str, accept: &str) -> Vec<u8> {
@@ -110,33 +109,6 @@ fn manifest_bytes(addr: &str, repo: &str, reference: &str, accept: &str) -> Vec<
         r.status()
     );
     r.bytes().unwrap().to_vec()
-}
-
-/// The chunk blobs (digest, size) of the version tagged `tag`, from its
-/// chunk shard manifests, in order.
-fn chunk_blobs(addr: &str, repo: &str, tag: &str) -> Vec<(String, u64)> {
-    let index: Value = serde_json::from_slice(&manifest_bytes(addr, repo, tag, INDEX)).unwrap();
-    let mut out = Vec::new();
-    for m in index["manifests"].as_array().unwrap() {
-        if m["annotations"]["dev.sealvol.role"] != "chunks" {
-            continue;
-        }
-        let shard: Value = serde_json::from_slice(&manifest_bytes(
-            addr,
-            repo,
-            m["digest"].as_str().unwrap(),
-            MANIFEST,
-        ))
-        .unwrap();
-        for l in shard["layers"].as_array().unwrap() {
-            out.push((
-                l["digest"].as_str().unwrap().to_string(),
-                l["size"].as_u64().unwrap(),
-            ));
-        }
-    }
-    assert!(!out.is_empty(), "no chunk shard in the index");
-    out
 }
 
 #[test]
@@ -689,7 +661,7 @@ fn failures_give_one_line_and_leave_no_partial_or_wrong_file() {
 
     // Only the last chunk of big.bin corrupted: the tree arrives intact,
     // other files may be written, big.bin must not be, not even partly.
-    let chunks = chunk_blobs(&reg, "ns/vol", &format!("b3-{hex}"));
+    let chunks = sealvol_tests::chunk_blobs(&reg, "ns/vol", &format!("b3-{hex}"));
     let last_big = chunks
         .iter()
         .rfind(|(_, size)| *size > 1 << 20)

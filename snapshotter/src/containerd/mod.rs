@@ -186,10 +186,9 @@ pub enum DaemonError {
     Serve(String),
 }
 
-/// A gRPC channel over the unix socket `path`.
-pub(crate) async fn dial(
-    path: &Path,
-) -> Result<tonic::transport::Channel, tonic::transport::Error> {
+/// A gRPC channel over the unix socket `path` (containerd's, the
+/// snapshotter's own, the fuse manager's).
+pub async fn dial(path: &Path) -> Result<tonic::transport::Channel, tonic::transport::Error> {
     let path = path.to_path_buf();
     // The URI is a placeholder: the connector dials the socket.
     tonic::transport::Endpoint::from_static("http://localhost")

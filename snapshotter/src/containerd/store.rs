@@ -111,6 +111,14 @@ fn now_nanos() -> u128 {
         .map_or(0, |d| d.as_nanos())
 }
 
+/// A new snapshot's id, never given before (its folder's name).
+fn next_id(tx: &redb::WriteTransaction) -> Result<u64> {
+    let mut counters = tx.open_table(COUNTERS)?;
+    let id = counters.get("next_id")?.map_or(1, |v| v.value());
+    counters.insert("next_id", id + 1)?;
+    Ok(id)
+}
+
 impl SnapshotStore {
     /// Opens (or makes) the store under `root`.
     pub fn open(root: &Path) -> Result<SnapshotStore> {
@@ -160,9 +168,7 @@ impl SnapshotStore {
             if !parent.is_empty() && t.get(parent)?.is_none() {
                 return Err(StoreError::NotFound(parent.to_string()));
             }
-            let mut counters = tx.open_table(COUNTERS)?;
-            let id = counters.get("next_id")?.map_or(1, |v| v.value());
-            counters.insert("next_id", id + 1)?;
+            let id = next_id(&tx)?;
             let now = now_nanos();
             let record = Record {
                 id,
@@ -233,9 +239,7 @@ impl SnapshotStore {
                     )));
                 }
             }
-            let mut counters = tx.open_table(COUNTERS)?;
-            let id = counters.get("next_id")?.map_or(1, |v| v.value());
-            counters.insert("next_id", id + 1)?;
+            let id = next_id(&tx)?;
             let now = now_nanos();
             let record = Record {
                 id,
