@@ -16,6 +16,7 @@
 use std::path::{Path, PathBuf};
 
 pub mod api;
+pub mod buffers;
 pub mod cache;
 pub mod cache_dir;
 pub mod chunker;

@@ -1,9 +1,12 @@
 //! Fetching a version (or a path inside one) into a directory. Every chunk
 //! is checked against its sha256 (by the transport, or when read from the
-//! cache) before it is written, and every file is checked against its
-//! whole-file BLAKE3, which the version digest covers, before it is renamed
-//! into place, so the destination never holds a half-written or
-//! wrong file. Chunks land in the shared chunk cache as they arrive and
+//! cache) before it is written, and every byte is checked against the
+//! version digest before its file is renamed into place, so the destination
+//! never holds a half-written or wrong file: through the chain (SPEC.md
+//! §2.5), each 1 MiB piece as soon as the chunks covering it have landed
+//! (from the chunk in memory when it holds the whole piece, so most bytes
+//! are hashed once and never read back), or for a format 1 tree through the
+//! whole-file BLAKE3. The chunk cache then refers to the finished files, and
 //! complete files are recognised by their hash, so pulling again after an
 //! interruption fetches only what is still missing.
 
@@ -14,6 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures_util::{stream, StreamExt, TryStreamExt};
+use sealvol_spec::chain::{self, PieceCv};
 use sealvol_spec::path as spath;
 use sealvol_spec::reference::VolumeRef;
 use sealvol_spec::tree::{ChunkRef, Entry, EntryData, TreeIndex};
@@ -170,6 +174,9 @@ pub async fn pull(
         if let Some(parent) = t.dest.parent() {
             std::fs::create_dir_all(parent).map_err(|e| Error::io(parent, e))?;
         }
+        let EntryData::File { pieces, .. } = &t.entry.data else {
+            unreachable!("matched a file above");
+        };
         let (dest, size, blake3) = (t.dest.clone(), *size, *blake3);
         let mode = t.entry.mode;
         let complete = tokio::task::spawn_blocking({
@@ -203,6 +210,7 @@ pub async fn pull(
             mode,
             chunks: chunks.clone(),
             remaining: AtomicUsize::new(chunks.len()),
+            chain: verifiable.then(|| Chain::new(size, pieces, chunks)),
             handle: Mutex::new(None),
             cache: cache.clone(),
         });
@@ -242,9 +250,13 @@ pub async fn pull(
                 // cache then points to (`ChunkCache::put_refs`).
                 let bytes = fetch(remote, &repo, &c, cache.as_ref(), stats, false).await?;
                 progress.advance(u64::from(c.length));
-                tokio::task::spawn_blocking(move || write_chunk(&files, &places[&c.sha256], &bytes))
-                    .await
-                    .expect("writer task panicked")
+                tokio::task::spawn_blocking(move || {
+                    let written = write_chunk(&files, &places[&c.sha256], &bytes);
+                    crate::buffers::give(bytes);
+                    written
+                })
+                .await
+                .expect("writer task panicked")
             }
         })
         .buffer_unordered(jobs)
@@ -304,6 +316,9 @@ struct FileJob {
     /// The file's chunks, which the cache refers to once it is in place.
     chunks: Vec<ChunkRef>,
     remaining: AtomicUsize,
+    /// Per-piece checking (SPEC.md §2.5); `None` for a format 1 tree,
+    /// whose files are checked whole once assembled.
+    chain: Option<Chain>,
     /// Open while chunks are landing: opened by the first, closed by the
     /// last, so a version of many files never holds many descriptors.
     handle: Mutex<Option<Arc<std::fs::File>>>,
@@ -316,8 +331,11 @@ impl FileJob {
         if let Some(f) = h.as_ref() {
             return Ok(f.clone());
         }
+        // Readable too: a piece that straddles chunks is read back to be
+        // checked once its last chunk has landed.
         let f = Arc::new(
             std::fs::OpenOptions::new()
+                .read(true)
                 .write(true)
                 .open(&self.tmp)
                 .map_err(|e| Error::io(&self.tmp, e))?,
@@ -381,14 +399,82 @@ async fn fetch(
     .expect("cache task panicked"))
 }
 
-/// Writes a chunk everywhere it occurs and finishes the files it completes.
+/// A file's pieces (SPEC.md §2.5) and how many of the chunks covering each
+/// have yet to land: a piece is checked when its count reaches zero.
+struct Chain {
+    size: u64,
+    cvs: Vec<PieceCv>,
+    pending: Vec<std::sync::atomic::AtomicU32>,
+}
+
+impl Chain {
+    fn new(size: u64, cvs: &[PieceCv], chunks: &[ChunkRef]) -> Chain {
+        let count = chain::pieces_of(0, size).end as usize;
+        let mut pending = vec![0u32; count];
+        for c in chunks {
+            for p in chain::pieces_of(c.offset, c.offset + u64::from(c.length)) {
+                pending[p as usize] += 1;
+            }
+        }
+        Chain {
+            size,
+            cvs: cvs.to_vec(),
+            pending: pending.into_iter().map(Into::into).collect(),
+        }
+    }
+
+    /// Counts `bytes`, just written at `offset` of `file`, against the
+    /// pieces they touch, and checks each piece they complete: from `bytes`
+    /// when it lies inside them, otherwise read back from `file`.
+    fn landed(
+        &self,
+        f: &FileJob,
+        file: &std::fs::File,
+        offset: u64,
+        bytes: &[u8],
+    ) -> Result<(), Error> {
+        use std::os::unix::fs::FileExt as _;
+        let end = offset + bytes.len() as u64;
+        let mut back = Vec::new();
+        for p in chain::pieces_of(offset, end) {
+            if self.pending[p as usize].fetch_sub(1, Ordering::AcqRel) != 1 {
+                continue;
+            }
+            let range = chain::piece_range(self.size, p);
+            let data = if range.start >= offset && range.end <= end {
+                &bytes[(range.start - offset) as usize..(range.end - offset) as usize]
+            } else {
+                back.resize((range.end - range.start) as usize, 0);
+                file.read_exact_at(&mut back, range.start)
+                    .map_err(|e| Error::io(&f.tmp, e))?;
+                &back[..]
+            };
+            if !chain::verify_piece(self.size, &f.blake3, &self.cvs, p, data) {
+                return Err(Error::Corrupt(format!(
+                    "{}: bytes {}..{} do not match the version digest (a chunk list or chunk the registry served is wrong)",
+                    f.dest.display(),
+                    range.start,
+                    range.end
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Writes a chunk everywhere it occurs, checks the pieces it completes and
+/// finishes the files it completes.
 fn write_chunk(files: &[FileJob], places: &[(usize, u64)], bytes: &[u8]) -> Result<(), Error> {
     use std::os::unix::fs::FileExt as _;
     for &(i, offset) in places {
         let f = &files[i];
-        f.handle()?
-            .write_all_at(bytes, offset)
+        let file = f.handle()?;
+        file.write_all_at(bytes, offset)
             .map_err(|e| Error::io(&f.dest, e))?;
+        if let Some(chain) = &f.chain {
+            chain.landed(f, &file, offset, bytes)?;
+        }
+        drop(file);
         if f.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
             f.handle.lock().expect("file handle lock").take();
             finish_file(files, i)?;
@@ -411,7 +497,14 @@ fn finish_file(files: &[FileJob], i: usize) -> Result<(), Error> {
             f.size
         )));
     }
-    let actual = hash_file(&f.tmp).map_err(|e| Error::io(&f.tmp, e))?;
+    // With the chain every piece was checked as it landed; a file without
+    // chunks (empty) has no pieces, so its hash is checked here, cheaply.
+    let whole = f.chain.is_none() || f.size == 0;
+    let actual = if whole {
+        hash_file(&f.tmp).map_err(|e| Error::io(&f.tmp, e))?
+    } else {
+        f.blake3
+    };
     if actual != f.blake3 {
         return Err(Error::Corrupt(format!(
             "{}: assembled file has BLAKE3 {actual}, the version says {}",

@@ -588,7 +588,7 @@ impl Remote {
                         return Err(status_error(resp).await);
                     }
                     let mut hasher = sha2::Sha256::new();
-                    let mut out = Vec::with_capacity(size as usize);
+                    let mut out = crate::buffers::take(size as usize);
                     // A body cut short is an I/O error, retried as on the
                     // oci-client path (reqwest calls it a decode error).
                     let read = |e| OciDistributionError::IoError(std::io::Error::other(e));
@@ -621,7 +621,7 @@ impl Remote {
                     .pull_blob_stream(&reference, digest.as_str())
                     .await?
                     .stream;
-                let mut out = Vec::with_capacity(size as usize);
+                let mut out = crate::buffers::take(size as usize);
                 while let Some(piece) = stream.next().await {
                     out.extend_from_slice(&piece.map_err(OciDistributionError::IoError)?);
                 }
