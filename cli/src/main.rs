@@ -102,6 +102,9 @@ enum Command {
         /// File-state and chunk cache (default: ~/.cache/sealvol)
         #[arg(long, value_name = "DIR", env = "SEALVOL_CACHE_DIR")]
         cache_dir: Option<PathBuf>,
+        /// Use no cache: read every file, and ask the registry about every chunk
+        #[arg(long)]
+        no_cache: bool,
         #[command(flatten)]
         conn: volume::Conn,
         #[arg(long, value_enum, default_value_t = Output::Text)]
@@ -564,6 +567,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             excludes,
             jobs,
             cache_dir,
+            no_cache,
             conn,
             output,
         } => volume::push(
@@ -573,7 +577,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             includes,
             excludes,
             jobs,
-            CacheDir::chosen(cache_dir, false),
+            CacheDir::chosen(cache_dir, no_cache),
             &conn,
             output,
         ),

@@ -42,6 +42,29 @@ pub fn give(buf: Vec<u8>) {
     }
 }
 
+/// `data` copied into a pooled buffer, as [`bytes::Bytes`] that hand the
+/// buffer back when the last clone is dropped (an upload's retries clone
+/// it).
+pub fn pooled_bytes(data: &[u8]) -> bytes::Bytes {
+    let mut buf = take(data.len());
+    buf.extend_from_slice(data);
+    bytes::Bytes::from_owner(Pooled(buf))
+}
+
+struct Pooled(Vec<u8>);
+
+impl AsRef<[u8]> for Pooled {
+    fn as_ref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl Drop for Pooled {
+    fn drop(&mut self) {
+        give(std::mem::take(&mut self.0));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

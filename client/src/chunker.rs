@@ -130,14 +130,24 @@ enum Msg {
     },
 }
 
+/// Called by a hasher thread with each chunk as soon as its sha256 is
+/// known, with the chunk's bytes (borrowed from the pipeline's block, valid
+/// for the call only): a push sends it from there, while the rest of the
+/// directory is still being sealed. It may block to slow sealing down; a
+/// chunk that occurs several times is passed each time. Returning `false`
+/// stops the sealing (it then fails as interrupted).
+pub type ChunkSink<'a> = &'a (dyn Fn(Sha256Digest, &[u8]) -> bool + Sync);
+
 /// Chunks and hashes `files` on `threads` cores. Results are in input
-/// order; the first error stops the work and is returned.
+/// order; the first error stops the work and is returned. `sink`, when
+/// given, sees every chunk as it is hashed.
 pub fn chunk_files(
     files: &[FileJob],
     cutter: Cutter,
     threads: usize,
     mode: ReadMode,
     progress: &(dyn Fn(u64) + Sync),
+    sink: Option<ChunkSink>,
 ) -> Result<Vec<ChunkedFile>, SealError> {
     if files.is_empty() {
         return Ok(Vec::new());
@@ -184,6 +194,7 @@ pub fn chunk_files(
                     pool_tx: &pool_tx,
                     pool_rx: &pool_rx,
                     jobs: &job_tx,
+                    abort,
                     lengths: Vec::new(),
                     next_piece: 0,
                 };
@@ -196,7 +207,8 @@ pub fn chunk_files(
         }
         for _ in 0..threads {
             let (job_rx, msg_tx) = (job_rx.clone(), msg_tx.clone());
-            s.spawn(move || hash_chunks(job_rx, msg_tx));
+            let abort = &abort;
+            s.spawn(move || hash_chunks(job_rx, msg_tx, sink, abort));
         }
         drop((job_tx, job_rx, msg_tx, pool_tx));
         for msg in msg_rx.iter() {
@@ -271,15 +283,23 @@ fn put<T>(v: &mut Vec<Option<T>>, index: usize, value: T) {
     v[index] = Some(value);
 }
 
-fn hash_chunks(jobs: Receiver<Job>, out: Sender<Msg>) {
+fn hash_chunks(jobs: Receiver<Job>, out: Sender<Msg>, sink: Option<ChunkSink>, abort: &AtomicBool) {
     for job in jobs {
         let data = &job.block.bytes()[job.start..job.start + job.len];
         let msg = match job.kind {
-            JobKind::Chunk => Msg::Chunk {
-                file: job.file,
-                index: job.index,
-                sha256: Sha256Digest(sha2::Sha256::digest(data).into()),
-            },
+            JobKind::Chunk => {
+                let sha256 = Sha256Digest(sha2::Sha256::digest(data).into());
+                if let Some(sink) = sink {
+                    if !abort.load(Ordering::Relaxed) && !sink(sha256, data) {
+                        abort.store(true, Ordering::Relaxed);
+                    }
+                }
+                Msg::Chunk {
+                    file: job.file,
+                    index: job.index,
+                    sha256,
+                }
+            }
             JobKind::Piece => Msg::Piece {
                 file: job.file,
                 index: job.index,
@@ -312,6 +332,8 @@ struct FileReader<'a> {
     pool_tx: &'a Sender<Vec<u8>>,
     pool_rx: &'a Receiver<Vec<u8>>,
     jobs: &'a Sender<Job>,
+    /// Set when another file failed or the sink said stop.
+    abort: &'a AtomicBool,
     lengths: Vec<u32>,
     next_piece: u64,
 }
@@ -358,6 +380,9 @@ impl FileReader<'_> {
         index: usize,
         kind: JobKind,
     ) -> Result<(), SealError> {
+        if self.abort.load(Ordering::Relaxed) {
+            return Err(SealError::io(self.path, ErrorKind::Interrupted.into()));
+        }
         let job = Job {
             block: Arc::clone(block),
             start,
@@ -515,7 +540,7 @@ mod tests {
                 stamp: FileStamp::of(&m),
             });
         }
-        let out = chunk_files(&jobs, cutter, 3, mode, &|_| {}).unwrap();
+        let out = chunk_files(&jobs, cutter, 3, mode, &|_| {}, None).unwrap();
         for (i, size) in sizes.iter().enumerate() {
             let data = pseudo_random(*size, &format!("file {i}"));
             let want: Vec<usize> = cutter.chunk_lengths(&data);
@@ -579,7 +604,7 @@ mod tests {
                 dev: 0,
             },
         };
-        let err = chunk_files(&[job], cutter, 2, ReadMode::Read, &|_| {}).unwrap_err();
+        let err = chunk_files(&[job], cutter, 2, ReadMode::Read, &|_| {}, None).unwrap_err();
         assert!(
             err.to_string().contains("/nonexistent/sealvol-test"),
             "{err}"

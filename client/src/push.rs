@@ -4,7 +4,14 @@
 //! the index by digest, and only then the tags. An interrupted push leaves
 //! no tag pointing at a partial version; pushing it again sends only what
 //! is still missing.
+//!
+//! Sealing and sending overlap: each chunk the sealer hashes goes out from
+//! memory at once (a bounded queue slows sealing down to the link), so a
+//! cold push costs about the larger of the two, and no byte is read or
+//! hashed twice. Chunks of files the file-state cache knows are not read
+//! while sealing; they are checked, and sent from their files, after it.
 
+use std::collections::HashSet;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -92,31 +99,28 @@ pub async fn push(
         }
     }
 
-    // Sealing reads every byte on all cores; keep it off the async threads.
-    progress.phase("sealing", 0);
-    let sealed = {
-        let dir = dir.to_path_buf();
-        let seal_opts = opts.seal.clone();
-        let p = progress.clone();
-        tokio::task::spawn_blocking(move || {
-            crate::seal_with_progress(&dir, &seal_opts, &|n| p.advance(n))
-        })
-        .await
-        .expect("sealing task panicked")?
-    };
-    // The volume's push claim (SPEC.md §7.4), before the first write; a
-    // registry without the volume API takes pushes without one.
+    // The volume's push claim (SPEC.md §7.4), before the first write (the
+    // first chunks go out while sealing); a registry without the volume API
+    // takes pushes without one.
     let claim = crate::claim::hold_push_claim(remote, vref, &crate::claim::push_holder()).await?;
-    let result = publish(
-        remote,
-        dir,
-        vref,
-        tags,
-        opts,
-        &sealed,
-        claim.as_ref(),
-        progress,
-    )
+    let result = async {
+        let counters = Counters::default();
+        let (sealed, sent) =
+            seal_sending(remote, dir, vref, opts, &counters, progress.clone()).await?;
+        publish(
+            remote,
+            dir,
+            vref,
+            tags,
+            opts,
+            &sealed,
+            &sent,
+            counters,
+            claim.as_ref(),
+            progress,
+        )
+        .await
+    }
     .await;
     if let Some(c) = claim {
         c.release().await;
@@ -128,8 +132,83 @@ pub async fn push(
     Ok(report)
 }
 
-/// Sends what the registry lacks of a sealed version, then its tags;
-/// `claim`, when held, must still be ours before the index and tags move.
+fn jobs(opts: &PushOptions) -> usize {
+    if opts.jobs == 0 {
+        DEFAULT_JOBS
+    } else {
+        opts.jobs
+    }
+}
+
+/// Seals `dir` on all cores while sending each chunk it hashes that the
+/// registry lacks; returns the sealed version and the chunks known to be in
+/// the repository now.
+async fn seal_sending(
+    remote: &Remote,
+    dir: &Path,
+    vref: &VolumeRef,
+    opts: &PushOptions,
+    counters: &Counters,
+    progress: Arc<dyn Progress>,
+) -> Result<(crate::Sealed, HashSet<Sha256Digest>), Error> {
+    let repo = vref.repository();
+    remote.prepare(&repo, true).await;
+    let seen = opts.cache_dir.seen(remote.registry());
+    let jobs = jobs(opts);
+    // Chunks queued for sending wait in pooled copies; the queue's bound
+    // (with the transfers in flight, 2 × jobs chunks) is what the sealer
+    // may run ahead of the link.
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<(Sha256Digest, Bytes)>(jobs);
+
+    // Sealing reads every byte on all cores; keep it off the async threads.
+    progress.phase("sealing", 0);
+    let sealing = {
+        let dir = dir.to_path_buf();
+        let seal_opts = opts.seal.clone();
+        let p = progress.clone();
+        tokio::task::spawn_blocking(move || {
+            let offered = std::sync::Mutex::new(HashSet::new());
+            let sink = |digest: Sha256Digest, data: &[u8]| {
+                if !offered.lock().expect("offered lock").insert(digest) {
+                    return true;
+                }
+                // Closed only when sending failed: sealing stops, and the
+                // push reports the sending error.
+                tx.blocking_send((digest, crate::buffers::pooled_bytes(data)))
+                    .is_ok()
+            };
+            crate::seal::seal_streaming(&dir, &seal_opts, &|n| p.advance(n), Some(&sink))
+        })
+    };
+    let sent = std::sync::Mutex::new(HashSet::new());
+    // The stream owns the receiver: when sending fails, the finished
+    // future drops it, so a sealer waiting on a full queue is released.
+    let sending = stream::poll_fn(move |cx| rx.poll_recv(cx))
+        .map(|(digest, bytes): (Sha256Digest, Bytes)| {
+            let (repo, seen, sent) = (&repo, seen.as_ref(), &sent);
+            async move {
+                let chunk = Chunk {
+                    sha256: digest,
+                    length: bytes.len() as u32,
+                    bytes: ChunkBytes::Memory(bytes),
+                };
+                send_chunk(remote, repo, seen, seen.is_some(), chunk, counters, None).await?;
+                sent.lock().expect("sent lock").insert(digest);
+                Ok::<_, Error>(())
+            }
+        })
+        .buffer_unordered(jobs)
+        .try_collect::<()>();
+    let (sealed, sending) = tokio::join!(sealing, sending);
+    // A failed send stops the sealing, so its error comes first.
+    sending?;
+    let sealed = sealed.expect("sealing task panicked")?;
+    Ok((sealed, sent.into_inner().expect("sent lock")))
+}
+
+/// Sends what the registry still lacks of a sealed version (`sent` is
+/// there already), then its tags; `claim`, when held, must still be ours
+/// before the index and tags move.
 #[allow(clippy::too_many_arguments)]
 async fn publish(
     remote: &Remote,
@@ -138,6 +217,8 @@ async fn publish(
     tags: Vec<Tag>,
     opts: &PushOptions,
     sealed: &crate::Sealed,
+    sent: &HashSet<Sha256Digest>,
+    counters: Counters,
     claim: Option<&crate::claim::PushClaim>,
     progress: Arc<dyn Progress>,
 ) -> Result<PushReport, Error> {
@@ -149,7 +230,6 @@ async fn publish(
         ..vref.clone()
     };
 
-    remote.prepare(&repo, true).await;
     let digest_tag = Tag::for_digest(&sealed.digest);
     let seen = opts.cache_dir.seen(remote.registry());
 
@@ -214,17 +294,19 @@ async fn publish(
             )
             .map_err(|e| Error::Usage(format!("{}: {e}", dir.display())))?;
 
-            let locations = sealed.chunk_locations();
+            let all = sealed.chunk_locations();
+            // What went out while sealing is there; the rest (chunks of
+            // files the file-state cache knew) is checked now.
+            let mut locations: Vec<_> = all
+                .iter()
+                .filter(|l| !sent.contains(&l.sha256))
+                .cloned()
+                .collect();
             progress.phase(
                 "uploading",
                 locations.iter().map(|l| u64::from(l.length)).sum(),
             );
-            let jobs = if opts.jobs == 0 {
-                DEFAULT_JOBS
-            } else {
-                opts.jobs
-            };
-            let counters = Counters::default();
+            let jobs = jobs(opts);
             // Chunks this client saw in the repository before are trusted
             // without a HEAD. If the registry lost one since, it rejects the
             // shard manifest that names it; the chunks are then checked
@@ -238,9 +320,9 @@ async fn publish(
                             &repo,
                             seen.as_ref(),
                             trust_seen,
-                            loc,
+                            Chunk::at(loc),
                             &counters,
-                            progress.as_ref(),
+                            Some(progress.as_ref()),
                         )
                     })
                     .buffer_unordered(jobs)
@@ -256,6 +338,7 @@ async fn publish(
                         tracing::debug!(error = %e, "shard manifest rejected");
                         tracing::warn!("a chunk seen in this volume before is gone from the registry; checking every chunk");
                         trust_seen = false;
+                        locations = all.clone();
                         progress.phase(
                             "uploading",
                             locations.iter().map(|l| u64::from(l.length)).sum(),
@@ -399,32 +482,61 @@ fn report_bytes(c: &Counters, n: usize) {
     c.bytes.fetch_add(n as u64, Ordering::Relaxed);
 }
 
+/// A chunk to send, with where its bytes are.
+struct Chunk {
+    sha256: Sha256Digest,
+    length: u32,
+    bytes: ChunkBytes,
+}
+
+enum ChunkBytes {
+    /// In hand: hashed by the sealer a moment ago.
+    Memory(Bytes),
+    /// To be read from the file and checked again.
+    File(ChunkLocation),
+}
+
+impl Chunk {
+    fn at(loc: ChunkLocation) -> Chunk {
+        Chunk {
+            sha256: loc.sha256,
+            length: loc.length,
+            bytes: ChunkBytes::File(loc),
+        }
+    }
+}
+
 /// Makes sure the registry holds one chunk: seen there before (when
-/// `trust_seen`), present, mounted from another volume, or read from its
-/// file, checked and uploaded.
+/// `trust_seen`), present, mounted from another volume, or uploaded (from
+/// memory, or read from its file and checked).
 #[allow(clippy::too_many_arguments)]
 async fn send_chunk(
     remote: &Remote,
     repo: &str,
     seen: Option<&SeenBlobs>,
     trust_seen: bool,
-    loc: ChunkLocation,
+    chunk: Chunk,
     counters: &Counters,
-    progress: &dyn Progress,
+    progress: Option<&dyn Progress>,
 ) -> Result<(), Error> {
-    let digest = loc.sha256;
-    let length = u64::from(loc.length);
+    let digest = chunk.sha256;
+    let length = u64::from(chunk.length);
+    let advance = |n| {
+        if let Some(p) = progress {
+            p.advance(n)
+        }
+    };
     let known = seen.map(|s| s.repos(&digest)).unwrap_or_default();
     if trust_seen && known.iter().any(|r| r == repo) {
         counters.trusted.fetch_add(1, Ordering::Relaxed);
-        progress.advance(length);
+        advance(length);
         return Ok(());
     }
     if remote.has_blob(repo, &digest).await? {
         if let Some(s) = seen {
             s.record(&digest, repo);
         }
-        progress.advance(length);
+        advance(length);
         return Ok(());
     }
     if let Some(s) = seen {
@@ -435,22 +547,25 @@ async fn send_chunk(
             if remote.mount_blob(repo, &from, &digest).await {
                 counters.mounted.fetch_add(1, Ordering::Relaxed);
                 s.record(&digest, repo);
-                progress.advance(length);
+                advance(length);
                 return Ok(());
             }
             s.forget(&digest, &from);
         }
     }
-    let bytes = tokio::task::spawn_blocking(move || read_chunk(&loc))
-        .await
-        .expect("chunk reader panicked")?;
+    let bytes = match chunk.bytes {
+        ChunkBytes::Memory(bytes) => bytes,
+        ChunkBytes::File(loc) => tokio::task::spawn_blocking(move || read_chunk(&loc))
+            .await
+            .expect("chunk reader panicked")?,
+    };
     remote.put_blob(repo, &digest, bytes).await?;
     counters.uploaded.fetch_add(1, Ordering::Relaxed);
     counters.bytes.fetch_add(length, Ordering::Relaxed);
     if let Some(s) = seen {
         s.record(&digest, repo);
     }
-    progress.advance(length);
+    advance(length);
     Ok(())
 }
 

@@ -102,6 +102,18 @@ pub fn seal_with_progress(
     opts: &SealOptions,
     progress: &(dyn Fn(u64) + Sync),
 ) -> Result<Sealed, SealError> {
+    seal_streaming(root, opts, progress, None)
+}
+
+/// [`seal_with_progress`], handing each chunk of the files it reads to
+/// `sink` as soon as it is hashed (files the file-state cache knows are not
+/// read, so their chunks are not passed).
+pub fn seal_streaming(
+    root: &Path,
+    opts: &SealOptions,
+    progress: &(dyn Fn(u64) + Sync),
+    sink: Option<crate::chunker::ChunkSink>,
+) -> Result<Sealed, SealError> {
     let started = Instant::now();
     let cutter = opts.params.cutter()?;
     let filter = Filter::new(&opts.includes, &opts.excludes)?;
@@ -129,7 +141,7 @@ pub fn seal_with_progress(
     } else {
         opts.threads
     };
-    let fresh = chunk_files(&jobs, cutter, threads, opts.read_mode, progress)?;
+    let fresh = chunk_files(&jobs, cutter, threads, opts.read_mode, progress, sink)?;
     if let Some(c) = &cache {
         let items = jobs
             .iter()

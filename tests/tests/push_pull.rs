@@ -1079,3 +1079,42 @@ fn an_open_registry_is_asked_for_v2_once_not_once_per_blob() {
         "pull of {chunks} chunks: GET /v2/ before each blob? {served:?}"
     );
 }
+
+#[test]
+fn a_push_whose_uploads_fail_reports_them_and_publishes_nothing() {
+    // Chunks go out while the directory is still being sealed: a refused
+    // upload must stop the push with the registry's answer (not a sealing
+    // error), and no tag may name anything.
+    let sb = Sandbox::new();
+    let src = sb.path().join("src");
+    sample(&src, BIG);
+    let serve = Server::start(&sb.path().join("serve"));
+    let broken = FlipProxy::start_failing(&host(&serve), usize::MAX);
+    let out = sb.sealvol(
+        &broken.addr(),
+        &["push", s(&src), "bdn:ns/vol", "--no-cache"],
+    );
+    let line = fails(out, "push through a registry that fails every blob request");
+    assert!(broken.failed() > 0, "no blob request reached the proxy");
+    assert!(
+        line.contains("503"),
+        "says what the registry answered: {line}"
+    );
+    assert!(
+        !line.to_lowercase().contains("interrupted"),
+        "reports the upload, not the stopped sealing: {line}"
+    );
+    let tags = http()
+        .get(format!("http://{}/v2/ns/vol/tags/list", host(&serve)))
+        .send()
+        .unwrap();
+    let listed = if tags.status().is_success() {
+        tags.json::<Value>().unwrap()["tags"].clone()
+    } else {
+        Value::Null
+    };
+    assert!(
+        listed.as_array().is_none_or(|t| t.is_empty()),
+        "a failed push published tags: {listed}"
+    );
+}
