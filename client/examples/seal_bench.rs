@@ -5,13 +5,18 @@
 //! cargo run --release -p sealvol-client --example seal_bench -- gen DIR SIZE_MIB [--shards N]
 //! cargo run --release -p sealvol-client --example seal_bench -- primitives [SIZE_MIB]
 //! cargo run --release -p sealvol-client --example seal_bench -- decode [N_CHUNKS]
+//! cargo run --release -p sealvol-client --example seal_bench -- dedup OLD NEW [--params MIN,AVG,MAX]...
 //! ```
 //!
 //! `gen` writes a safetensors-like checkpoint (8-byte header length, JSON
 //! header, bf16-looking tensor data) plus small `config.json` and
 //! `tokenizer.json`; `primitives` prints FastCDC, SHA-256 and BLAKE3
 //! throughput on one core and on all cores as one JSON line; `decode` times
-//! `TreeIndex::decode` of a large index and prints one JSON line.
+//! `TreeIndex::decode` of a large index and prints one JSON line; `dedup`
+//! seals two versions of a folder with each set of chunking parameters
+//! (default: SPEC.md §4.1's) and prints, per set, what the second shares
+//! with the first: the bytes of its chunks the first lacks (what a push of
+//! it sends) against the bytes that differ, one JSON line each.
 
 use std::fmt::Write as _;
 use std::fs::File;
@@ -38,6 +43,7 @@ fn main() -> ExitCode {
         Some("gen") => gen(&args[1..]),
         Some("primitives") => primitives(&args[1..]),
         Some("decode") => decode(&args[1..]),
+        Some("dedup") => dedup(&args[1..]),
         _ => Err(usage()),
     };
     match result {
@@ -50,7 +56,7 @@ fn main() -> ExitCode {
 }
 
 fn usage() -> String {
-    "usage: seal_bench gen DIR SIZE_MIB [--shards N] | primitives [SIZE_MIB] | decode [N_CHUNKS]"
+    "usage: seal_bench gen DIR SIZE_MIB [--shards N] | primitives [SIZE_MIB] | decode [N_CHUNKS] | dedup OLD NEW [--params MIN,AVG,MAX]..."
         .to_string()
 }
 
@@ -458,5 +464,99 @@ fn decode(args: &[String]) -> Result<(), String> {
         "{{\"chunks\":{n_chunks},\"encoded_bytes\":{},\"decode_seconds\":{secs:.6}}}",
         encoded.len()
     );
+    Ok(())
+}
+
+/// Bytes that differ between the files of `old` and `new` with the same
+/// path (all of a file's bytes when only `new` has it, or its size
+/// changed): the least any delta upload sends.
+fn changed_bytes(old: &Path, new: &Path) -> Result<u64, String> {
+    let mut changed = 0u64;
+    let mut stack = vec![PathBuf::new()];
+    while let Some(rel) = stack.pop() {
+        let dir = new.join(&rel);
+        for e in std::fs::read_dir(&dir).map_err(|e| format!("{}: {e}", dir.display()))? {
+            let e = e.map_err(|e| format!("{}: {e}", dir.display()))?;
+            let rel = rel.join(e.file_name());
+            let kind = e
+                .file_type()
+                .map_err(|e| format!("{}: {e}", rel.display()))?;
+            if kind.is_dir() {
+                stack.push(rel);
+                continue;
+            }
+            if !kind.is_file() {
+                continue;
+            }
+            let b = std::fs::read(new.join(&rel)).map_err(|e| format!("{}: {e}", rel.display()))?;
+            match std::fs::read(old.join(&rel)) {
+                Ok(a) if a.len() == b.len() => {
+                    changed += a.iter().zip(&b).filter(|(x, y)| x != y).count() as u64
+                }
+                _ => changed += b.len() as u64,
+            }
+        }
+    }
+    Ok(changed)
+}
+
+fn dedup(args: &[String]) -> Result<(), String> {
+    let mut pos = Vec::new();
+    let mut sets = Vec::new();
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        if a == "--params" {
+            let v = it.next().ok_or("--params needs MIN,AVG,MAX")?;
+            let n: Vec<u32> = v
+                .split(',')
+                .map(|x| parse(x, "--params"))
+                .collect::<Result<_, _>>()?;
+            let [min, avg, max] = n[..] else {
+                return Err("--params needs MIN,AVG,MAX".into());
+            };
+            let p = ChunkingParams { min, avg, max };
+            p.validate().map_err(|e| format!("--params {v}: {e}"))?;
+            sets.push(p);
+        } else {
+            pos.push(a.as_str());
+        }
+    }
+    let [old, new] = pos[..] else {
+        return Err(usage());
+    };
+    if sets.is_empty() {
+        sets.push(ChunkingParams::default());
+    }
+    let (old, new) = (Path::new(old), Path::new(new));
+    let changed = changed_bytes(old, new)?;
+    for params in sets {
+        let opts = sealvol_client::SealOptions {
+            params,
+            cache_dir: sealvol_client::CacheDir::Off,
+            read_mode: sealvol_client::ReadMode::Mmap,
+            ..Default::default()
+        };
+        let seal = |dir: &Path| {
+            sealvol_client::seal(dir, &opts).map_err(|e| format!("{}: {e}", dir.display()))
+        };
+        let (a, b) = (seal(old)?, seal(new)?);
+        let had: std::collections::HashSet<Sha256Digest> =
+            a.chunk_locations().into_iter().map(|l| l.sha256).collect();
+        let locs = b.chunk_locations();
+        let fresh: u64 = locs
+            .iter()
+            .filter(|l| !had.contains(&l.sha256))
+            .map(|l| u64::from(l.length))
+            .sum();
+        println!(
+            "{{\"min\":{},\"avg\":{},\"max\":{},\"chunks\":{},\"bytes\":{},\"changed_bytes\":{changed},\"new_chunk_bytes\":{fresh},\"sent_per_changed\":{:.4}}}",
+            params.min,
+            params.avg,
+            params.max,
+            locs.len(),
+            b.stats.bytes,
+            fresh as f64 / changed.max(1) as f64
+        );
+    }
     Ok(())
 }

@@ -8,7 +8,7 @@
 use std::sync::Mutex;
 
 /// What the pool keeps at most: enough for the default 8 parallel
-/// downloads of 4 MiB chunks, twice over.
+/// downloads of 2–4 MiB chunks, twice over.
 const POOL_BYTES: usize = 64 << 20;
 
 static POOL: Mutex<Vec<Vec<u8>>> = Mutex::new(Vec::new());

@@ -21,7 +21,7 @@ use bytes::Bytes;
 use futures_util::{stream, StreamExt, TryStreamExt};
 use sealvol_spec::oci::{self, VersionIndex, VersionMeta};
 use sealvol_spec::reference::{Selector, Tag, VolumeRef};
-use sealvol_spec::{B3Digest, Sha256Digest, TreeFormat};
+use sealvol_spec::{B3Digest, ChunkingParams, Sha256Digest, TreeFormat};
 use serde::Serialize;
 
 use crate::cache::SeenBlobs;
@@ -32,6 +32,9 @@ use crate::{ChunkLocation, Error, Progress, SealOptions};
 /// What to push besides the directory and the ref.
 #[derive(Clone, Debug, Default)]
 pub struct PushOptions {
+    /// How to seal. Its chunking parameters apply to a new volume only: a
+    /// new version of a volume is cut with the parameters of the volume's
+    /// head (SPEC.md §4.1), so that unchanged regions give the same chunks.
     pub seal: SealOptions,
     /// User tags to move to the new version (besides the ref's own tag).
     pub tags: Vec<Tag>,
@@ -42,8 +45,9 @@ pub struct PushOptions {
 }
 
 /// Parallel transfers when the user does not say: enough to fill a fast
-/// link with 4 MiB chunks, few enough to stay far below the memory budget
-/// (each transfer holds at most one 16 MiB chunk).
+/// link with 2–4 MiB chunks, few enough to stay far below the memory budget
+/// (each transfer holds at most one chunk: 8 MiB, or 16 MiB in volumes of
+/// the earlier default).
 pub const DEFAULT_JOBS: usize = 8;
 
 /// What a push did.
@@ -104,6 +108,12 @@ pub async fn push(
     // takes pushes without one.
     let claim = crate::claim::hold_push_claim(remote, vref, &crate::claim::push_holder()).await?;
     let result = async {
+        remote.prepare(&vref.repository(), true).await;
+        let mut opts = opts.clone();
+        if let Some(params) = head_params(remote, vref).await? {
+            opts.seal.params = params;
+        }
+        let opts = &opts;
         let counters = Counters::default();
         let (sealed, sent) =
             seal_sending(remote, dir, vref, opts, &counters, progress.clone()).await?;
@@ -132,6 +142,28 @@ pub async fn push(
     Ok(report)
 }
 
+/// The chunking parameters of the volume's head, if it has one (SPEC.md
+/// §4.1). A head that is not a readable version does not stop the push: it
+/// is then sealed as a new volume would be.
+async fn head_params(remote: &Remote, vref: &VolumeRef) -> Result<Option<ChunkingParams>, Error> {
+    let head = vref.with_selector(Selector::Head);
+    let found = match crate::resolve::resolve(remote, &head).await {
+        Ok(v) => crate::resolve::load_tree(remote, &v).await,
+        Err(e) => Err(e),
+    };
+    match found {
+        Ok(tree) => Ok(Some(tree.params())),
+        Err(Error::NotFound(_)) => Ok(None),
+        Err(e @ (Error::NotAVersion(_) | Error::Corrupt(_))) => {
+            tracing::warn!(
+                "the volume's head cannot be read ({e}); sealing with the default chunking"
+            );
+            Ok(None)
+        }
+        Err(e) => Err(e),
+    }
+}
+
 fn jobs(opts: &PushOptions) -> usize {
     if opts.jobs == 0 {
         DEFAULT_JOBS
@@ -152,7 +184,6 @@ async fn seal_sending(
     progress: Arc<dyn Progress>,
 ) -> Result<(crate::Sealed, HashSet<Sha256Digest>), Error> {
     let repo = vref.repository();
-    remote.prepare(&repo, true).await;
     let seen = opts.cache_dir.seen(remote.registry());
     let jobs = jobs(opts);
     // Chunks queued for sending wait in pooled copies; the queue's bound

@@ -26,6 +26,13 @@ use crate::sync_jobs::{
     FileDone, JobError, SyncDest, SyncJob, SyncProgress, SyncState, SyncedVersion,
 };
 
+/// What sync jobs cut with: the earlier default (SPEC.md §4.1), not the
+/// new volumes' one. A job resumed after an upgrade reuses the files its
+/// earlier run stored, and a tree must be cut with one set of sizes no
+/// larger than its own `max`; taking the destination head's parameters
+/// (and re-copying reused files cut otherwise) is still to be done.
+const SYNC_CHUNKING: ChunkingParams = ChunkingParams::EARLIER_DEFAULT;
+
 /// Objects of one job read at once: enough to keep a slow source's
 /// connections busy while the CPU hashes, bounded so memory stays small
 /// (each object holds at most a few chunks in flight).
@@ -623,7 +630,7 @@ async fn execute(
         .map_err(internal)?;
     }
 
-    let cutter = ChunkingParams::default()
+    let cutter = SYNC_CHUNKING
         .cutter()
         .map_err(|e| SyncError::new(ErrorKind::Internal, e.to_string()))?;
     let sink: Arc<dyn ChunkSink> = Arc::new(StoreSink {
@@ -803,7 +810,7 @@ fn build_tree(
             data: EntryData::Dir,
         });
     }
-    TreeIndex::new(ChunkingParams::default(), entries).map_err(internal)
+    TreeIndex::new(SYNC_CHUNKING, entries).map_err(internal)
 }
 
 /// Seals the version and moves the tags, unless the job was canceled.

@@ -78,7 +78,8 @@ struct State {
 /// keeps what was served, so pieces need only outlive the reads of them: a
 /// few per sequential reader ([`PIECES_AHEAD`] plus the current one) and
 /// one per concurrent random read (the default 128 MiB holds 32). Chunks
-/// need more: they are 1–16 MiB, the chunk read-ahead window runs up to
+/// need more: they are up to 8 MiB (16 MiB in volumes of the earlier
+/// default), the chunk read-ahead window runs up to
 /// [`crate::reader::ReadAhead::BYTES`] ahead, a piece straddling a cut needs
 /// the chunks on both sides, and small random reads in one chunk reuse it
 /// for its other pieces. Pieces are copies (1 MiB each, counted exactly),

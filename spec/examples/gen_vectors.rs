@@ -46,8 +46,10 @@ fn xof(context: &str, len: usize) -> Vec<u8> {
     out
 }
 
+/// The basic tree keeps the parameters it was first written with (the
+/// earlier default), so its encoding and OCI vectors stay as published.
 fn basic_tree() -> TreeIndex {
-    let p = ChunkingParams::default();
+    let p = ChunkingParams::EARLIER_DEFAULT;
     TreeIndex::new(
         p,
         vec![
@@ -165,9 +167,9 @@ fn main() {
             "encoded_len": encoded.len(),
         },
         "empty": {
-            "params": ChunkingParams::default(),
+            "params": ChunkingParams::EARLIER_DEFAULT,
             "entries": [],
-            "version_digest": TreeIndex::new(ChunkingParams::default(), vec![]).unwrap().version_digest().to_string(),
+            "version_digest": TreeIndex::new(ChunkingParams::EARLIER_DEFAULT, vec![]).unwrap().version_digest().to_string(),
         },
     });
     write(&out.join("trees.json"), &trees);
@@ -177,9 +179,15 @@ fn main() {
     let mut chunking = Vec::new();
     for (params, context, len) in [
         (small, "sealvol chunking vector small", 1 << 20),
+        // The earlier default (SPEC.md §4.1), which older volumes keep.
+        (
+            ChunkingParams::EARLIER_DEFAULT,
+            "sealvol chunking vector default",
+            40 << 20,
+        ),
         (
             ChunkingParams::default(),
-            "sealvol chunking vector default",
+            "sealvol chunking vector default 2026-12",
             40 << 20,
         ),
     ] {

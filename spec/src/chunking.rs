@@ -26,17 +26,28 @@ pub struct ChunkingError {
     pub max: u32,
 }
 
+/// The parameters of new volumes (SPEC.md §4.1): min 512 KiB, avg 2 MiB,
+/// max 8 MiB. A new version of an existing volume keeps the parameters of
+/// its head instead, so that unchanged regions give the same chunks.
 impl Default for ChunkingParams {
     fn default() -> Self {
         ChunkingParams {
-            min: 1 << 20,
-            avg: 4 << 20,
-            max: 16 << 20,
+            min: 512 << 10,
+            avg: 2 << 20,
+            max: 8 << 20,
         }
     }
 }
 
 impl ChunkingParams {
+    /// The default until December 2026 (min 1 MiB, avg 4 MiB, max 16 MiB):
+    /// volumes first published with it keep it (SPEC.md §4.1).
+    pub const EARLIER_DEFAULT: ChunkingParams = ChunkingParams {
+        min: 1 << 20,
+        avg: 4 << 20,
+        max: 16 << 20,
+    };
+
     /// Checks the bounds of SPEC.md §4.1 (those of FastCDC 2020).
     pub fn validate(&self) -> Result<(), ChunkingError> {
         let (min, avg, max) = (self.min as usize, self.avg as usize, self.max as usize);

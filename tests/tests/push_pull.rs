@@ -9,6 +9,9 @@ use std::os::unix::fs::{symlink, PermissionsExt};
 use std::path::Path;
 use std::time::Duration;
 
+use sealvol_spec::oci;
+use sealvol_spec::ChunkingParams;
+use sealvol_tests::forge::Mirror;
 use sealvol_tests::{
     assert_same_tree, closed_addr, fails, host, json, noise, ok, s, sha256, stderr, tree, venv_bin,
     write, DockerRegistry, FlipProxy, Node, Sandbox, Server,
@@ -1054,10 +1057,11 @@ fn an_open_registry_is_asked_for_v2_once_not_once_per_blob() {
     assert_same_tree(&src, &dest);
 
     // The registry lets anyone in, so `GET /v2/` has nothing to say after
-    // the first time. A push GETs nothing else but a manifest or two; a pull
-    // GETs its chunks and a few manifests and tree blobs. Either may ask
-    // `/v2/` before each manifest, but not before each blob.
-    const HANDFUL: u64 = 12;
+    // the first time. A push GETs nothing else but a manifest or two (the
+    // volume's head among them, for its chunking parameters); a pull GETs
+    // its chunks and a few manifests and tree blobs. Either may ask `/v2/`
+    // before each manifest, but not before each blob.
+    const HANDFUL: u64 = 16;
     let served = served_between(&before, &after_push);
     let chunks = pushed["chunks_uploaded"].as_u64().unwrap();
     assert!(chunks >= 48, "{pushed}");
@@ -1117,4 +1121,61 @@ fn a_push_whose_uploads_fail_reports_them_and_publishes_nothing() {
         listed.as_array().is_none_or(|t| t.is_empty()),
         "a failed push published tags: {listed}"
     );
+}
+
+#[test]
+fn a_new_version_keeps_the_chunking_of_the_volumes_head() {
+    // SPEC.md §4.1: new volumes get the 2 MiB default, but a volume first
+    // published with the earlier 4 MiB one keeps it, so a push of an edit
+    // cuts the unchanged bytes as before and sends only the edited chunks.
+    let sb = Sandbox::new();
+    let src = sb.path().join("src");
+    sample(&src, BIG);
+    let serve = Server::start(&sb.path().join("serve"));
+    let reg = host(&serve);
+    let mirror = Mirror::new(&reg);
+
+    // v1 as an earlier release published it.
+    let earlier = ChunkingParams::EARLIER_DEFAULT;
+    let sealed = sealvol_client::seal(
+        &src,
+        &sealvol_client::SealOptions {
+            params: earlier,
+            cache_dir: sealvol_client::CacheDir::Off,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    mirror.put_chunks_from("ns/old", &sealed.tree, &src);
+    let built = oci::build_version(
+        &sealed.tree,
+        &oci::VersionMeta {
+            created: "2026-06-01T00:00:00Z".into(),
+            source: None,
+        },
+    )
+    .unwrap();
+    let digest_tag = format!("b3-{}", sealed.digest.to_string().trim_start_matches("b3:"));
+    mirror.publish("ns/old", &built, &[&digest_tag, "head"]);
+
+    // v2: 100 KiB in the middle of big.bin rewritten.
+    let big = src.join("big.bin");
+    let mut bytes = std::fs::read(&big).unwrap();
+    for b in &mut bytes[BIG / 2..BIG / 2 + (100 << 10)] {
+        *b ^= 0x5a;
+    }
+    std::fs::write(&big, &bytes).unwrap();
+    let v2 = push(&sb, &reg, &src, "bdn:ns/old", &["--no-cache"]);
+    let head = mirror.fetch_ref("ns/old", "head").tree;
+    assert_eq!(head.params(), earlier, "v2 is cut as the head was: {v2}");
+    let sent = v2["bytes_uploaded"].as_u64().unwrap();
+    assert!(
+        sent <= 2 * u64::from(earlier.max),
+        "an edit of 100 KiB sent {sent} bytes: unchanged chunks went again"
+    );
+
+    // A new volume gets the default.
+    push(&sb, &reg, &src, "bdn:ns/new", &[]);
+    let head = mirror.fetch_ref("ns/new", "head").tree;
+    assert_eq!(head.params(), ChunkingParams::default());
 }
