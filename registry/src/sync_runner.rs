@@ -26,13 +26,6 @@ use crate::sync_jobs::{
     FileDone, JobError, SyncDest, SyncJob, SyncProgress, SyncState, SyncedVersion,
 };
 
-/// What sync jobs cut with: the earlier default (SPEC.md §4.1), not the
-/// new volumes' one. A job resumed after an upgrade reuses the files its
-/// earlier run stored, and a tree must be cut with one set of sizes no
-/// larger than its own `max`; taking the destination head's parameters
-/// (and re-copying reused files cut otherwise) is still to be done.
-const SYNC_CHUNKING: ChunkingParams = ChunkingParams::EARLIER_DEFAULT;
-
 /// Objects of one job read at once: enough to keep a slow source's
 /// connections busy while the CPU hashes, bounded so memory stays small
 /// (each object holds at most a few chunks in flight).
@@ -574,7 +567,13 @@ async fn execute(
         ..Default::default()
     };
 
-    // Files a previous run of this job finished, still whole in the store.
+    // The destination's chunking, so that the new version shares its
+    // head's chunks where the bytes did not change.
+    let params = chunking_for(app, &job.dest.name).await;
+
+    // Files a previous run of this job finished, still whole in the store
+    // and cut within this tree's sizes (a run before an upgrade may have
+    // cut them with the earlier default).
     // Their links may have aged past garbage collection's grace while the
     // registry was down: they are checked and renewed with the sweep held
     // off, so no chunk can go between the check and the link.
@@ -592,6 +591,7 @@ async fn execute(
                 Some(f)
                     if f.size == o.size
                         && f.version == o.version
+                        && f.chunks.iter().all(|c| c.length <= params.max)
                         && all_stored(app, &f).await? =>
                 {
                     progress.files_done += 1;
@@ -630,7 +630,7 @@ async fn execute(
         .map_err(internal)?;
     }
 
-    let cutter = SYNC_CHUNKING
+    let cutter = params
         .cutter()
         .map_err(|e| SyncError::new(ErrorKind::Internal, e.to_string()))?;
     let sink: Arc<dyn ChunkSink> = Arc::new(StoreSink {
@@ -686,9 +686,34 @@ async fn execute(
     let (mut progress, results) = shared.into_inner().expect("progress lock");
     progress.bytes_stored = running.bytes_stored.load(Ordering::Relaxed);
 
-    let tree = build_tree(&objects, &results)?;
+    let tree = build_tree(&objects, &results, params)?;
     let provenance = pinned.as_deref().unwrap_or(uri);
     commit(app, job, &claim, &tree, provenance, progress).await
+}
+
+/// The chunking parameters of the volume `repo`'s head (SPEC.md §4.1),
+/// read from its tree index's header; the default for a new volume, or
+/// when the head is not a readable version.
+async fn chunking_for(app: &Arc<App>, repo: &str) -> ChunkingParams {
+    let of_head = async {
+        let r = repo.to_string();
+        let head = app.meta(move |m| Ok(m.volume(&r).ok())).await.ok()??.head?;
+        let index = app.blobs.get(&head.index_digest).await.ok()??;
+        let ix = VersionIndex::parse(&index).ok()?;
+        let manifest = app
+            .blobs
+            .get(&oci::sha256_of(&ix.tree_manifest)?)
+            .await
+            .ok()??;
+        let layers = oci::artifact_layers(&manifest, oci::MT_TREE_MANIFEST).ok()?;
+        let tree = oci::sha256_of(layers.first()?)?;
+        let header = sealvol_spec::tree::HEADER_BYTES as u64;
+        match app.blobs.body(&tree, 0, header).await.ok()?? {
+            crate::blobs::BlobBody::Bytes(b) => TreeIndex::params_of(&b),
+            crate::blobs::BlobBody::Stream(_) => None,
+        }
+    };
+    of_head.await.unwrap_or_default()
 }
 
 /// Whether every chunk of a file recorded as done is still stored.
@@ -786,6 +811,7 @@ fn check_listing(uri: &str, objects: &[Object]) -> std::result::Result<(), SyncE
 fn build_tree(
     objects: &[Object],
     results: &HashMap<String, FileDone>,
+    params: ChunkingParams,
 ) -> std::result::Result<TreeIndex, SyncError> {
     let mut entries = Vec::with_capacity(objects.len());
     for o in objects {
@@ -810,7 +836,7 @@ fn build_tree(
             data: EntryData::Dir,
         });
     }
-    TreeIndex::new(SYNC_CHUNKING, entries).map_err(internal)
+    TreeIndex::new(params, entries).map_err(internal)
 }
 
 /// Seals the version and moves the tags, unless the job was canceled.

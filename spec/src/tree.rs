@@ -19,6 +19,9 @@ use crate::path::{self, PathError};
 pub const MAGIC: &[u8; 8] = b"SVTREE\x00\x02";
 /// First bytes of a format version 1 index (§2.6), which readers still read.
 pub const MAGIC_V1: &[u8; 8] = b"SVTREE\x00\x01";
+/// The magic and the chunking parameters: what
+/// [`TreeIndex::params_of`] reads.
+pub const HEADER_BYTES: usize = 20;
 /// Largest permission bits value (`0o7777`: rwx for all plus setuid, setgid, sticky).
 pub const MAX_MODE: u32 = 0o7777;
 const CHUNK_RECORD: usize = 8 + 4 + 32;
@@ -430,6 +433,25 @@ impl TreeIndex {
         Ok(out)
     }
 
+    /// The chunking parameters an encoded index (of format 2 or 1) records
+    /// in its first [`HEADER_BYTES`] bytes, without decoding the rest.
+    pub fn params_of(header: &[u8]) -> Option<ChunkingParams> {
+        let magic = header.get(..8)?;
+        if magic != MAGIC && magic != MAGIC_V1 {
+            return None;
+        }
+        let u32_at = |at: usize| -> Option<u32> {
+            Some(u32::from_le_bytes(header.get(at..at + 4)?.try_into().ok()?))
+        };
+        let params = ChunkingParams {
+            min: u32_at(8)?,
+            avg: u32_at(12)?,
+            max: u32_at(16)?,
+        };
+        params.validate().ok()?;
+        Some(params)
+    }
+
     /// Decodes and validates an encoded index of format 2 or 1.
     pub fn decode(bytes: &[u8]) -> Result<TreeIndex, TreeError> {
         if bytes.len() as u64 > MAX_TREE_BYTES {
@@ -763,6 +785,24 @@ mod tests {
         let sub: Vec<_> = t.children(Some("a")).map(|e| e.path.as_str()).collect();
         assert_eq!(sub, ["a/x"]);
         assert_eq!(t.subtree(Some("nope")).len(), 0);
+    }
+
+    #[test]
+    fn params_come_from_the_header_alone() {
+        for params in [ChunkingParams::default(), ChunkingParams::EARLIER_DEFAULT] {
+            let t = TreeIndex::new(params, vec![file("a", b"x")]).unwrap();
+            let bytes = t.encode().unwrap();
+            assert_eq!(TreeIndex::params_of(&bytes[..HEADER_BYTES]), Some(params));
+        }
+        let bytes = TreeIndex::new(ChunkingParams::default(), vec![])
+            .unwrap()
+            .encode()
+            .unwrap();
+        assert_eq!(TreeIndex::params_of(&bytes[..HEADER_BYTES - 1]), None);
+        assert_eq!(TreeIndex::params_of(b"SVTREE\x00\x09 and more bytes"), None);
+        let mut bad = bytes.clone();
+        bad[16..20].copy_from_slice(&(64u32 << 20).to_le_bytes()); // max over 16 MiB
+        assert_eq!(TreeIndex::params_of(&bad), None);
     }
 
     #[test]

@@ -11,6 +11,10 @@ use std::path::Path;
 use std::process::Output;
 use std::time::{Duration, Instant};
 
+use sealvol_spec::oci;
+use sealvol_spec::tree::EntryData;
+use sealvol_spec::ChunkingParams;
+use sealvol_tests::forge::Mirror;
 use sealvol_tests::{
     assert_same_tree, fails, host, json, noise, ok, s, tree, write, Azurite, GcsEmulator, HfHub,
     Moto, Node, Sandbox, Server, AZURITE_ACCOUNT,
@@ -282,7 +286,8 @@ fn assert_files(dir: &Path, files: &[(&str, &[u8])]) {
 }
 
 /// Files of a few sizes, nested: several chunks each for the large ones
-/// (chunks are 1/4/16 MiB), an empty one, one below the Hub's LFS size.
+/// (the default chunks are 512 KiB/2 MiB/8 MiB), an empty one, one below
+/// the Hub's LFS size.
 fn model_files() -> Vec<(&'static str, Vec<u8>)> {
     vec![
         (
@@ -897,4 +902,82 @@ impl Registry {
             other => panic!("versions {r}: {other:?}"),
         }
     }
+}
+
+#[test]
+fn a_sync_keeps_the_chunking_of_the_volumes_head() {
+    // SPEC.md §4.1: a sync into a volume first published with the earlier
+    // default (1/4/16 MiB) cuts as its head was cut, so an edit shares the
+    // unchanged chunks; a sync into a new volume cuts with the default.
+    let sb = Sandbox::new();
+    let src = sb.path().join("src");
+    let mut data = noise(20 * MIB, 12);
+    write(&src.join("model.safetensors"), &data, 0o644);
+    let config = format!("{CONFIG}\nsync_dir_roots = [{:?}]", s(&src));
+    let reg = Registry::start_config(Box::leak(config.into_boxed_str()), &[]);
+    let h = reg.host();
+    let mirror = Mirror::new(&h);
+
+    let earlier = ChunkingParams::EARLIER_DEFAULT;
+    let sealed = sealvol_client::seal(
+        &src,
+        &sealvol_client::SealOptions {
+            params: earlier,
+            cache_dir: sealvol_client::CacheDir::Off,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    mirror.put_chunks_from("local/old", &sealed.tree, &src);
+    let built = oci::build_version(
+        &sealed.tree,
+        &oci::VersionMeta {
+            created: "2026-06-01T00:00:00Z".into(),
+            source: None,
+        },
+    )
+    .unwrap();
+    let digest_tag = format!("b3-{}", sealed.digest.to_string().trim_start_matches("b3:"));
+    mirror.publish("local/old", &built, &[&digest_tag, "head"]);
+    let v1_chunks: std::collections::BTreeSet<String> = sealed
+        .chunk_locations()
+        .iter()
+        .map(|l| l.sha256.to_string())
+        .collect();
+
+    for b in &mut data[10 * MIB..10 * MIB + 4096] {
+        *b ^= 0x5a;
+    }
+    write(&src.join("model.safetensors"), &data, 0o644);
+    let source = format!("dir://{}", s(&src));
+    for dest in ["local/old", "local/new"] {
+        ok(
+            reg.sealvol(&[
+                "sync",
+                "start",
+                "--source",
+                &source,
+                "--dest",
+                &format!("{h}/{dest}"),
+                "--wait",
+            ]),
+            &format!("sync into {dest}"),
+        );
+    }
+    let old = mirror.fetch_ref("local/old", "head").tree;
+    assert_eq!(old.params(), earlier, "the sync re-cut the volume");
+    let Some(EntryData::File { chunks, .. }) = old.get("model.safetensors").map(|e| &e.data) else {
+        panic!("the synced version has the file");
+    };
+    let shared = chunks
+        .iter()
+        .filter(|c| v1_chunks.contains(&c.sha256.to_string()))
+        .count();
+    assert!(
+        shared + 2 >= chunks.len(),
+        "an edit of 4 KiB left {shared} of {} chunks shared",
+        chunks.len()
+    );
+    let new = mirror.fetch_ref("local/new", "head").tree;
+    assert_eq!(new.params(), ChunkingParams::default());
 }
