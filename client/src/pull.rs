@@ -165,7 +165,7 @@ pub async fn pull(
             size,
             blake3,
             chunks,
-            ..
+            pieces,
         } = &t.entry.data
         else {
             continue;
@@ -174,9 +174,6 @@ pub async fn pull(
         if let Some(parent) = t.dest.parent() {
             std::fs::create_dir_all(parent).map_err(|e| Error::io(parent, e))?;
         }
-        let EntryData::File { pieces, .. } = &t.entry.data else {
-            unreachable!("matched a file above");
-        };
         let (dest, size, blake3) = (t.dest.clone(), *size, *blake3);
         let mode = t.entry.mode;
         let complete = tokio::task::spawn_blocking({
