@@ -7,7 +7,9 @@
 //! The mount is read-only (the kernel answers writes with `EROFS`), names
 //! and attributes carry long TTLs, and files open with `FOPEN_KEEP_CACHE`:
 //! a version never changes, so the kernel's page cache stays valid across
-//! opens and a warm re-read never reaches this process.
+//! opens and a warm re-read never reaches this process. A root mount hands
+//! files it has a checked whole-file copy of to the kernel instead
+//! ([`crate::passthrough`]).
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -23,6 +25,7 @@ use fuser::{
 };
 
 use crate::inodes::{Inodes, TTL};
+use crate::passthrough::WholeFiles;
 use crate::prefetch::Prefetcher;
 use crate::reader::{touched, ReadAhead, ReadError};
 use crate::verify::{FileReader, PIECES_AHEAD};
@@ -33,10 +36,22 @@ pub(crate) struct VolumeFs {
     pub reader: Arc<FileReader>,
     pub prefetch: Option<Arc<Prefetcher>>,
     pub rt: tokio::runtime::Handle,
-    /// Read-ahead state of each open file.
-    handles: Mutex<HashMap<u64, Arc<Mutex<ReadAhead>>>>,
+    /// Each open file served by this process.
+    handles: Mutex<HashMap<u64, Arc<Handle>>>,
+    /// The backing files of open files the kernel serves (passthrough),
+    /// registered until they are closed.
+    backings: Mutex<HashMap<u64, fuser::BackingId>>,
+    /// Whole-file copies for passthrough (root mounts of format 2 trees).
+    whole: Option<Arc<WholeFiles>>,
     next_fh: AtomicU64,
     pub read_errors: Arc<AtomicU64>,
+}
+
+/// An open file: its read-ahead state and how much was read through it.
+#[derive(Default)]
+struct Handle {
+    ahead: Mutex<ReadAhead>,
+    read: AtomicU64,
 }
 
 impl VolumeFs {
@@ -44,6 +59,7 @@ impl VolumeFs {
         inodes: Arc<Inodes>,
         reader: Arc<FileReader>,
         prefetch: Option<Arc<Prefetcher>>,
+        whole: Option<Arc<WholeFiles>>,
         rt: tokio::runtime::Handle,
     ) -> VolumeFs {
         VolumeFs {
@@ -52,13 +68,19 @@ impl VolumeFs {
             prefetch,
             rt,
             handles: Mutex::new(HashMap::new()),
+            backings: Mutex::new(HashMap::new()),
+            whole,
             next_fh: AtomicU64::new(1),
             read_errors: Arc::default(),
         }
     }
 
-    fn handles(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Arc<Mutex<ReadAhead>>>> {
+    fn handles(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Arc<Handle>>> {
         self.handles.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn backings(&self) -> std::sync::MutexGuard<'_, HashMap<u64, fuser::BackingId>> {
+        self.backings.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn attr(&self, ino: u64) -> Result<FileAttr, Errno> {
@@ -136,6 +158,15 @@ impl Filesystem for VolumeFs {
         }
         let _ = config.set_max_background(64);
         let _ = config.set_congestion_threshold(48);
+        if let Some(whole) = &self.whole {
+            // Backing files live on a regular file system: one level of
+            // stacking.
+            if config.add_capabilities(InitFlags::FUSE_PASSTHROUGH).is_ok()
+                && config.set_max_stack_depth(1).is_ok()
+            {
+                whole.enable();
+            }
+        }
         Ok(())
     }
 
@@ -179,6 +210,21 @@ impl Filesystem for VolumeFs {
             });
         }
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+        if let Some(whole) = self.whole.as_ref().filter(|w| w.enabled()) {
+            if let Some(copy) = whole.open(&self.inodes, ino.0) {
+                match reply.open_backing(&copy) {
+                    Ok(id) => {
+                        reply.opened_passthrough(FileHandle(fh), FopenFlags::empty(), &id);
+                        self.backings().insert(fh, id);
+                        return;
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "the kernel refused a backing file: passthrough off for this mount");
+                        whole.disable();
+                    }
+                }
+            }
+        }
         self.handles().insert(fh, Arc::default());
         if let Some(p) = &self.prefetch {
             p.opened(ino.0);
@@ -206,10 +252,11 @@ impl Filesystem for VolumeFs {
         // chunks far ahead, and a few pieces verified just ahead.
         let end = offset.saturating_add(u64::from(size)).min(file.size);
         if offset < end {
-            let ahead = self.handles().get(&fh.0).cloned();
-            if let Some(ahead) = ahead {
+            let handle = self.handles().get(&fh.0).cloned();
+            if let Some(handle) = handle {
+                handle.read.fetch_add(end - offset, Ordering::Relaxed);
                 let (range, sequential) = {
-                    let mut ra = ahead.lock().unwrap_or_else(|e| e.into_inner());
+                    let mut ra = handle.ahead.lock().unwrap_or_else(|e| e.into_inner());
                     let range =
                         ra.next(file.chunks, touched(file.chunks, offset, end), offset, end);
                     (range, ra.sequential())
@@ -262,15 +309,23 @@ impl Filesystem for VolumeFs {
     fn release(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        self.handles().remove(&fh.0);
+        // A passthrough file: its backing file is closed with it.
+        self.backings().remove(&fh.0);
+        let handle = self.handles().remove(&fh.0);
         reply.ok();
+        // Read whole through this process: worth a copy to pass through
+        // the next time.
+        if let (Some(whole), Some(handle)) = (&self.whole, handle) {
+            let read = handle.read.load(Ordering::Relaxed);
+            whole.closed(ino.0, read, &self.inodes, &self.reader, &self.rt);
+        }
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {

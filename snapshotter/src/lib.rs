@@ -51,6 +51,7 @@ pub mod containerd;
 mod fs;
 pub mod inodes;
 mod mount;
+mod passthrough;
 mod prefetch;
 mod reader;
 #[cfg(test)]

@@ -19,6 +19,7 @@ use sealvol_spec::B3Digest;
 
 use crate::fs::VolumeFs;
 use crate::inodes::{Inodes, Owner};
+use crate::passthrough::WholeFiles;
 use crate::prefetch::Prefetcher;
 use crate::reader::RegistrySource;
 use crate::verify::FileReader;
@@ -194,6 +195,11 @@ pub async fn mount(
         })?
     };
     let fetch_stats = Arc::new(FetchStats::default());
+    let whole = if inodes.verifiable() {
+        WholeFiles::for_root(cache.clone())
+    } else {
+        None
+    };
     let source = Arc::new(RegistrySource {
         remote: remote.clone(),
         repo,
@@ -217,6 +223,7 @@ pub async fn mount(
         Arc::clone(&inodes),
         Arc::clone(&reader),
         prefetch.clone(),
+        whole,
         rt.clone(),
     );
     let read_errors = Arc::clone(&fs.read_errors);

@@ -1072,3 +1072,72 @@ fn mount_process(mountpoint: &Path) -> Option<i32> {
         (is_mount && alive(pid)).then_some(pid)
     })
 }
+
+#[test]
+fn a_file_read_whole_is_passed_through_from_a_checked_copy_after_a_remount() {
+    // A root mount keeps a checked, root-owned, read-only whole-file copy
+    // of a file read whole, and later opens hand it to the kernel (FUSE
+    // passthrough): after a remount the file reads with its chunks gone
+    // from the cache and the registry down, from the copy alone, while a
+    // file never read whole cannot be read at all.
+    let sb = Sandbox::new();
+    let src = sb.path().join("src");
+    sample(&src);
+    let serve = Server::start(&sb.path().join("serve"));
+    let reg = host(&serve);
+    push(&sb, &reg, &src, "bdn:ns/vol");
+    let cache = sb.path().join("c");
+    let mnt = mountpoint(&sb, "mnt");
+    let mut m = mount_volume(&sb, &reg, &mnt, s(&cache), &[]);
+    let big = noise(BIG, 1);
+    assert_eq!(read(&mnt.join("big.bin")).unwrap(), big);
+
+    // The copy is built once the file is closed.
+    let files = cache.join("chunks/files");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let copy = loop {
+        let found = std::fs::read_dir(&files).ok().and_then(|shards| {
+            shards
+                .flatten()
+                .filter_map(|d| std::fs::read_dir(d.path()).ok())
+                .flatten()
+                .flatten()
+                .map(|e| e.path())
+                .find(|p| std::fs::metadata(p).is_ok_and(|m| m.len() == BIG as u64))
+        });
+        if let Some(p) = found {
+            break p;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no whole-file copy of big.bin under {}",
+            files.display()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let meta = std::fs::metadata(&copy).unwrap();
+    assert_eq!(meta.mode() & 0o7777, 0o444, "the copy is read-only");
+    assert_eq!(meta.uid(), 0, "the copy is root's");
+    assert_eq!(std::fs::read(&copy).unwrap(), big);
+    m.stop();
+
+    std::fs::remove_dir_all(cache.join("chunks/sha256")).unwrap();
+    let mnt2 = mountpoint(&sb, "mnt2");
+    let _m2 = mount_volume(&sb, &reg, &mnt2, s(&cache), &["--fetch-timeout", "2"]);
+    serve.kill();
+    assert_eq!(
+        within("a passthrough read", {
+            let p = mnt2.join("big.bin");
+            move || read(&p).unwrap()
+        }),
+        big,
+        "big.bin through the copy"
+    );
+    assert_eio(
+        within("a read with the registry down", {
+            let p = mnt2.join("tokenizer.json");
+            move || read(&p)
+        }),
+        "tokenizer.json, never read whole, with the registry down",
+    );
+}
