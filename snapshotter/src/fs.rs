@@ -214,8 +214,11 @@ impl Filesystem for VolumeFs {
             if let Some(copy) = whole.open(&self.inodes, ino.0) {
                 match reply.open_backing(&copy) {
                     Ok(id) => {
-                        reply.opened_passthrough(FileHandle(fh), FopenFlags::empty(), &id);
-                        self.backings().insert(fh, id);
+                        // Recorded before the reply, so a release that
+                        // follows at once finds it to close.
+                        let mut backings = self.backings();
+                        let id = backings.entry(fh).or_insert(id);
+                        reply.opened_passthrough(FileHandle(fh), FopenFlags::empty(), id);
                         return;
                     }
                     Err(e) => {
