@@ -223,6 +223,38 @@ impl Mirror {
         index
     }
 
+    /// Seals `dir` with `params` and publishes it to `repo` under its
+    /// digest tag and `head`, as a release cutting with those parameters
+    /// would have (SPEC.md §4.1: a volume keeps its head's chunking).
+    pub fn publish_dir(
+        &self,
+        repo: &str,
+        dir: &Path,
+        params: sealvol_spec::ChunkingParams,
+    ) -> sealvol_client::Sealed {
+        let sealed = sealvol_client::seal(
+            dir,
+            &sealvol_client::SealOptions {
+                params,
+                cache_dir: sealvol_client::CacheDir::Off,
+                ..Default::default()
+            },
+        )
+        .expect("seal the folder");
+        self.put_chunks_from(repo, &sealed.tree, dir);
+        let built = oci::build_version(
+            &sealed.tree,
+            &VersionMeta {
+                created: "2026-06-01T00:00:00Z".into(),
+                source: None,
+            },
+        )
+        .expect("lay the version out");
+        let digest_tag = sealvol_spec::reference::Tag::for_digest(&sealed.digest);
+        self.publish(repo, &built, &[digest_tag.as_str(), "head"]);
+        sealed
+    }
+
     /// Uploads to `repo` every chunk `tree` names, read from the files
     /// under `dir` that the tree was sealed from.
     pub fn put_chunks_from(&self, repo: &str, tree: &TreeIndex, dir: &Path) {

@@ -9,7 +9,6 @@ use std::os::unix::fs::{symlink, PermissionsExt};
 use std::path::Path;
 use std::time::Duration;
 
-use sealvol_spec::oci;
 use sealvol_spec::ChunkingParams;
 use sealvol_tests::forge::Mirror;
 use sealvol_tests::{
@@ -1137,26 +1136,7 @@ fn a_new_version_keeps_the_chunking_of_the_volumes_head() {
 
     // v1 as an earlier release published it.
     let earlier = ChunkingParams::EARLIER_DEFAULT;
-    let sealed = sealvol_client::seal(
-        &src,
-        &sealvol_client::SealOptions {
-            params: earlier,
-            cache_dir: sealvol_client::CacheDir::Off,
-            ..Default::default()
-        },
-    )
-    .unwrap();
-    mirror.put_chunks_from("ns/old", &sealed.tree, &src);
-    let built = oci::build_version(
-        &sealed.tree,
-        &oci::VersionMeta {
-            created: "2026-06-01T00:00:00Z".into(),
-            source: None,
-        },
-    )
-    .unwrap();
-    let digest_tag = format!("b3-{}", sealed.digest.to_string().trim_start_matches("b3:"));
-    mirror.publish("ns/old", &built, &[&digest_tag, "head"]);
+    mirror.publish_dir("ns/old", &src, earlier);
 
     // v2: 100 KiB in the middle of big.bin rewritten.
     let big = src.join("big.bin");

@@ -11,7 +11,6 @@ use std::path::Path;
 use std::process::Output;
 use std::time::{Duration, Instant};
 
-use sealvol_spec::oci;
 use sealvol_spec::tree::EntryData;
 use sealvol_spec::ChunkingParams;
 use sealvol_tests::forge::Mirror;
@@ -919,26 +918,7 @@ fn a_sync_keeps_the_chunking_of_the_volumes_head() {
     let mirror = Mirror::new(&h);
 
     let earlier = ChunkingParams::EARLIER_DEFAULT;
-    let sealed = sealvol_client::seal(
-        &src,
-        &sealvol_client::SealOptions {
-            params: earlier,
-            cache_dir: sealvol_client::CacheDir::Off,
-            ..Default::default()
-        },
-    )
-    .unwrap();
-    mirror.put_chunks_from("local/old", &sealed.tree, &src);
-    let built = oci::build_version(
-        &sealed.tree,
-        &oci::VersionMeta {
-            created: "2026-06-01T00:00:00Z".into(),
-            source: None,
-        },
-    )
-    .unwrap();
-    let digest_tag = format!("b3-{}", sealed.digest.to_string().trim_start_matches("b3:"));
-    mirror.publish("local/old", &built, &[&digest_tag, "head"]);
+    let sealed = mirror.publish_dir("local/old", &src, earlier);
     let v1_chunks: std::collections::BTreeSet<String> = sealed
         .chunk_locations()
         .iter()
