@@ -14,11 +14,15 @@ const POOL_BYTES: usize = 64 << 20;
 static POOL: Mutex<Vec<Vec<u8>>> = Mutex::new(Vec::new());
 
 /// An empty buffer with room for `capacity` bytes, reused when the pool has
-/// one.
+/// one: the smallest that fits, so that a 1 MiB piece does not take the
+/// buffer an 8 MiB chunk needs next.
 pub fn take(capacity: usize) -> Vec<u8> {
     let reused = {
         let mut pool = POOL.lock().unwrap_or_else(|e| e.into_inner());
-        let found = pool.iter().position(|b| b.capacity() >= capacity);
+        let found = (pool.iter().enumerate())
+            .filter(|(_, b)| b.capacity() >= capacity)
+            .min_by_key(|(_, b)| b.capacity())
+            .map(|(i, _)| i);
         found.map(|i| pool.swap_remove(i))
     };
     match reused {
@@ -48,6 +52,14 @@ pub fn give(buf: Vec<u8>) {
 pub fn pooled_bytes(data: &[u8]) -> bytes::Bytes {
     let mut buf = take(data.len());
     buf.extend_from_slice(data);
+    into_bytes(buf)
+}
+
+/// `buf` as [`bytes::Bytes`] that hand it back to the pool when the last
+/// clone is dropped: for chunks and pieces a mount keeps in memory a while,
+/// whose buffers would otherwise be unmapped on eviction and faulted in
+/// again for the next fetch.
+pub fn into_bytes(buf: Vec<u8>) -> bytes::Bytes {
     bytes::Bytes::from_owner(Pooled(buf))
 }
 

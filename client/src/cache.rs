@@ -332,7 +332,7 @@ impl ChunkCache {
         let Ok(mut file) = std::fs::File::open(&path) else {
             return self.get_referenced(chunk);
         };
-        let mut bytes = Vec::with_capacity(chunk.length as usize);
+        let mut bytes = crate::buffers::take(chunk.length as usize + 1);
         std::io::Read::by_ref(&mut file)
             .take(u64::from(chunk.length) + 1)
             .read_to_end(&mut bytes)

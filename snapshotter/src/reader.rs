@@ -200,13 +200,13 @@ impl RegistrySource {
             if let Some(bytes) = cached {
                 self.stats.cached.fetch_add(1, Ordering::Relaxed);
                 return Ok(Fetched {
-                    bytes: Bytes::from(bytes),
+                    bytes: sealvol_client::buffers::into_bytes(bytes),
                     checked: false,
                 });
             }
         }
         Ok(Fetched {
-            bytes: Bytes::from(self.fetch_checked(c).await?),
+            bytes: sealvol_client::buffers::into_bytes(self.fetch_checked(c).await?),
             checked: true,
         })
     }

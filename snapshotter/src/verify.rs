@@ -303,14 +303,14 @@ impl FileReader {
         .ok()
         .flatten()?;
         self.stats.verified.fetch_add(1, Ordering::Relaxed);
-        Some(Bytes::from(checked))
+        Some(sealvol_client::buffers::into_bytes(checked))
     }
 }
 
 /// Bytes `range` of a file from its chunks `list` that cover it; `None`
 /// when a chunk is shorter than its length says.
 fn join(list: &[ChunkRef], parts: &[Bytes], range: &Range<u64>) -> Option<Vec<u8>> {
-    let mut out = Vec::with_capacity((range.end - range.start) as usize);
+    let mut out = sealvol_client::buffers::take((range.end - range.start) as usize);
     for (c, bytes) in list.iter().zip(parts) {
         let from = (range.start.max(c.offset) - c.offset) as usize;
         let to = (range.end.min(c.offset + u64::from(c.length)) - c.offset) as usize;
