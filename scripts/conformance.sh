@@ -48,8 +48,40 @@ auth_url=${line##* }
 echo "== conformance: sealvol serve with [auth] at $auth_url"
 printf '%s\n' "$password" | "$bin/sealvol-conformance" --url "$auth_url" --user conf --password-stdin
 
+# The same with blobs in an S3 bucket (moto's server, in memory): the
+# object-store backend must pass every check too (gating).
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+moto_port=$(free_port)
+"${SEALVOL_VENV:-.venv}/bin/moto_server" -H 127.0.0.1 -p "$moto_port" >"$work/moto.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 100); do
+  curl -s -o /dev/null "http://127.0.0.1:$moto_port/" && break
+  sleep 0.1
+done
+# moto checks no signatures but refuses anonymous requests.
+curl -sf -X PUT -H 'authorization: AWS4-HMAC-SHA256 Credential=test/20260101/us-east-1/s3/aws4_request, SignedHeaders=host, Signature=00' \
+  "http://127.0.0.1:$moto_port/conformance" >/dev/null
+printf 'test:test\n' >"$work/s3.credentials"
+cat >"$work/s3.toml" <<TOML
+addr = "127.0.0.1:0"
+root = "$work/sealvol-s3-data"
+[storage]
+kind = "s3"
+bucket = "conformance"
+prefix = "registry"
+endpoint = "http://127.0.0.1:$moto_port"
+credentials_file = "$work/s3.credentials"
+TOML
+mkfifo "$work/serve-s3.out"
+"$bin/sealvol" serve --config "$work/s3.toml" >"$work/serve-s3.out" 2>"$work/serve-s3.log" &
+pids+=($!)
+read -r line <"$work/serve-s3.out" || { cat "$work/serve-s3.log" >&2; exit 1; }
+s3_url=${line##* }
+echo "== conformance: sealvol serve with [storage] kind = \"s3\" (moto) at $s3_url"
+"$bin/sealvol-conformance" --url "$s3_url"
+
 # CNCF distribution 2.8 on a free loopback port.
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+port=$(free_port)
 cat >"$work/distribution.yml" <<YAML
 version: 0.1
 log:

@@ -12,13 +12,11 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use sealvol_spec::Sha256Digest;
 use serde_json::Value;
-use sha2::{Digest as _, Sha256};
 
 use crate::app::App;
-use crate::blobs::BlobBody;
 use crate::error::{Code, RegistryError, Result};
 use crate::manifests::{check_tag, parse_digest, store_manifest, MAX_MANIFEST, OCI_INDEX};
-use crate::uploads::write_stream;
+use crate::store::BlobBody;
 
 /// The endpoint a `/v2/...` path names.
 #[derive(Debug, PartialEq, Eq)]
@@ -536,15 +534,13 @@ async fn start_upload(app: &App, name: String, req: Request) -> Result<Response>
 
 async fn monolithic(app: &App, name: String, digest: Sha256Digest, body: Body) -> Result<Response> {
     let id = app.uploads.create().await?;
-    let path = app.uploads.path(&id);
     let result = async {
-        let (size, h) = write_stream(&path, body.into_data_stream(), Some(Sha256::new())).await;
-        let size = size?;
-        let got = Sha256Digest(
-            h.expect("a complete write keeps its hasher")
-                .finalize()
-                .into(),
-        );
+        let session = app.uploads.session(&id).await?;
+        let mut session = session.lock().await;
+        let size = (app.uploads)
+            .append(&id, &mut session, None, body.into_data_stream())
+            .await?;
+        let got = app.uploads.digest(&id, &mut session).await?;
         if got != digest {
             return Err(RegistryError::new(
                 Code::DigestInvalid,
@@ -552,7 +548,7 @@ async fn monolithic(app: &App, name: String, digest: Sha256Digest, body: Body) -
             ));
         }
         let _sweep = app.sweep.read().await;
-        app.blobs.ingest(&digest, &path).await?;
+        app.uploads.commit(&id, &digest).await?;
         let (repo, d, now) = (name.clone(), digest.to_string(), app.now());
         app.meta(move |m| m.link_blob(&repo, &d, size, now)).await
     }
@@ -656,7 +652,7 @@ async fn put_upload(app: &App, name: String, id: String, req: Request) -> Result
         ));
     }
     let sweep = app.sweep.read().await;
-    app.blobs.ingest(&digest, &app.uploads.path(&id)).await?;
+    app.uploads.commit(&id, &digest).await?;
     let (i, repo, d, now) = (id.clone(), name.clone(), digest.to_string(), app.now());
     app.meta(move |m| m.finish_upload(&i, Some((&repo, &d, size)), now))
         .await?;

@@ -4,11 +4,11 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
-use crate::blobs::BlobStore;
 use crate::claims::Claims;
 use crate::clock::Clock;
 use crate::error::{RegistryError, Result};
 use crate::meta::MetaStore;
+use crate::store::BlobStore;
 use crate::uploads::Uploads;
 
 /// How long deleted versions, unreferenced blobs, push claims and idle

@@ -571,9 +571,9 @@ mod tests {
     const REPO: &str = "ns/vol";
     const GRACE: u64 = 3600;
 
-    fn open(policy: Policy) -> (tempfile::TempDir, App) {
+    async fn open(policy: Policy) -> (tempfile::TempDir, App) {
         let dir = tempfile::tempdir().unwrap();
-        let app = crate::server::open_app(dir.path(), policy).unwrap();
+        let app = crate::server::open_app(dir.path(), policy).await.unwrap();
         (dir, app)
     }
 
@@ -632,7 +632,7 @@ mod tests {
     /// manifest lands after marking and before the sweep.
     #[tokio::test]
     async fn a_manifest_stored_between_mark_and_sweep_keeps_its_blobs() {
-        let (_dir, app) = open(policy());
+        let (_dir, app) = open(policy()).await;
         let config = push_blob(&app, b"{}").await;
         let layer = push_blob(&app, b"layer").await;
         app.clock.advance(2 * GRACE as i64);
@@ -658,7 +658,7 @@ mod tests {
     #[tokio::test]
     async fn an_unreadable_manifest_stops_the_sweep() {
         for damage in ["missing", "garbage"] {
-            let (dir, app) = open(policy());
+            let (dir, app) = open(policy()).await;
             let config = push_blob(&app, b"{}").await;
             let layer = push_blob(&app, b"layer").await;
             let (m, _) =
@@ -685,10 +685,10 @@ mod tests {
     /// file and its in-memory state; and its repository is no longer busy.
     #[tokio::test]
     async fn abandoned_uploads_expire_and_stop_protecting_their_repository() {
-        let (_dir, app) = open(policy());
+        let (dir, app) = open(policy()).await;
         let stray = push_blob(&app, b"stray").await;
         let id = crate::uploads::start(&app, REPO).await.unwrap();
-        let file = app.uploads.path(&id);
+        let file = dir.path().join("uploads").join(&id);
         assert!(file.exists());
 
         // Within the TTL the session stays, and protects the repository.

@@ -1,8 +1,9 @@
 //! sealvol's registry: an OCI Distribution v1.1 server, the embedded
-//! default that `sealvol serve` runs. One process, data under one folder:
-//! blobs as content-addressed files shared by all repositories
-//! ([`blobs::FsBlobStore`], behind the [`blobs::BlobStore`] trait) and
-//! metadata in redb ([`meta::MetaStore`]). It speaks the distribution spec
+//! default that `sealvol serve` runs. Blobs are content-addressed and
+//! shared by all repositories, behind the [`store::BlobStore`] trait: files
+//! in the data folder ([`store::fs::FsBlobStore`], the default) or an
+//! S3-compatible bucket ([`store::object::ObjectBlobStore`]); metadata is
+//! in redb ([`meta::MetaStore`]). It speaks the distribution spec
 //! to any OCI client, and knows volumes: each repository's versions, head,
 //! tags with expiry, deletes restorable for a retention window
 //! ([`volumes`], served as JSON by [`volume_api`]), push claims
@@ -28,7 +29,6 @@ pub mod api;
 pub mod app;
 pub mod auth;
 pub mod authz;
-pub mod blobs;
 pub mod claims;
 pub mod clock;
 pub mod error;
@@ -40,6 +40,7 @@ pub mod meta;
 mod query;
 pub mod secrets;
 pub mod server;
+pub mod store;
 pub mod sync_api;
 pub mod sync_jobs;
 pub mod sync_runner;

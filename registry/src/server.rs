@@ -25,9 +25,9 @@ use crate::api::dispatch;
 use crate::app::{App, Policy};
 use crate::auth::{Auth, AuthConfig, AuthError};
 use crate::authz;
-use crate::blobs::FsBlobStore;
 use crate::meta::MetaStore;
 use crate::secrets::SecretKey;
+use crate::store::StorageConfig;
 use crate::uploads::Uploads;
 
 /// `registry.toml`; every field may be overridden on the command line.
@@ -36,8 +36,12 @@ use crate::uploads::Uploads;
 pub struct Config {
     /// Address to listen on; loopback unless set otherwise.
     pub addr: SocketAddr,
-    /// Folder holding blobs, uploads and the metadata database.
+    /// Folder holding the metadata database and keys, and with the default
+    /// `[storage]`, blobs and uploads.
     pub root: PathBuf,
+    /// Where blobs and upload data live: the data folder (default) or an
+    /// S3-compatible bucket.
+    pub storage: StorageConfig,
     /// Longest a request may take, in seconds (large blobs stream for long).
     pub request_timeout_seconds: u64,
     /// How long a deleted version stays restorable (default 7 days).
@@ -92,6 +96,7 @@ impl Default for Config {
         Config {
             addr: SocketAddr::from(([127, 0, 0, 1], 5000)),
             root: PathBuf::from("sealvol-data"),
+            storage: StorageConfig::default(),
             request_timeout_seconds: 3600,
             retention_seconds: Policy::default().retention_seconds,
             gc_grace_seconds: Policy::default().gc_grace_seconds,
@@ -207,39 +212,55 @@ impl Config {
 pub const SECRETS_KEY_FILE: &str = "secrets.key";
 
 /// Opens the data folder: blob store, metadata, surviving upload sessions,
-/// with the secrets key in the data folder.
-pub fn open_app(root: &Path, policy: Policy) -> Result<App, ServeError> {
-    open_app_with_key(root, policy, &root.join(SECRETS_KEY_FILE))
+/// with the secrets key in the data folder and blobs in it too.
+pub async fn open_app(root: &Path, policy: Policy) -> Result<App, ServeError> {
+    open_app_with(
+        root,
+        policy,
+        &root.join(SECRETS_KEY_FILE),
+        &StorageConfig::default(),
+    )
+    .await
 }
 
-/// [`open_app`] with the secrets key in `secrets_key`.
-pub fn open_app_with_key(
+/// [`open_app`] with the secrets key in `secrets_key` and blobs where
+/// `storage` says.
+pub async fn open_app_with(
     root: &Path,
     policy: Policy,
     secrets_key: &Path,
+    storage: &StorageConfig,
 ) -> Result<App, ServeError> {
-    let storage = |e: &dyn std::fmt::Display| ServeError::Storage {
+    let failed = |e: &dyn std::fmt::Display| ServeError::Storage {
         path: root.to_path_buf(),
         message: e.to_string(),
     };
-    std::fs::create_dir_all(root).map_err(|e| storage(&e))?;
-    make_private(root).map_err(|e| storage(&e))?;
-    let key = SecretKey::load_or_create(secrets_key).map_err(|e| storage(&e))?;
-    let blobs = FsBlobStore::open(root).map_err(|e| storage(&e))?;
+    std::fs::create_dir_all(root).map_err(|e| failed(&e))?;
+    make_private(root).map_err(|e| failed(&e))?;
+    let key = SecretKey::load_or_create(secrets_key).map_err(|e| failed(&e))?;
+    let blobs = storage.open(root).map_err(|e| failed(&e))?;
     let meta =
-        MetaStore::open_sealing_secrets(&root.join("meta.redb"), &key).map_err(|e| storage(&e))?;
-    let mut live = meta.uploads().map_err(|e| storage(&e))?;
-    // A crash between storing a completed upload and ending its session
-    // leaves a session without data; end it, the blob is already stored.
-    for id in live
-        .iter()
-        .filter(|id| !root.join("uploads").join(id).exists())
-    {
-        meta.finish_upload(id, None, 0).map_err(|e| storage(&e))?;
+        MetaStore::open_sealing_secrets(&root.join("meta.redb"), &key).map_err(|e| failed(&e))?;
+    let mut live = Vec::new();
+    for id in meta.uploads().map_err(|e| failed(&e))? {
+        // A crash between storing a completed upload and ending its
+        // session leaves a session without data; end it, the blob is
+        // already stored.
+        if blobs
+            .upload_size(&id)
+            .await
+            .map_err(|e| failed(&e))?
+            .is_some()
+        {
+            live.push(id);
+        } else {
+            meta.finish_upload(&id, None, 0).map_err(|e| failed(&e))?;
+        }
     }
-    live.retain(|id| root.join("uploads").join(id).exists());
-    let uploads = Uploads::open(root, &live).map_err(|e| storage(&e))?;
-    let app = App::new(Arc::new(blobs), Arc::new(meta), uploads, policy);
+    let uploads = Uploads::open(Arc::clone(&blobs), &live)
+        .await
+        .map_err(|e| failed(&e))?;
+    let app = App::new(blobs, Arc::new(meta), uploads, policy);
     app.syncs
         .key
         .set(key)
@@ -424,7 +445,7 @@ pub async fn serve(config: Config, ready: impl FnOnce(SocketAddr)) -> Result<(),
         .secrets_key_file
         .clone()
         .unwrap_or_else(|| config.root.join(SECRETS_KEY_FILE));
-    let mut app = open_app_with_key(&config.root, config.policy(), &key_file)?;
+    let mut app = open_app_with(&config.root, config.policy(), &key_file, &config.storage).await?;
     app.clock = crate::clock::Clock::from_config(config.test_clock);
     let app = Arc::new(app);
     *app.syncs.dirs.write().expect("dirs lock") = crate::sync_runner::DirPolicy {

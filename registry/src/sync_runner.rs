@@ -709,8 +709,8 @@ async fn chunking_for(app: &Arc<App>, repo: &str) -> ChunkingParams {
         let tree = oci::sha256_of(layers.first()?)?;
         let header = sealvol_spec::tree::HEADER_BYTES as u64;
         match app.blobs.body(&tree, 0, header).await.ok()?? {
-            crate::blobs::BlobBody::Bytes(b) => TreeIndex::params_of(&b),
-            crate::blobs::BlobBody::Stream(_) => None,
+            crate::store::BlobBody::Bytes(b) => TreeIndex::params_of(&b),
+            crate::store::BlobBody::Stream(_) => None,
         }
     };
     of_head.await.unwrap_or_default()

@@ -1,9 +1,10 @@
-//! Blob upload sessions: data files under `<root>/uploads`, their
-//! repositories in the metadata store, so a session survives a restart.
+//! Blob upload sessions: their data in the blob store
+//! ([`BlobStore::append_upload`]), their repositories in the metadata
+//! store, so a session survives a restart.
 //!
-//! The SHA-256 of a session is computed while its bytes stream in; after a
-//! restart the running hash is gone and the file is hashed once more when
-//! the upload completes.
+//! The SHA-256 of a session is computed while its bytes stream in, in the
+//! process that received them; after a restart the running hash is gone and
+//! the data is read back and hashed once more when the upload completes.
 //!
 //! A session nobody writes to for the upload TTL is abandoned ([`expire`],
 //! run by every garbage collection pass and on its own timer): its row,
@@ -11,17 +12,14 @@
 //! sparing its repository for it.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use futures_util::{Stream, StreamExt};
+use futures_util::{Stream, StreamExt, TryStreamExt as _};
 use sealvol_spec::Sha256Digest;
 use sha2::{Digest as _, Sha256};
-use std::io::Write as _;
-
-use tokio::io::AsyncReadExt;
 
 use crate::error::{Code, RegistryError, Result};
+use crate::store::{AppendError, BlobStore, BodyError};
 
 /// The in-memory state of one session; its lock orders the writes.
 pub struct Session {
@@ -33,72 +31,8 @@ pub struct Session {
 }
 
 pub struct Uploads {
-    dir: PathBuf,
+    blobs: Arc<dyn BlobStore>,
     sessions: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Session>>>>,
-}
-
-/// Appends a request body to the file at `path`, hashing as it goes.
-///
-/// A blocking thread does the writing and hashing with large buffered
-/// writes while this task receives the body, so the network, the hash and
-/// the disk overlap. Returns the bytes written and the hasher; on error the
-/// bytes that reached the file stay there.
-pub async fn write_stream<S, E>(
-    path: &Path,
-    mut body: S,
-    hasher: Option<Sha256>,
-) -> (Result<u64>, Option<Sha256>)
-where
-    S: Stream<Item = std::result::Result<bytes::Bytes, E>> + Unpin,
-    E: std::fmt::Display,
-{
-    let (tx, mut rx) = tokio::sync::mpsc::channel::<bytes::Bytes>(16);
-    let path = path.to_path_buf();
-    let writer = tokio::task::spawn_blocking(move || {
-        let mut hasher = hasher;
-        let result = (|| {
-            let f = std::fs::OpenOptions::new().append(true).open(&path)?;
-            let mut w = std::io::BufWriter::with_capacity(1 << 20, f);
-            let mut n = 0u64;
-            while let Some(chunk) = rx.blocking_recv() {
-                if let Some(h) = hasher.as_mut() {
-                    h.update(&chunk);
-                }
-                w.write_all(&chunk)?;
-                n += chunk.len() as u64;
-            }
-            w.flush()?;
-            Ok::<u64, std::io::Error>(n)
-        })();
-        (result, hasher)
-    });
-    let mut body_error = None;
-    while let Some(chunk) = body.next().await {
-        match chunk {
-            Ok(c) => {
-                if tx.send(c).await.is_err() {
-                    break; // the writer failed; its error is reported below
-                }
-            }
-            Err(e) => {
-                body_error = Some(RegistryError::new(
-                    Code::BlobUploadInvalid,
-                    format!("reading the request body: {e}"),
-                ));
-                break;
-            }
-        }
-    }
-    drop(tx);
-    let (written, hasher) = match writer.await {
-        Ok(r) => r,
-        Err(e) => return (Err(RegistryError::internal(e)), None),
-    };
-    match (body_error, written) {
-        (Some(e), _) => (Err(e), None),
-        (None, Err(e)) => (Err(e.into()), None),
-        (None, Ok(n)) => (Ok(n), hasher),
-    }
 }
 
 fn expired(id: &str) -> RegistryError {
@@ -150,31 +84,24 @@ pub async fn start(app: &crate::app::App, repo: &str) -> Result<String> {
 }
 
 impl Uploads {
-    /// Opens the upload folder and forgets data files that have no session
-    /// (`live` lists the sessions the metadata store knows).
-    pub fn open(root: &Path, live: &[String]) -> std::io::Result<Uploads> {
-        let dir = root.join("uploads");
-        std::fs::create_dir_all(&dir)?;
-        for e in std::fs::read_dir(&dir)? {
-            let e = e?;
-            if !live.iter().any(|id| e.file_name() == id.as_str()) {
-                let _ = std::fs::remove_file(e.path());
+    /// Upload sessions with their data in `blobs`; clears data that no
+    /// session owns (`live` lists the sessions the metadata store knows).
+    pub async fn open(blobs: Arc<dyn BlobStore>, live: &[String]) -> std::io::Result<Uploads> {
+        for id in blobs.uploads().await? {
+            if !live.contains(&id) {
+                let _ = blobs.remove_upload(&id).await;
             }
         }
         Ok(Uploads {
-            dir,
+            blobs,
             sessions: Mutex::new(HashMap::new()),
         })
     }
 
-    pub fn path(&self, id: &str) -> PathBuf {
-        self.dir.join(id)
-    }
-
-    /// Creates the data file of a new session.
+    /// Creates the data of a new session.
     pub async fn create(&self) -> Result<String> {
         let id = uuid::Uuid::new_v4().to_string();
-        tokio::fs::File::create(self.path(&id)).await?;
+        self.blobs.create_upload(&id).await?;
         self.sessions.lock().expect("sessions lock").insert(
             id.clone(),
             Arc::new(tokio::sync::Mutex::new(Session {
@@ -186,20 +113,17 @@ impl Uploads {
         Ok(id)
     }
 
-    /// The session `id`, loading it from its data file after a restart.
-    /// The caller has checked that the metadata store knows it.
+    /// The session `id`, loading it from its data after a restart. The
+    /// caller has checked that the metadata store knows it.
     pub async fn session(&self, id: &str) -> Result<Arc<tokio::sync::Mutex<Session>>> {
         if let Some(s) = self.sessions.lock().expect("sessions lock").get(id) {
             return Ok(Arc::clone(s));
         }
-        let size = match tokio::fs::metadata(self.path(id)).await {
-            Ok(m) => m.len(),
-            Err(_) => {
-                return Err(RegistryError::new(
-                    Code::BlobUploadUnknown,
-                    "upload session has no data",
-                ))
-            }
+        let Some(size) = self.blobs.upload_size(id).await? else {
+            return Err(RegistryError::new(
+                Code::BlobUploadUnknown,
+                "upload session has no data",
+            ));
         };
         let s = Arc::new(tokio::sync::Mutex::new(Session {
             size,
@@ -224,7 +148,7 @@ impl Uploads {
         body: S,
     ) -> Result<u64>
     where
-        S: Stream<Item = std::result::Result<bytes::Bytes, E>> + Unpin,
+        S: Stream<Item = std::result::Result<bytes::Bytes, E>> + Send + 'static,
         E: std::fmt::Display,
     {
         if session.expired {
@@ -242,14 +166,15 @@ impl Uploads {
                 ));
             }
         }
-        let path = self.path(id);
-        let (written, hasher) = write_stream(&path, body, session.hasher.take()).await;
-        // Whatever reached the file counts, even if the body broke off, so
-        // the client can resume from what the status reports. A hasher that
-        // missed bytes is dropped; the file is hashed again at the end.
-        session.size = tokio::fs::metadata(&path).await?.len();
-        session.hasher = hasher;
-        written?;
+        let body = body.map_err(|e| BodyError(e.to_string())).boxed();
+        let appended = (self.blobs)
+            .append_upload(id, session.size, body, session.hasher.take())
+            .await;
+        // Whatever was stored counts, even if the body broke off, so the
+        // client can resume from what the status reports.
+        session.size = appended.size;
+        session.hasher = appended.hasher;
+        appended.result.map_err(append_error)?;
         Ok(session.size)
     }
 
@@ -258,17 +183,12 @@ impl Uploads {
         if let Some(h) = session.hasher.take() {
             return Ok(Sha256Digest(h.finalize().into()));
         }
-        let mut f = tokio::fs::File::open(self.path(id)).await?;
-        let mut h = Sha256::new();
-        let mut buf = vec![0u8; 1 << 20];
-        loop {
-            let n = f.read(&mut buf).await?;
-            if n == 0 {
-                break;
-            }
-            h.update(&buf[..n]);
-        }
-        Ok(Sha256Digest(h.finalize().into()))
+        Ok(self.blobs.hash_upload(id).await?)
+    }
+
+    /// Makes the session's data blob `digest` (checked by the caller).
+    pub async fn commit(&self, id: &str, digest: &Sha256Digest) -> Result<()> {
+        Ok(self.blobs.commit_upload(id, digest).await?)
     }
 
     /// The lock of session `id` if no request holds it: `Some(None)` when
@@ -291,9 +211,19 @@ impl Uploads {
             .contains_key(id)
     }
 
-    /// Forgets a session and removes its data file if it is still there.
+    /// Forgets a session and removes its data if it is still there.
     pub async fn remove(&self, id: &str) {
         self.sessions.lock().expect("sessions lock").remove(id);
-        let _ = tokio::fs::remove_file(self.path(id)).await;
+        if let Err(e) = self.blobs.remove_upload(id).await {
+            tracing::warn!(upload = id, error = %e, "could not remove upload data");
+        }
+    }
+}
+
+/// A body that broke off is the client's error; the store's is ours.
+fn append_error(e: AppendError) -> RegistryError {
+    match e {
+        AppendError::Body(e) => RegistryError::new(Code::BlobUploadInvalid, e.to_string()),
+        AppendError::Store(e) => e.into(),
     }
 }

@@ -19,9 +19,9 @@ struct Reg {
 }
 
 impl Reg {
-    fn new() -> Reg {
+    async fn new() -> Reg {
         let dir = tempfile::tempdir().unwrap();
-        let app = Arc::new(open_app(dir.path(), Policy::default()).unwrap());
+        let app = Arc::new(open_app(dir.path(), Policy::default()).await.unwrap());
         let handle = PrometheusBuilder::new().build_recorder().handle();
         let config = Config::default();
         let auth = config.auth(config.addr, Arc::clone(&app.meta)).unwrap();
@@ -109,7 +109,7 @@ fn code(body: &Value) -> &str {
 /// character, and the request panicked.
 #[tokio::test]
 async fn list_endpoints_take_any_last() {
-    let reg = Reg::new();
+    let reg = Reg::new().await;
     reg.push("ns/vol", "a").await;
     for path in [
         "/v2/ns/vol/tags/list?last=%a\u{e9}",
@@ -126,7 +126,7 @@ async fn list_endpoints_take_any_last() {
 
 #[tokio::test]
 async fn a_malformed_reference_is_an_unknown_manifest_except_to_put() {
-    let reg = Reg::new();
+    let reg = Reg::new().await;
     reg.push("ns/vol", "a").await;
     for reference in ["-bad", "a%20b", "x:y", "sha256:zz", &"t".repeat(200)] {
         let path = format!("/v2/ns/vol/manifests/{reference}");
@@ -179,7 +179,7 @@ async fn a_panicking_handler_answers_500_with_an_oci_error() {
 /// declared or not.
 #[tokio::test]
 async fn oversized_bodies_are_refused() {
-    let reg = Reg::new();
+    let reg = Reg::new().await;
     let cases: [(Method, &str, Option<&str>, usize); 4] = [
         (
             Method::PUT,
@@ -236,7 +236,7 @@ async fn oversized_bodies_are_refused() {
 
 #[tokio::test]
 async fn a_claim_holder_is_bounded() {
-    let reg = Reg::new();
+    let reg = Reg::new().await;
     let long = serde_json::json!({"holder": "h".repeat(257)}).to_string();
     let (s, body) = reg
         .call(
@@ -264,7 +264,7 @@ async fn a_claim_holder_is_bounded() {
 #[tokio::test]
 async fn volume_paths_are_decoded_as_the_access_table_decodes_them() {
     use sealvol_registry::access::{need, Action, Need};
-    let reg = Reg::new();
+    let reg = Reg::new().await;
     let (_, body) = reg
         .call(Method::GET, b"/api/v1/volumes/ns%2Fvol", None, vec![])
         .await;

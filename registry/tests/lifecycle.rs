@@ -118,9 +118,9 @@ fn build_as(contents: &[Vec<u8>], created: &str, format: TreeFormat) -> Built {
 const INDEX_TYPE: &str = "application/vnd.oci.image.index.v1+json";
 
 impl Reg {
-    fn new(policy: Policy) -> Reg {
+    async fn new(policy: Policy) -> Reg {
         let dir = tempfile::tempdir().unwrap();
-        let app = Arc::new(open_app(dir.path(), policy).unwrap());
+        let app = Arc::new(open_app(dir.path(), policy).await.unwrap());
         let handle = PrometheusBuilder::new().build_recorder().handle();
         let config = Config::default();
         let auth = config.auth(config.addr, Arc::clone(&app.meta)).unwrap();
@@ -333,7 +333,7 @@ fn rt() -> tokio::runtime::Runtime {
 #[test]
 fn delete_restore_expiry_and_reclaim() {
     rt().block_on(async {
-        let reg = Reg::new(policy());
+        let reg = Reg::new(policy()).await;
         let v1 = build(&[b"shared".to_vec(), b"only in v1".to_vec()]);
         let v2 = build(&[b"shared".to_vec(), b"only in v2".to_vec()]);
         reg.push(&v1).await;
@@ -545,7 +545,7 @@ fn delete_restore_expiry_and_reclaim() {
 #[test]
 fn oci_clients_see_one_truth() {
     rt().block_on(async {
-        let reg = Reg::new(policy());
+        let reg = Reg::new(policy()).await;
         let v1 = build(&[b"a".to_vec()]);
         let v2 = build(&[b"b".to_vec()]);
         reg.push(&v1).await;
@@ -602,7 +602,7 @@ fn oci_clients_see_one_truth() {
 #[test]
 fn push_claims_exclude_each_other_and_lapse() {
     rt().block_on(async {
-        let reg = Reg::new(policy());
+        let reg = Reg::new(policy()).await;
         let path = format!("/volumes/{REPO}/-/claim");
         let (s, a) = reg
             .api(Method::POST, &path, Some(json!({"holder": "a"})))
@@ -642,7 +642,7 @@ fn push_claims_exclude_each_other_and_lapse() {
 #[test]
 fn a_push_within_the_grace_period_survives_collection() {
     rt().block_on(async {
-        let reg = Reg::new(policy());
+        let reg = Reg::new(policy()).await;
         let v1 = build(&[b"x".to_vec(), b"y".to_vec()]);
         // Chunks are up, nothing references them yet: a pass half an hour
         // later keeps them; then the shards are up and the index is not,
@@ -753,7 +753,7 @@ proptest! {
     fn no_alive_or_restorable_version_loses_a_blob(ops in proptest::collection::vec(op(), 1..30)) {
         let versions = catalog();
         rt().block_on(async {
-            let reg = Reg::new(policy());
+            let reg = Reg::new(policy()).await;
             let retention = policy().retention_seconds;
             let grace = policy().gc_grace_seconds;
             let mut state: BTreeMap<usize, State> = BTreeMap::new();
@@ -918,7 +918,7 @@ fn b3tag(b: &Built) -> String {
 #[test]
 fn a_new_index_of_an_alive_version_is_a_republication() {
     rt().block_on(async {
-        let reg = Reg::new(policy());
+        let reg = Reg::new(policy()).await;
         let files = [b"kept".to_vec(), b"weights".to_vec()];
         let a_v1 = build_as(&files, "2026-12-02T00:00:00Z", TreeFormat::V1);
         let b = build(&[b"newer".to_vec()]);
@@ -998,7 +998,7 @@ fn a_new_index_of_an_alive_version_is_a_republication() {
 #[test]
 fn a_format_1_index_does_not_downgrade_a_format_2_one() {
     rt().block_on(async {
-        let reg = Reg::new(policy());
+        let reg = Reg::new(policy()).await;
         let files = [b"model".to_vec()];
         let v2 = build_as(&files, "2026-12-02T00:00:00Z", TreeFormat::V2);
         let v1 = build_as(&files, "2026-12-01T00:00:00Z", TreeFormat::V1);
@@ -1045,7 +1045,7 @@ fn a_format_1_index_does_not_downgrade_a_format_2_one() {
 #[test]
 fn a_deleted_version_pushed_again_is_a_new_seal() {
     rt().block_on(async {
-        let reg = Reg::new(policy());
+        let reg = Reg::new(policy()).await;
         let a = build(&[b"first".to_vec()]);
         let b = build(&[b"second".to_vec()]);
         reg.push(&a).await;
@@ -1087,7 +1087,7 @@ fn a_deleted_version_pushed_again_is_a_new_seal() {
 #[test]
 fn tags_on_manifests_that_are_not_versions_are_not_the_volumes() {
     rt().block_on(async {
-        let reg = Reg::new(policy());
+        let reg = Reg::new(policy()).await;
         let v1 = build(&[b"a".to_vec()]);
         reg.push(&v1).await;
         let (s, _) = reg
@@ -1142,7 +1142,7 @@ fn tags_on_manifests_that_are_not_versions_are_not_the_volumes() {
 #[test]
 fn unknown_paths_methods_and_malformed_path_values_are_clear_errors() {
     rt().block_on(async {
-        let reg = Reg::new(policy());
+        let reg = Reg::new(policy()).await;
         let code = |v: &Value| v["errors"][0]["code"].as_str().unwrap_or("").to_string();
         let cases: [(Method, String, StatusCode, &str); 8] = [
             (

@@ -35,7 +35,7 @@ impl Reg {
     /// A registry on a loopback port with one sync worker.
     async fn start() -> Reg {
         let dir = tempfile::tempdir().unwrap();
-        let app = Arc::new(open_app(dir.path(), Policy::default()).unwrap());
+        let app = Arc::new(open_app(dir.path(), Policy::default()).await.unwrap());
         // The jobs read from this same registry, on loopback.
         *app.syncs.net.write().unwrap() = sealvol_sync::NetPolicy::local();
         let handle = PrometheusBuilder::new().build_recorder().handle();

@@ -1,68 +1,28 @@
-//! Blob storage: content-addressed bytes shared by every repository.
-//!
-//! The registry reaches storage only through [`BlobStore`], as CNCF
-//! distribution reaches its drivers, so an object-store backend can follow
-//! the filesystem one. Which repository may see which blob is metadata
-//! (`meta`), not storage: each blob is stored once.
+//! Blobs and upload data as files under the registry's data folder: the
+//! embedded default.
 
 use std::io;
 use std::path::{Path, PathBuf};
-use std::pin::Pin;
 
 use async_trait::async_trait;
 use bytes::Bytes;
+use futures_util::StreamExt as _;
 use sealvol_spec::Sha256Digest;
+use sha2::{Digest as _, Sha256};
+use std::io::Write as _;
 use std::os::unix::fs::FileExt;
 
-use tokio::io::{AsyncRead, AsyncWriteExt};
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt};
+
+use super::{AppendError, Appended, BlobBody, BlobStore, BodyStream, StoredBlob};
 
 /// Ranges up to this size are read into memory rather than mapped.
 const MAP_THRESHOLD: u64 = 1 << 20;
 
-/// A stream of blob bytes.
-pub type BlobReader = Pin<Box<dyn AsyncRead + Send>>;
-
-/// Blob bytes ready to send: whole (in memory or mapped), or as a stream.
-pub enum BlobBody {
-    Bytes(Bytes),
-    Stream(BlobReader),
-}
-
-#[async_trait]
-pub trait BlobStore: Send + Sync + 'static {
-    /// The blob's size, `None` when it is not stored.
-    async fn size(&self, digest: &Sha256Digest) -> io::Result<Option<u64>>;
-    /// `len` bytes of the blob from `offset`; `None` when it is not stored.
-    async fn body(
-        &self,
-        digest: &Sha256Digest,
-        offset: u64,
-        len: u64,
-    ) -> io::Result<Option<BlobBody>>;
-    /// The whole blob in memory (for manifests, which are small).
-    async fn get(&self, digest: &Sha256Digest) -> io::Result<Option<Bytes>>;
-    /// Stores a local file whose bytes hash to `digest` (the caller has
-    /// checked), consuming it. Storing a blob that exists is a no-op.
-    async fn ingest(&self, digest: &Sha256Digest, file: &Path) -> io::Result<()>;
-    /// Stores bytes that hash to `digest`.
-    async fn put(&self, digest: &Sha256Digest, bytes: Bytes) -> io::Result<()>;
-    async fn delete(&self, digest: &Sha256Digest) -> io::Result<()>;
-    /// Every stored blob (for garbage collection).
-    async fn list(&self) -> io::Result<Vec<StoredBlob>>;
-}
-
-/// A stored blob as garbage collection sees it.
-#[derive(Clone, Debug)]
-pub struct StoredBlob {
-    pub digest: Sha256Digest,
-    pub size: u64,
-    /// When its bytes were stored, Unix seconds.
-    pub modified: u64,
-}
-
 /// Blobs as files: `<root>/blobs/sha256/<2 hex>/<64 hex>`. A blob appears
 /// under its name only by an atomic rename of a complete, fsynced file
-/// from `<root>/tmp`, so a crash never leaves a partial blob.
+/// from `<root>/tmp` or `<root>/uploads`, so a crash never leaves a
+/// partial blob. An upload session's data is the file `<root>/uploads/<id>`.
 pub struct FsBlobStore {
     root: PathBuf,
 }
@@ -71,6 +31,7 @@ impl FsBlobStore {
     pub fn open(root: &Path) -> io::Result<FsBlobStore> {
         std::fs::create_dir_all(root.join("blobs/sha256"))?;
         std::fs::create_dir_all(root.join("tmp"))?;
+        std::fs::create_dir_all(root.join("uploads"))?;
         // Leftovers of writes interrupted by a crash are never renamed into
         // place; clear them.
         for e in std::fs::read_dir(root.join("tmp"))? {
@@ -89,6 +50,11 @@ impl FsBlobStore {
     /// The folder where files are staged before they are renamed into place.
     pub fn staging(&self) -> PathBuf {
         self.root.join("tmp")
+    }
+
+    /// The data file of upload session `id`.
+    pub fn upload_path(&self, id: &str) -> PathBuf {
+        self.root.join("uploads").join(id)
     }
 
     async fn place(&self, digest: &Sha256Digest, file: &Path) -> io::Result<()> {
@@ -161,11 +127,6 @@ impl BlobStore for FsBlobStore {
         }
     }
 
-    async fn ingest(&self, digest: &Sha256Digest, file: &Path) -> io::Result<()> {
-        tokio::fs::File::open(file).await?.sync_all().await?;
-        self.place(digest, file).await
-    }
-
     async fn put(&self, digest: &Sha256Digest, bytes: Bytes) -> io::Result<()> {
         if self.size(digest).await?.is_some() {
             return Ok(());
@@ -183,6 +144,88 @@ impl BlobStore for FsBlobStore {
             Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
             _ => Ok(()),
         }
+    }
+
+    async fn create_upload(&self, id: &str) -> io::Result<()> {
+        tokio::fs::File::create(self.upload_path(id))
+            .await
+            .map(drop)
+    }
+
+    async fn append_upload(
+        &self,
+        id: &str,
+        offset: u64,
+        body: BodyStream,
+        hasher: Option<Sha256>,
+    ) -> Appended {
+        let path = self.upload_path(id);
+        let (written, hasher) = write_stream(&path, offset, body, hasher).await;
+        // Whatever reached the file counts, even if the body broke off.
+        match tokio::fs::metadata(&path).await {
+            Ok(m) => Appended {
+                size: m.len(),
+                // A hasher that missed bytes is dropped; the file is hashed
+                // again at the end.
+                hasher: hasher.filter(|_| written.is_ok()),
+                result: written,
+            },
+            Err(e) => Appended {
+                size: offset,
+                hasher: None,
+                result: Err(e.into()),
+            },
+        }
+    }
+
+    async fn upload_size(&self, id: &str) -> io::Result<Option<u64>> {
+        match tokio::fs::metadata(self.upload_path(id)).await {
+            Ok(m) => Ok(Some(m.len())),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn hash_upload(&self, id: &str) -> io::Result<Sha256Digest> {
+        let mut f = tokio::fs::File::open(self.upload_path(id)).await?;
+        let mut h = Sha256::new();
+        let mut buf = vec![0u8; 1 << 20];
+        loop {
+            let n = f.read(&mut buf).await?;
+            if n == 0 {
+                break;
+            }
+            h.update(&buf[..n]);
+        }
+        Ok(Sha256Digest(h.finalize().into()))
+    }
+
+    async fn commit_upload(&self, id: &str, digest: &Sha256Digest) -> io::Result<()> {
+        let file = self.upload_path(id);
+        tokio::fs::File::open(&file).await?.sync_all().await?;
+        self.place(digest, &file).await
+    }
+
+    async fn remove_upload(&self, id: &str) -> io::Result<()> {
+        match tokio::fs::remove_file(self.upload_path(id)).await {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        }
+    }
+
+    async fn uploads(&self) -> io::Result<Vec<String>> {
+        let dir = self.root.join("uploads");
+        tokio::task::spawn_blocking(move || {
+            let mut out = Vec::new();
+            for e in std::fs::read_dir(dir)? {
+                if let Some(name) = e?.file_name().to_str() {
+                    out.push(name.to_string());
+                }
+            }
+            Ok(out)
+        })
+        .await
+        .map_err(io::Error::other)?
     }
 
     async fn list(&self) -> io::Result<Vec<StoredBlob>> {
@@ -223,6 +266,68 @@ impl BlobStore for FsBlobStore {
     }
 }
 
+/// Appends a request body to the file at `path`, which must hold `offset`
+/// bytes, hashing as it goes.
+///
+/// A blocking thread does the writing and hashing with large buffered
+/// writes while this task receives the body, so the network, the hash and
+/// the disk overlap. Returns how it ended and the hasher; on error the
+/// bytes that reached the file stay there.
+async fn write_stream(
+    path: &Path,
+    offset: u64,
+    mut body: BodyStream,
+    hasher: Option<Sha256>,
+) -> (Result<(), AppendError>, Option<Sha256>) {
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<Bytes>(16);
+    let path = path.to_path_buf();
+    let writer = tokio::task::spawn_blocking(move || {
+        let mut hasher = hasher;
+        let result = (|| {
+            let f = std::fs::OpenOptions::new().append(true).open(&path)?;
+            if f.metadata()?.len() != offset {
+                return Err(io::Error::other(format!(
+                    "upload data holds {} bytes, the session {offset}",
+                    f.metadata()?.len()
+                )));
+            }
+            let mut w = std::io::BufWriter::with_capacity(1 << 20, f);
+            while let Some(chunk) = rx.blocking_recv() {
+                if let Some(h) = hasher.as_mut() {
+                    h.update(&chunk);
+                }
+                w.write_all(&chunk)?;
+            }
+            w.flush()
+        })();
+        (result, hasher)
+    });
+    let mut body_error = None;
+    while let Some(chunk) = body.next().await {
+        match chunk {
+            Ok(c) => {
+                if tx.send(c).await.is_err() {
+                    break; // the writer failed; its error is reported below
+                }
+            }
+            Err(e) => {
+                body_error = Some(e);
+                break;
+            }
+        }
+    }
+    drop(tx);
+    let (written, hasher) = match writer.await {
+        Ok(r) => r,
+        Err(e) => return (Err(io::Error::other(e).into()), None),
+    };
+    match (body_error, written) {
+        (Some(e), _) => (Err(e.into()), None),
+        (None, Err(e)) => (Err(e.into()), None),
+        (None, Ok(())) => (Ok(()), hasher),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -249,11 +354,13 @@ mod tests {
             panic!("a stored blob has a body");
         };
         assert_eq!(b.as_ref(), &big[5000..2_005_000]);
-        // A staged copy of an existing blob is consumed, not duplicated.
-        let staged = store.staging().join("x");
-        std::fs::write(&staged, &data).unwrap();
-        store.ingest(&d, &staged).await.unwrap();
-        assert!(!staged.exists());
+        // Upload data of an existing blob is consumed, not duplicated.
+        store.create_upload("x").await.unwrap();
+        let body = futures_util::stream::iter([Ok(data.clone())]).boxed();
+        let a = store.append_upload("x", 0, body, None).await;
+        assert!(a.result.is_ok() && a.size == 16);
+        store.commit_upload("x", &d).await.unwrap();
+        assert_eq!(store.upload_size("x").await.unwrap(), None);
         let listed: Vec<Sha256Digest> = store
             .list()
             .await

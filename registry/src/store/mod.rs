@@ -1,0 +1,74 @@
+//! Where the registry keeps bytes: the [`BlobStore`] trait and its
+//! implementations, as CNCF distribution keeps its storage drivers.
+//!
+//! - [`fs::FsBlobStore`]: files under the data folder (the embedded
+//!   default);
+//! - [`object::ObjectBlobStore`]: an S3-compatible bucket through
+//!   `object_store`, so that several registry processes can share the
+//!   blobs.
+//!
+//! Blobs are content-addressed and stored once for every repository:
+//! which repository may see which blob is metadata (`meta`), not storage.
+//! Upload sessions keep their bytes here too, so a session's data lives
+//! where its blob will.
+
+mod blobs;
+pub mod fs;
+pub mod object;
+
+pub use blobs::{
+    AppendError, Appended, BlobBody, BlobReader, BlobStore, BodyError, BodyStream, StoredBlob,
+};
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde::Deserialize;
+
+/// `registry.toml` `[storage]`: where blobs and upload data live.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StorageConfig {
+    /// `fs` (the data folder, the default) or `s3` (an S3-compatible
+    /// bucket). `gcs` and `azure` are not supported yet.
+    #[serde(default)]
+    pub kind: StorageKind,
+    /// The bucket (`s3`).
+    pub bucket: Option<String>,
+    /// A key prefix inside the bucket, so several registries can share one.
+    pub prefix: Option<String>,
+    /// An S3-compatible endpoint (MinIO, R2, Ceph): `https://host[:port]`;
+    /// default AWS, or `AWS_ENDPOINT_URL`.
+    pub endpoint: Option<String>,
+    /// Default `AWS_REGION`, else `us-east-1`.
+    pub region: Option<String>,
+    /// A file holding `ACCESS_KEY_ID:SECRET_ACCESS_KEY`; without it the
+    /// credentials come from the environment (`AWS_ACCESS_KEY_ID`, web
+    /// identity, instance metadata) as the AWS SDKs find them.
+    pub credentials_file: Option<PathBuf>,
+}
+
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum StorageKind {
+    #[default]
+    Fs,
+    S3,
+    Gcs,
+    Azure,
+}
+
+impl StorageConfig {
+    /// The blob store this section describes; `fs` keeps its files under
+    /// `root`.
+    pub fn open(&self, root: &Path) -> Result<Arc<dyn BlobStore>, String> {
+        match self.kind {
+            StorageKind::Fs => Ok(Arc::new(fs::FsBlobStore::open(root).map_err(|e| e.to_string())?)),
+            StorageKind::S3 => Ok(Arc::new(object::ObjectBlobStore::s3(self)?)),
+            StorageKind::Gcs | StorageKind::Azure => Err(format!(
+                "[storage] kind = {:?} is not supported yet; use \"fs\" or \"s3\" (S3-compatible stores included)",
+                format!("{:?}", self.kind).to_lowercase()
+            )),
+        }
+    }
+}
