@@ -1434,6 +1434,35 @@ impl Moto {
     pub fn log(&self) -> String {
         self.daemon.log()
     }
+    /// The keys of `bucket` under `prefix` (ListObjectsV2, every page).
+    pub fn keys(&self, bucket: &str, prefix: &str) -> Vec<String> {
+        let mut keys = Vec::new();
+        let mut token: Option<String> = None;
+        loop {
+            let mut q = vec![("list-type", "2"), ("prefix", prefix)];
+            if let Some(t) = &token {
+                q.push(("continuation-token", t));
+            }
+            let req = self
+                .client
+                .get(format!("{}/{bucket}{}", self.url, query_string(&q)))
+                .header("authorization", Self::AUTH);
+            let body = receive_ok(&self.daemon, req, &format!("list {bucket}/{prefix}"));
+            let xml = String::from_utf8_lossy(&body).into_owned();
+            let field = |text: &str, tag: &str| -> Vec<String> {
+                let (open, close) = (format!("<{tag}>"), format!("</{tag}>"));
+                text.split(&open)
+                    .skip(1)
+                    .filter_map(|rest| rest.split_once(&close).map(|(v, _)| v.to_string()))
+                    .collect()
+            };
+            keys.extend(field(&xml, "Key"));
+            token = field(&xml, "NextContinuationToken").into_iter().next();
+            if token.is_none() {
+                return keys;
+            }
+        }
+    }
 }
 
 /// The account every azurite serves, and its well-known key.

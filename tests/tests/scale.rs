@@ -1,0 +1,310 @@
+//! The registry on shared engines: `[storage] kind = "s3"` with moto's S3
+//! server as the bucket. Volumes pushed and pulled through it, upload
+//! sessions that span requests and restarts, digests refused without a
+//! trace, and garbage collection deleting from the bucket.
+
+use std::path::Path;
+use std::time::Duration;
+
+use sealvol_tests::{assert_same_tree, host, json, noise, s, write, Moto, Sandbox, Server};
+use sha2::{Digest as _, Sha256};
+
+const BUCKET: &str = "sealvol";
+const PREFIX: &str = "registry";
+
+/// The `[storage]` section for moto's bucket, with credentials in a file.
+fn s3_config(moto: &Moto, dir: &Path) -> String {
+    let creds = dir.join("s3.credentials");
+    std::fs::write(&creds, "test:test\n").unwrap();
+    format!(
+        "[storage]\nkind = \"s3\"\nbucket = \"{BUCKET}\"\nprefix = \"{PREFIX}\"\nendpoint = \"{}\"\ncredentials_file = \"{}\"\n",
+        moto.url(),
+        s(&creds)
+    )
+}
+
+fn sha256(bytes: &[u8]) -> String {
+    format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
+}
+
+fn blob_key(digest: &str) -> String {
+    let hex = digest.strip_prefix("sha256:").unwrap();
+    format!("{PREFIX}/blobs/sha256/{}/{hex}", &hex[..2])
+}
+
+fn client() -> reqwest::blocking::Client {
+    reqwest::blocking::Client::builder()
+        .timeout(Duration::from_secs(60))
+        .build()
+        .unwrap()
+}
+
+/// An upload `Location` as a URL.
+fn absolute(base: &str, location: &str) -> String {
+    if location.starts_with("http") {
+        location.to_string()
+    } else {
+        format!("{base}{location}")
+    }
+}
+
+/// PATCHes `data[from..to]` to upload `url`; the next location.
+fn patch(
+    http: &reqwest::blocking::Client,
+    url: &str,
+    data: &[u8],
+    from: usize,
+    to: usize,
+) -> String {
+    let resp = http
+        .patch(url)
+        .header("content-type", "application/octet-stream")
+        .header("content-range", format!("{from}-{}", to - 1))
+        .body(data[from..to].to_vec())
+        .send()
+        .unwrap();
+    assert_eq!(resp.status(), 202, "PATCH {from}-{to}");
+    resp.headers()["location"].to_str().unwrap().to_string()
+}
+
+#[test]
+fn a_volume_pushed_to_an_s3_backed_registry_pulls_back_identical_after_a_restart() {
+    let sb = Sandbox::new();
+    let moto = Moto::start();
+    moto.create_bucket(BUCKET);
+    let config = s3_config(&moto, sb.path());
+    let root = sb.path().join("registry");
+    let server = Server::start_config_env(&root, &config, &[]);
+    let r = host(&server);
+
+    let src = sb.path().join("model");
+    write(&src.join("config.json"), br#"{"layers": 2}"#, 0o644);
+    write(&src.join("model.safetensors"), &noise(21 << 20, 1), 0o644);
+    write(&src.join("empty"), b"", 0o644);
+    let pushed = json(
+        sb.sealvol(
+            &r,
+            &[
+                "push",
+                s(&src),
+                &format!("{r}/weights/m:v1"),
+                "--output",
+                "json",
+            ],
+        ),
+        "push",
+    );
+
+    // Every byte went to the bucket: the data folder holds no blob, and
+    // the version's index is stored under its digest.
+    assert!(
+        !root.join("blobs").exists(),
+        "an S3-backed registry wrote blobs to its data folder"
+    );
+    let index = pushed["index_digest"].as_str().unwrap();
+    assert_eq!(sha256(&moto.get(BUCKET, &blob_key(index))), index);
+    let keys = moto.keys(BUCKET, &format!("{PREFIX}/blobs/"));
+    assert!(keys.len() > 5, "{keys:?}");
+    assert!(
+        moto.keys(BUCKET, &format!("{PREFIX}/uploads/")).is_empty(),
+        "finished uploads leave data behind"
+    );
+
+    let out = sb.path().join("pulled");
+    json(
+        sb.sealvol(
+            &r,
+            &[
+                "pull",
+                &format!("{r}/weights/m:v1"),
+                s(&out),
+                "--output",
+                "json",
+            ],
+        ),
+        "pull",
+    );
+    assert_same_tree(&src, &out);
+
+    // A registry process that dies loses nothing the bucket holds.
+    let server = server.kill_and_restart(&config, &[]);
+    let r = host(&server);
+    let again = sb.path().join("again");
+    let pulled = json(
+        sb.sealvol(
+            &r,
+            &[
+                "pull",
+                &format!("{r}/weights/m:v1"),
+                s(&again),
+                "--no-cache",
+                "--output",
+                "json",
+            ],
+        ),
+        "pull after a restart",
+    );
+    assert_eq!(pulled["digest"], pushed["digest"]);
+    assert_same_tree(&src, &again);
+}
+
+#[test]
+fn upload_sessions_in_s3_join_in_order_survive_a_restart_and_refuse_a_wrong_digest() {
+    let sb = Sandbox::new();
+    let moto = Moto::start();
+    moto.create_bucket(BUCKET);
+    let config = s3_config(&moto, sb.path());
+    let root = sb.path().join("registry");
+    let server = Server::start_config_env(&root, &config, &[]);
+    let http = client();
+    let repo = "chunked/blob";
+
+    // Three requests: 10 MiB (a multipart segment), a restart, 3 MiB, and
+    // the last 1 KiB with the PUT that completes it.
+    let data = noise((13 << 20) + 1024, 7);
+    let digest = sha256(&data);
+    let start = http
+        .post(format!("{}/v2/{repo}/blobs/uploads/", server.url))
+        .send()
+        .unwrap();
+    assert_eq!(start.status(), 202);
+    let location = start.headers()["location"].to_str().unwrap().to_string();
+    let location = patch(&http, &absolute(&server.url, &location), &data, 0, 10 << 20);
+
+    // The registry restarts on the same port; the session goes on.
+    let server = server.kill_and_restart(&config, &[]);
+    let url = absolute(&server.url, &location);
+    let status = http.get(&url).send().unwrap();
+    assert_eq!(status.status(), 204);
+    assert_eq!(
+        status.headers()["range"].to_str().unwrap(),
+        format!("0-{}", (10 << 20) - 1),
+        "the session's size after a restart"
+    );
+    let location = patch(&http, &url, &data, 10 << 20, 13 << 20);
+    let location = absolute(&server.url, &location);
+    let sep = if location.contains('?') { '&' } else { '?' };
+    let done = http
+        .put(format!("{location}{sep}digest={digest}"))
+        .header("content-type", "application/octet-stream")
+        .body(data[13 << 20..].to_vec())
+        .send()
+        .unwrap();
+    assert_eq!(done.status(), 201, "{}", done.text().unwrap_or_default());
+
+    let got = http
+        .get(format!("{}/v2/{repo}/blobs/{digest}", server.url))
+        .send()
+        .unwrap();
+    assert_eq!(got.status(), 200);
+    assert!(got.bytes().unwrap()[..] == data[..], "the blob's bytes");
+    let range = http
+        .get(format!("{}/v2/{repo}/blobs/{digest}", server.url))
+        .header("range", "bytes=12582912-12583011")
+        .send()
+        .unwrap();
+    assert_eq!(range.status(), 206);
+    assert!(range.bytes().unwrap()[..] == data[12 << 20..(12 << 20) + 100]);
+    assert_eq!(sha256(&moto.get(BUCKET, &blob_key(&digest))), digest);
+
+    // A wrong digest: refused, and nothing lands under either digest.
+    let other = noise(3 << 20, 9);
+    let wrong = sha256(b"something else");
+    let start = http
+        .post(format!("{}/v2/{repo}/blobs/uploads/", server.url))
+        .send()
+        .unwrap();
+    let location = absolute(&server.url, start.headers()["location"].to_str().unwrap());
+    let sep = if location.contains('?') { '&' } else { '?' };
+    let refused = http
+        .put(format!("{location}{sep}digest={wrong}"))
+        .header("content-type", "application/octet-stream")
+        .body(other.clone())
+        .send()
+        .unwrap();
+    assert_eq!(refused.status(), 400);
+    assert!(refused.text().unwrap().contains("DIGEST_INVALID"));
+    for d in [wrong, sha256(&other)] {
+        let head = http
+            .head(format!("{}/v2/{repo}/blobs/{d}", server.url))
+            .send()
+            .unwrap();
+        assert_eq!(head.status(), 404, "{d}");
+    }
+    assert!(
+        moto.keys(BUCKET, &format!("{PREFIX}/uploads/")).is_empty(),
+        "ended sessions leave data behind"
+    );
+}
+
+#[test]
+fn garbage_collection_deletes_unreferenced_blobs_from_the_bucket() {
+    let sb = Sandbox::new();
+    let moto = Moto::start();
+    moto.create_bucket(BUCKET);
+    let clock = sb.path().join("clock");
+    std::fs::write(&clock, "0").unwrap();
+    let config = format!("gc_grace_seconds = 60\n{}", s3_config(&moto, sb.path()));
+    let server = Server::start_with_clock(&sb.path().join("registry"), &config, &clock);
+    let r = host(&server);
+    let http = client();
+
+    let src = sb.path().join("model");
+    write(&src.join("a.bin"), &noise(3 << 20, 3), 0o644);
+    json(
+        sb.sealvol(
+            &r,
+            &[
+                "push",
+                s(&src),
+                &format!("{r}/gc/kept:v1"),
+                "--output",
+                "json",
+            ],
+        ),
+        "push",
+    );
+    // A blob nothing references, uploaded in one request.
+    let stray = noise(1 << 20, 4);
+    let digest = sha256(&stray);
+    let put = http
+        .post(format!(
+            "{}/v2/gc/stray/blobs/uploads/?digest={digest}",
+            server.url
+        ))
+        .header("content-type", "application/octet-stream")
+        .body(stray)
+        .send()
+        .unwrap();
+    assert_eq!(put.status(), 201);
+    assert_eq!(moto.keys(BUCKET, &blob_key(&digest)).len(), 1);
+    let before = moto.keys(BUCKET, &format!("{PREFIX}/blobs/")).len();
+
+    std::fs::write(&clock, "3600").unwrap();
+    let report = json(sb.sealvol(&r, &["gc", "--output", "json"]), "gc");
+    assert!(
+        moto.keys(BUCKET, &blob_key(&digest)).is_empty(),
+        "the unreferenced blob stays in the bucket: {report}"
+    );
+    assert_eq!(
+        moto.keys(BUCKET, &format!("{PREFIX}/blobs/")).len(),
+        before - 1,
+        "garbage collection deleted more than the stray blob: {report}"
+    );
+    let out = sb.path().join("pulled");
+    json(
+        sb.sealvol(
+            &r,
+            &[
+                "pull",
+                &format!("{r}/gc/kept:v1"),
+                s(&out),
+                "--no-cache",
+                "--output",
+                "json",
+            ],
+        ),
+        "pull after gc",
+    );
+    assert_same_tree(&src, &out);
+}
