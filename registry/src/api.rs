@@ -440,6 +440,17 @@ async fn get_blob(
         Some((s, e)) => (s, e - s + 1, StatusCode::PARTIAL_CONTENT),
         None => (0, size, StatusCode::OK),
     };
+    // With `[storage] redirect` the bytes come from the bucket: the client
+    // repeats its GET (and Range) there. HEAD stays here.
+    if !head {
+        if let Some(url) = app.blobs.redirect_url(&digest).await? {
+            let mut resp = StatusCode::TEMPORARY_REDIRECT.into_response();
+            let h = resp.headers_mut();
+            h.insert(header::LOCATION, hv(&url));
+            h.insert("docker-content-digest", hv(&digest.to_string()));
+            return Ok(resp);
+        }
+    }
     let body = if head {
         Body::empty()
     } else {

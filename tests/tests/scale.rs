@@ -308,3 +308,78 @@ fn garbage_collection_deletes_unreferenced_blobs_from_the_bucket() {
     );
     assert_same_tree(&src, &out);
 }
+
+#[test]
+fn with_redirect_blob_gets_go_to_the_bucket_and_pulls_still_verify_every_byte() {
+    let sb = Sandbox::new();
+    let moto = Moto::start();
+    moto.create_bucket(BUCKET);
+    let config = format!("{}redirect = true\n", s3_config(&moto, sb.path()));
+    let server = Server::start_config_env(&sb.path().join("registry"), &config, &[]);
+    let r = host(&server);
+
+    let src = sb.path().join("model");
+    write(&src.join("model.safetensors"), &noise(9 << 20, 5), 0o644);
+    write(&src.join("tokenizer.json"), b"{}", 0o644);
+    json(
+        sb.sealvol(
+            &r,
+            &[
+                "push",
+                s(&src),
+                &format!("{r}/weights/r:v1"),
+                "--output",
+                "json",
+            ],
+        ),
+        "push",
+    );
+
+    // GET answers with the bucket's presigned URL; HEAD stays here.
+    let plain = reqwest::blocking::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let data = noise(2 << 20, 6);
+    let index = sha256(&data);
+    let index = index.as_str();
+    let put = plain
+        .post(format!(
+            "{}/v2/weights/r/blobs/uploads/?digest={index}",
+            server.url
+        ))
+        .header("content-type", "application/octet-stream")
+        .body(data)
+        .send()
+        .unwrap();
+    assert_eq!(put.status(), 201);
+    let blob = format!("{}/v2/weights/r/blobs/{index}", server.url);
+    let got = plain.get(&blob).send().unwrap();
+    assert_eq!(got.status(), 307);
+    let location = got.headers()["location"].to_str().unwrap().to_string();
+    assert!(
+        location.starts_with(moto.url()) && location.contains("X-Amz-Signature="),
+        "{location}"
+    );
+    let head = plain.head(&blob).send().unwrap();
+    assert_eq!(head.status(), 200);
+    let bytes = plain.get(&location).send().unwrap().bytes().unwrap();
+    assert_eq!(sha256(&bytes), index);
+
+    let out = sb.path().join("pulled");
+    json(
+        sb.sealvol(
+            &r,
+            &[
+                "pull",
+                &format!("{r}/weights/r:v1"),
+                s(&out),
+                "--no-cache",
+                "--output",
+                "json",
+            ],
+        ),
+        "pull through redirects",
+    );
+    assert_same_tree(&src, &out);
+}

@@ -71,6 +71,12 @@ pub trait BlobStore: Send + Sync + 'static {
         offset: u64,
         len: u64,
     ) -> io::Result<Option<BlobBody>>;
+    /// A URL the client may fetch the blob from directly, bypassing the
+    /// registry (`[storage] redirect`), valid for a few minutes; `None`
+    /// when the registry serves the bytes itself.
+    async fn redirect_url(&self, _digest: &Sha256Digest) -> io::Result<Option<String>> {
+        Ok(None)
+    }
     /// The whole blob in memory (for manifests and tree indexes; callers
     /// bound the size first).
     async fn get(&self, digest: &Sha256Digest) -> io::Result<Option<Bytes>>;

@@ -46,6 +46,12 @@ pub struct StorageConfig {
     /// credentials come from the environment (`AWS_ACCESS_KEY_ID`, web
     /// identity, instance metadata) as the AWS SDKs find them.
     pub credentials_file: Option<PathBuf>,
+    /// Answer blob GETs with a redirect to a presigned URL of the bucket
+    /// (valid 20 minutes), so the bytes skip the registry, as
+    /// distribution's `redirect` does (`s3` only). Clients then need to
+    /// reach the bucket's endpoint themselves.
+    #[serde(default)]
+    pub redirect: bool,
 }
 
 #[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
@@ -63,6 +69,9 @@ impl StorageConfig {
     /// `root`.
     pub fn open(&self, root: &Path) -> Result<Arc<dyn BlobStore>, String> {
         match self.kind {
+            StorageKind::Fs if self.redirect => {
+                Err("[storage] redirect needs kind = \"s3\": a data folder has no URLs to hand out".into())
+            }
             StorageKind::Fs => Ok(Arc::new(fs::FsBlobStore::open(root).map_err(|e| e.to_string())?)),
             StorageKind::S3 => Ok(Arc::new(object::ObjectBlobStore::s3(self)?)),
             StorageKind::Gcs | StorageKind::Azure => Err(format!(

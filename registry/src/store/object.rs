@@ -17,11 +17,13 @@
 //! checking the sha256 again, when a client appended in several requests.
 
 use std::io;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use bytes::{Bytes, BytesMut};
 use futures_util::{StreamExt as _, TryStreamExt as _};
 use object_store::path::Path;
+use object_store::signer::Signer;
 use object_store::{
     GetOptions, GetRange, ObjectStore, ObjectStoreExt as _, PutPayload, WriteMultipart,
 };
@@ -44,18 +46,29 @@ const SMALL_RANGE: u64 = 1 << 20;
 /// S3's largest single `CopyObject`; a larger segment is streamed instead.
 const MAX_COPY_BYTES: u64 = 5 << 30;
 
+/// How long a presigned blob URL stays valid (distribution's default).
+const REDIRECT_TTL: std::time::Duration = std::time::Duration::from_secs(20 * 60);
+
 pub struct ObjectBlobStore {
-    store: Box<dyn ObjectStore>,
+    store: Arc<dyn ObjectStore>,
+    /// Signs blob URLs for clients when `[storage] redirect` is on.
+    signer: Option<Arc<dyn Signer>>,
     /// `""` or the configured prefix with a trailing `/`.
     prefix: String,
 }
 
 impl ObjectBlobStore {
-    /// Blobs in `store`, under `prefix` (may be empty).
-    pub fn new(store: Box<dyn ObjectStore>, prefix: &str) -> ObjectBlobStore {
+    /// Blobs in `store`, under `prefix` (may be empty); blob GETs redirect
+    /// to URLs `signer` signs, when given.
+    pub fn new(
+        store: Arc<dyn ObjectStore>,
+        prefix: &str,
+        signer: Option<Arc<dyn Signer>>,
+    ) -> ObjectBlobStore {
         let prefix = prefix.trim_matches('/');
         ObjectBlobStore {
             store,
+            signer,
             prefix: if prefix.is_empty() {
                 String::new()
             } else {
@@ -272,6 +285,21 @@ impl BlobStore for ObjectBlobStore {
         ))))
     }
 
+    async fn redirect_url(&self, digest: &Sha256Digest) -> io::Result<Option<String>> {
+        let Some(signer) = &self.signer else {
+            return Ok(None);
+        };
+        let url = signer
+            .signed_url(
+                object_store::signer::Method::GET,
+                &self.blob_key(digest),
+                REDIRECT_TTL,
+            )
+            .await
+            .map_err(to_io)?;
+        Ok(Some(url.to_string()))
+    }
+
     async fn get(&self, digest: &Sha256Digest) -> io::Result<Option<Bytes>> {
         match self.store.get(&self.blob_key(digest)).await {
             Ok(g) => Ok(Some(g.bytes().await.map_err(to_io)?)),
@@ -486,12 +514,17 @@ impl ObjectBlobStore {
             })?;
             b = b.with_access_key_id(id).with_secret_access_key(secret);
         }
-        let store = b
-            .build()
-            .map_err(|e| format!("[storage] bucket {bucket}: {e}"))?;
+        let store = Arc::new(
+            b.build()
+                .map_err(|e| format!("[storage] bucket {bucket}: {e}"))?,
+        );
+        let signer = config
+            .redirect
+            .then(|| Arc::clone(&store) as Arc<dyn Signer>);
         Ok(ObjectBlobStore::new(
-            Box::new(store),
+            store,
             config.prefix.as_deref().unwrap_or(""),
+            signer,
         ))
     }
 }
