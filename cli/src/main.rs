@@ -40,7 +40,8 @@ enum Command {
         /// registry.toml (fields: addr, root, request_timeout_seconds, retention_seconds,
         /// gc_grace_seconds, gc_interval_seconds, claim_ttl_seconds, upload_ttl_seconds,
         /// sync_workers, sync_dir_roots, sync_endpoints, secrets_key_file, allow_plain_http,
-        /// allow_anonymous_writes, test_clock; tables [tls], [auth])
+        /// allow_anonymous_writes, test_clock, upstream, upstream_credentials_file,
+        /// tag_ttl_seconds, cache_size; tables [tls], [auth], [storage])
         #[arg(long, value_name = "FILE")]
         config: Option<PathBuf>,
         /// Address to listen on (default 127.0.0.1:5000; port 0 picks one)
@@ -55,6 +56,10 @@ enum Command {
         /// Without [auth] off loopback, let anyone pull, push and delete (never admin)
         #[arg(long)]
         allow_anonymous_writes: bool,
+        /// Run as a pull-through cache of this registry (http(s)://host[:port]):
+        /// serve what it holds, keep what was fetched, refuse pushes
+        #[arg(long, value_name = "URL")]
+        upstream: Option<String>,
     },
     /// Seal a directory locally and print its version digest (nothing is uploaded)
     Seal {
@@ -471,6 +476,7 @@ fn serve(
     root: Option<PathBuf>,
     allow_plain_http: bool,
     allow_anonymous_writes: bool,
+    upstream: Option<String>,
 ) -> anyhow::Result<()> {
     let mut cfg = match config {
         Some(path) => sealvol_registry::Config::load(&path)?,
@@ -484,6 +490,9 @@ fn serve(
     }
     cfg.allow_plain_http |= allow_plain_http;
     cfg.allow_anonymous_writes |= allow_anonymous_writes;
+    if upstream.is_some() {
+        cfg.upstream = upstream;
+    }
     let scheme = if cfg.tls.is_some() { "https" } else { "http" };
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     runtime.block_on(sealvol_registry::serve(cfg, |addr| {
@@ -558,7 +567,15 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             root,
             allow_plain_http,
             allow_anonymous_writes,
-        } => serve(config, addr, root, allow_plain_http, allow_anonymous_writes),
+            upstream,
+        } => serve(
+            config,
+            addr,
+            root,
+            allow_plain_http,
+            allow_anonymous_writes,
+            upstream,
+        ),
         Command::Push {
             dir,
             target,

@@ -345,9 +345,14 @@ impl Remote {
                 {
                     TransportError::Denied { registry, message }
                 } else if codes.iter().any(|c| matches!(c, OciErrorCode::Unsupported)) {
+                    // The registry's reason says what to do instead (a
+                    // pull-through cache names its upstream).
                     TransportError::Unsupported {
                         registry,
-                        what: what.to_string(),
+                        what: match message.is_empty() {
+                            true => what.to_string(),
+                            false => format!("{what}: {message}"),
+                        },
                     }
                 } else {
                     TransportError::Registry {

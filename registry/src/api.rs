@@ -93,6 +93,14 @@ pub async fn dispatch(State(app): State<Arc<App>>, req: Request) -> Response {
 }
 
 async fn handle(app: Arc<App>, route: Route, req: Request) -> Result<Response> {
+    match app.upstream.clone() {
+        Some(up) => handle_cached(app, &up, route, req).await,
+        None => handle_direct(app, route, req).await,
+    }
+}
+
+/// Every endpoint, served from this registry's own store.
+async fn handle_direct(app: Arc<App>, route: Route, req: Request) -> Result<Response> {
     let method = req.method().clone();
     match route {
         Route::Base => Ok(Json(serde_json::json!({})).into_response()),
@@ -149,6 +157,67 @@ async fn handle(app: Arc<App>, route: Route, req: Request) -> Result<Response> {
         }
         _ => unsupported(),
     }
+}
+
+/// The same endpoints on a pull-through cache (`pull_through`): reads
+/// bring what is missing from the upstream first; writes are refused.
+async fn handle_cached(
+    app: Arc<App>,
+    up: &Arc<crate::pull_through::Upstream>,
+    route: Route,
+    req: Request,
+) -> Result<Response> {
+    use crate::pull_through as cache;
+    let method = req.method().clone();
+    let read = method == Method::GET || method == Method::HEAD;
+    match route {
+        Route::Manifest(name, reference) if read => {
+            check_name(&name)?;
+            cache::manifest(&app, up, &name, &reference).await?;
+            get_manifest(&app, name, reference, method == Method::HEAD).await
+        }
+        Route::Blob(name, digest) if read => {
+            check_name(&name)?;
+            let digest = parse_digest(&digest)?;
+            cache::blob(&app, up, &name, &digest).await?;
+            up.used(&digest, app.now());
+            get_blob(&app, name, digest, req.headers(), method == Method::HEAD).await
+        }
+        Route::Tags(name) if method == Method::GET => {
+            check_name(&name)?;
+            let (n, last) = page(&req)?;
+            match cache::tags(up, &name).await {
+                Some(all) => Ok(tag_page(&name, all, n, last)),
+                None => tags(&app, name, n, last).await,
+            }
+        }
+        Route::Manifest(..) | Route::Blob(..) | Route::UploadStart(_) | Route::Upload(..) => {
+            Err(cache::refuse_write(up))
+        }
+        Route::Base | Route::Catalog | Route::Referrers(..) => {
+            // What is cached: the base, the catalog, the referrers.
+            Box::pin(handle_direct(app, route, req)).await
+        }
+        _ => unsupported(),
+    }
+}
+
+/// One page of a full tag list, sorted, after `last`.
+fn tag_page(name: &str, mut all: Vec<String>, n: usize, last: Option<String>) -> Response {
+    all.sort();
+    all.dedup();
+    let start = match &last {
+        Some(l) => all.partition_point(|t| t <= l),
+        None => 0,
+    };
+    let page: Vec<String> = all[start..].iter().take(n).cloned().collect();
+    let more = start + page.len() < all.len();
+    let path = format!("/v2/{name}/tags/list");
+    let next = page
+        .last()
+        .filter(|_| more)
+        .map(|l| (path.as_str(), n, l.as_str()));
+    paginated(serde_json::json!({ "name": name, "tags": page }), next)
 }
 
 fn unsupported() -> Result<Response> {

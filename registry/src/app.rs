@@ -83,6 +83,8 @@ pub struct App {
     pub gc_running: tokio::sync::Mutex<()>,
     /// Sync job workers' shared state.
     pub syncs: crate::sync_runner::SyncControl,
+    /// The registry this one caches, in pull-through mode.
+    pub upstream: Option<Arc<crate::pull_through::Upstream>>,
     /// `repo NUL digest` -> when a client last checked the blob with HEAD:
     /// a push that finds a blob skips uploading it and references it later.
     touched: Mutex<HashMap<String, u64>>,
@@ -109,6 +111,7 @@ impl App {
             sweep: tokio::sync::RwLock::new(()),
             gc_running: tokio::sync::Mutex::new(()),
             syncs: Default::default(),
+            upstream: None,
             touched: Mutex::new(HashMap::new()),
             stored_while_marking: Mutex::new(None),
         }

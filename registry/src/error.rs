@@ -42,7 +42,7 @@ fn default_status(code: Code) -> StatusCode {
 }
 
 /// What a handler returns on failure.
-#[derive(Debug, thiserror::Error)]
+#[derive(Clone, Debug, thiserror::Error)]
 pub enum RegistryError {
     /// A spec error code with a message for the client.
     #[error("{}: {message}", code.as_str())]
@@ -56,6 +56,11 @@ pub enum RegistryError {
     /// Something went wrong on our side; logged, answered 500.
     #[error("internal error: {0}")]
     Internal(String),
+    /// The upstream of a pull-through cache failed or sent bad bytes:
+    /// answered 502 with the message (it names the upstream, never a
+    /// credential).
+    #[error("{0}")]
+    Upstream(String),
 }
 
 impl RegistryError {
@@ -77,6 +82,11 @@ impl RegistryError {
 
     pub fn internal(e: impl std::fmt::Display) -> Self {
         RegistryError::Internal(e.to_string())
+    }
+
+    /// Whether it is the given spec code.
+    pub fn is(&self, code: Code) -> bool {
+        matches!(self, RegistryError::Oci { code: c, .. } if *c == code)
     }
 }
 
@@ -156,6 +166,12 @@ impl IntoResponse for RegistryError {
             RegistryError::Internal(m) => {
                 tracing::error!("{m}");
                 return unknown("internal error; the registry's log says more");
+            }
+            RegistryError::Upstream(m) => {
+                tracing::warn!("{m}");
+                let mut resp = unknown(&m);
+                *resp.status_mut() = StatusCode::BAD_GATEWAY;
+                return resp;
             }
         };
         let body = sealvol_spec::api::ErrorBody::new(code, message);

@@ -81,6 +81,17 @@ pub struct Config {
     pub allow_plain_http: bool,
     /// Without `[auth]` off loopback, let anyone pull, push and delete.
     pub allow_anonymous_writes: bool,
+    /// Run as a pull-through cache of this registry
+    /// (`http(s)://host[:port]`): serve what it holds, keep what was
+    /// fetched, refuse pushes (see `pull_through`).
+    pub upstream: Option<String>,
+    /// A file holding `USER:PASSWORD` for the upstream.
+    pub upstream_credentials_file: Option<PathBuf>,
+    /// How long a tag resolved on the upstream is answered from the cache.
+    pub tag_ttl_seconds: u64,
+    /// Bytes of cached blobs a pull-through cache keeps at most, least
+    /// recently used going first; unbounded when unset.
+    pub cache_size: Option<u64>,
 }
 
 /// `registry.toml` `[tls]`: PEM files.
@@ -112,6 +123,10 @@ impl Default for Config {
             tls: None,
             allow_plain_http: false,
             allow_anonymous_writes: false,
+            upstream: None,
+            upstream_credentials_file: None,
+            tag_ttl_seconds: 60,
+            cache_size: None,
         }
     }
 }
@@ -320,12 +335,17 @@ pub fn router(
     config: &Config,
     prometheus: PrometheusHandle,
 ) -> Router {
+    // A pull-through cache serves /v2 only: its /api/v1 answers 404.
+    let volumes = match app.upstream {
+        Some(_) => Router::new(),
+        None => crate::volume_api::router(),
+    };
     Router::new()
         .route(
             "/metrics",
             get(move || async move { prometheus.render().into_response() }),
         )
-        .merge(crate::volume_api::router())
+        .merge(volumes)
         .fallback(dispatch)
         .with_state(app)
         .route(
@@ -447,6 +467,19 @@ pub async fn serve(config: Config, ready: impl FnOnce(SocketAddr)) -> Result<(),
         .unwrap_or_else(|| config.root.join(SECRETS_KEY_FILE));
     let mut app = open_app_with(&config.root, config.policy(), &key_file, &config.storage).await?;
     app.clock = crate::clock::Clock::from_config(config.test_clock);
+    if let Some(url) = &config.upstream {
+        let upstream = crate::pull_through::Upstream::new(&crate::pull_through::UpstreamConfig {
+            url: url.clone(),
+            credentials_file: config.upstream_credentials_file.clone(),
+            tag_ttl_seconds: config.tag_ttl_seconds,
+            cache_size: config.cache_size,
+        })
+        .map_err(|message| ServeError::Config {
+            path: PathBuf::from("registry.toml"),
+            message,
+        })?;
+        app.upstream = Some(Arc::new(upstream));
+    }
     let app = Arc::new(app);
     *app.syncs.dirs.write().expect("dirs lock") = crate::sync_runner::DirPolicy {
         data_root: Some(config.root.clone()),
@@ -496,7 +529,12 @@ pub async fn serve(config: Config, ready: impl FnOnce(SocketAddr)) -> Result<(),
             }
         })
     };
-    let workers = crate::sync_runner::spawn_workers(Arc::clone(&app), config.sync_workers);
+    // A cache has no volume API, so no sync jobs to run.
+    let sync_workers = match app.upstream {
+        Some(_) => 0,
+        None => config.sync_workers,
+    };
+    let workers = crate::sync_runner::spawn_workers(Arc::clone(&app), sync_workers);
     let router = router(Arc::clone(&app), auth, &config, prometheus);
     let served = match tls {
         None => axum::serve(listener, router)

@@ -383,3 +383,217 @@ fn with_redirect_blob_gets_go_to_the_bucket_and_pulls_still_verify_every_byte() 
     );
     assert_same_tree(&src, &out);
 }
+
+/// `GET`s of blobs among `requests` (a counting proxy's), by digest.
+fn blob_gets(requests: &[String]) -> Vec<String> {
+    requests
+        .iter()
+        .filter(|r| r.starts_with("GET ") && r.contains("/blobs/sha256:"))
+        .map(|r| r.rsplit('/').next().unwrap().to_string())
+        .collect()
+}
+
+/// A model folder of a few files, one large enough for several chunks.
+fn model(dir: &Path, seed: u64) {
+    write(&dir.join("config.json"), br#"{"hidden": 64}"#, 0o644);
+    write(
+        &dir.join("model.safetensors"),
+        &noise(12 << 20, seed),
+        0o644,
+    );
+    write(&dir.join("tokenizer.json"), &noise(3000, seed + 1), 0o644);
+}
+
+#[test]
+fn a_pull_through_cache_fetches_each_blob_once_and_serves_what_it_holds_with_the_upstream_down() {
+    let sb = Sandbox::new();
+    let upstream = Server::start(&sb.path().join("upstream"));
+    let up = host(&upstream);
+    let src = sb.path().join("model");
+    model(&src, 11);
+    json(
+        sb.sealvol(
+            &up,
+            &[
+                "push",
+                s(&src),
+                &format!("{up}/weights/m:v1"),
+                "--output",
+                "json",
+            ],
+        ),
+        "push to the upstream",
+    );
+
+    let counting = sealvol_tests::FlipProxy::start_counting(&up);
+    let cache_root = sb.path().join("cache-registry");
+    let config = format!(
+        "upstream = \"http://{}\"\ntag_ttl_seconds = 0\n",
+        counting.addr()
+    );
+    let cache = Server::start_config_env(&cache_root, &config, &[]);
+    let c = host(&cache);
+
+    // Two clients at once, cold: each blob crosses from the upstream once.
+    let pull = |to: &str| {
+        let (sb, c, to) = (&sb, c.clone(), sb.path().join(to));
+        move || {
+            let out = sb.sealvol(
+                &c,
+                &[
+                    "pull",
+                    &format!("{c}/weights/m:v1"),
+                    s(&to),
+                    "--no-cache",
+                    "--output",
+                    "json",
+                ],
+            );
+            (out, to)
+        }
+    };
+    let (a, b) = std::thread::scope(|scope| {
+        let a = scope.spawn(pull("a"));
+        let b = scope.spawn(pull("b"));
+        (a.join().unwrap(), b.join().unwrap())
+    });
+    for (out, to) in [a, b] {
+        json(out, "pull through the cache");
+        assert_same_tree(&src, &to);
+    }
+    let gets = blob_gets(&counting.requests());
+    let mut distinct = gets.clone();
+    distinct.sort();
+    distinct.dedup();
+    assert!(!gets.is_empty());
+    assert_eq!(
+        gets.len(),
+        distinct.len(),
+        "a blob was fetched from the upstream more than once: {gets:?}"
+    );
+
+    // A later client: nothing more from the upstream.
+    json(
+        sb.sealvol(
+            &c,
+            &[
+                "pull",
+                &format!("{c}/weights/m:v1"),
+                s(&sb.path().join("c")),
+                "--no-cache",
+                "--output",
+                "json",
+            ],
+        ),
+        "second pull",
+    );
+    assert_eq!(blob_gets(&counting.requests()).len(), gets.len());
+
+    // A cache takes no writes and has no volume API.
+    let other = sb.path().join("other");
+    model(&other, 12);
+    let refused = sb.sealvol(&c, &["push", s(&other), &format!("{c}/weights/m:v2")]);
+    assert!(!refused.status.success());
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(err.contains("pull-through cache"), "{err}");
+    let api = client()
+        .get(format!("{}/api/v1/volumes", cache.url))
+        .send()
+        .unwrap();
+    assert_eq!(api.status(), 404);
+
+    // The upstream gone: the cached tag and blobs still serve.
+    drop(counting);
+    let out = sb.path().join("offline");
+    json(
+        sb.sealvol(
+            &c,
+            &[
+                "pull",
+                &format!("{c}/weights/m:v1"),
+                s(&out),
+                "--no-cache",
+                "--output",
+                "json",
+            ],
+        ),
+        "pull with the upstream down",
+    );
+    assert_same_tree(&src, &out);
+}
+
+#[test]
+fn a_corrupt_upstream_blob_is_refused_and_not_cached() {
+    let sb = Sandbox::new();
+    let upstream = Server::start(&sb.path().join("upstream"));
+    let up = host(&upstream);
+    let src = sb.path().join("model");
+    model(&src, 21);
+    json(
+        sb.sealvol(
+            &up,
+            &[
+                "push",
+                s(&src),
+                &format!("{up}/weights/m:v1"),
+                "--output",
+                "json",
+            ],
+        ),
+        "push to the upstream",
+    );
+
+    // Every blob body the cache receives has a byte flipped.
+    let flipping = sealvol_tests::FlipProxy::start(&up);
+    let cache_root = sb.path().join("cache-registry");
+    let config = format!("upstream = \"http://{}\"\n", flipping.addr());
+    let cache = Server::start_config_env(&cache_root, &config, &[]);
+    let c = host(&cache);
+    let failed = sb.sealvol(
+        &c,
+        &[
+            "pull",
+            &format!("{c}/weights/m:v1"),
+            s(&sb.path().join("bad")),
+            "--no-cache",
+        ],
+    );
+    assert!(
+        !failed.status.success(),
+        "a pull of corrupt blobs succeeded"
+    );
+    assert!(flipping.flipped() > 0);
+    let http = client();
+    let bad = http
+        .get(format!(
+            "{}/v2/weights/m/blobs/{}",
+            cache.url,
+            sha256(b"not there")
+        ))
+        .send()
+        .unwrap();
+    assert_eq!(bad.status(), 404, "an unknown blob is the upstream's 404");
+
+    // The same cache data behind an honest upstream: whatever it kept is
+    // intact, so the pull succeeds.
+    drop(cache);
+    let config = format!("upstream = \"http://{up}\"\n");
+    let cache = Server::start_config_env(&cache_root, &config, &[]);
+    let c = host(&cache);
+    let out = sb.path().join("good");
+    json(
+        sb.sealvol(
+            &c,
+            &[
+                "pull",
+                &format!("{c}/weights/m:v1"),
+                s(&out),
+                "--no-cache",
+                "--output",
+                "json",
+            ],
+        ),
+        "pull after the corruption",
+    );
+    assert_same_tree(&src, &out);
+}
