@@ -173,15 +173,20 @@ async fn handle_cached(
     match route {
         Route::Manifest(name, reference) if read => {
             check_name(&name)?;
-            cache::manifest(&app, up, &name, &reference).await?;
+            let _pin = cache::manifest(&app, up, &name, &reference).await?;
             get_manifest(&app, name, reference, method == Method::HEAD).await
         }
         Route::Blob(name, digest) if read => {
             check_name(&name)?;
             let digest = parse_digest(&digest)?;
-            cache::blob(&app, up, &name, &digest).await?;
+            let pin = cache::blob(&app, up, &name, &digest).await?;
             up.used(&digest, app.now());
-            get_blob(&app, name, digest, req.headers(), method == Method::HEAD).await
+            // The body holds its bytes already (a mapping, or a stream the
+            // store keeps serving): eviction may go on once it is made.
+            let resp = get_blob(&app, name, digest, req.headers(), method == Method::HEAD).await;
+            drop(pin);
+            cache::settle(&app, up).await;
+            resp
         }
         Route::Tags(name) if method == Method::GET => {
             check_name(&name)?;

@@ -83,6 +83,11 @@ pub struct Upstream {
     used: Mutex<HashMap<Sha256Digest, u64>>,
     /// One eviction at a time.
     evicting: tokio::sync::Mutex<()>,
+    /// Blobs and manifests a request is about to serve, with how many
+    /// requests: eviction leaves them.
+    pinned: Mutex<HashMap<Sha256Digest, usize>>,
+    /// The last eviction left the cache over `cache_size` (pins).
+    over: std::sync::atomic::AtomicBool,
     pub stats: UpstreamStats,
 }
 
@@ -129,6 +134,8 @@ impl Upstream {
             fetching: Mutex::default(),
             used: Mutex::default(),
             evicting: tokio::sync::Mutex::new(()),
+            pinned: Mutex::default(),
+            over: Default::default(),
             stats: UpstreamStats::default(),
         })
     }
@@ -170,9 +177,37 @@ impl Upstream {
         RegistryError::Upstream(format!("upstream {}: {what}: {e}", self.url))
     }
 
+    fn pin(&self, digest: Sha256Digest) -> Pin<'_> {
+        *self
+            .pinned
+            .lock()
+            .expect("pinned lock")
+            .entry(digest)
+            .or_default() += 1;
+        Pin { up: self, digest }
+    }
+
     /// Records that `digest` was served now, for the LRU order.
     pub(crate) fn used(&self, digest: &Sha256Digest, now: u64) {
         self.used.lock().expect("used lock").insert(*digest, now);
+    }
+}
+
+/// A blob or manifest eviction leaves alone while this lives.
+pub(crate) struct Pin<'a> {
+    up: &'a Upstream,
+    digest: Sha256Digest,
+}
+
+impl Drop for Pin<'_> {
+    fn drop(&mut self) {
+        let mut pinned = self.up.pinned.lock().expect("pinned lock");
+        if let Some(n) = pinned.get_mut(&self.digest) {
+            *n -= 1;
+            if *n == 0 {
+                pinned.remove(&self.digest);
+            }
+        }
     }
 }
 
@@ -209,48 +244,65 @@ pub(crate) fn refuse_write(up: &Upstream) -> RegistryError {
 
 /// Makes manifest `reference` of `name` present here: a digest fetched
 /// once, a tag resolved again when its last resolution is older than the
-/// TTL (kept when the upstream cannot be reached).
-pub(crate) async fn manifest(app: &App, up: &Upstream, name: &str, reference: &str) -> Result<()> {
+/// TTL (kept when the upstream cannot be reached). The manifest it
+/// resolves to stays pinned while the answer holds the [`Pin`].
+pub(crate) async fn manifest<'a>(
+    app: &App,
+    up: &'a Upstream,
+    name: &str,
+    reference: &str,
+) -> Result<Pin<'a>> {
     let now = app.now();
     if reference.contains(':') {
         let digest = crate::manifests::parse_digest(reference)?;
-        if have_manifest(app, name, &digest).await? {
-            return Ok(());
+        let pin = up.pin(digest);
+        if !have_manifest(app, name, &digest).await? {
+            fetch_manifest(app, up, name, reference, Some(digest)).await?;
         }
-        return fetch_manifest(app, up, name, reference, Some(digest)).await;
+        return Ok(pin);
     }
     crate::manifests::check_tag(reference)?;
     let key = (name.to_string(), reference.to_string());
     let fresh = (up.resolved.lock().expect("resolved lock"))
         .get(&key)
         .is_some_and(|at| now < at.saturating_add(up.tag_ttl));
-    if fresh && have_tagged(app, name, reference).await? {
-        return Ok(());
+    if fresh {
+        if let Some(pin) = cached_tag(app, up, name, reference).await? {
+            return Ok(pin);
+        }
     }
     match fetch_manifest(app, up, name, reference, None).await {
-        Ok(()) => {
+        Ok(pin) => {
             up.resolved.lock().expect("resolved lock").insert(key, now);
-            Ok(())
+            Ok(pin)
         }
         // Unreachable or failing: what this cache resolved last serves.
-        Err(e @ RegistryError::Upstream(_)) => match have_tagged(app, name, reference).await? {
-            true => {
+        Err(e @ RegistryError::Upstream(_)) => match cached_tag(app, up, name, reference).await? {
+            Some(pin) => {
                 tracing::warn!(upstream = %up.url, repo = name, tag = reference, error = %e, "serving a cached tag");
-                Ok(())
+                Ok(pin)
             }
-            false => Err(e),
+            None => Err(e),
         },
         Err(e) => Err(e),
     }
 }
 
-/// Whether tag `tag` of `name` resolves here to a manifest that is stored.
-async fn have_tagged(app: &App, name: &str, tag: &str) -> Result<bool> {
+/// The manifest tag `tag` of `name` resolves to here, pinned, when it is
+/// stored.
+async fn cached_tag<'a>(
+    app: &App,
+    up: &'a Upstream,
+    name: &str,
+    tag: &str,
+) -> Result<Option<Pin<'a>>> {
     let (repo, t) = (name.to_string(), tag.to_string());
-    match app.meta(move |m| m.resolve_tag(&repo, &t)).await? {
-        Some(d) => have_manifest(app, name, &crate::manifests::parse_digest(&d)?).await,
-        None => Ok(false),
-    }
+    let Some(d) = app.meta(move |m| m.resolve_tag(&repo, &t)).await? else {
+        return Ok(None);
+    };
+    let digest = crate::manifests::parse_digest(&d)?;
+    let pin = up.pin(digest);
+    Ok(have_manifest(app, name, &digest).await?.then_some(pin))
 }
 
 async fn have_manifest(app: &App, name: &str, digest: &Sha256Digest) -> Result<bool> {
@@ -261,13 +313,13 @@ async fn have_manifest(app: &App, name: &str, digest: &Sha256Digest) -> Result<b
 
 /// Fetches a manifest from the upstream and records it here, under the tag
 /// when `reference` is one. Its blobs are fetched when asked for.
-async fn fetch_manifest(
+async fn fetch_manifest<'a>(
     app: &App,
-    up: &Upstream,
+    up: &'a Upstream,
     name: &str,
     reference: &str,
     want: Option<Sha256Digest>,
-) -> Result<()> {
+) -> Result<Pin<'a>> {
     let what = format!("manifest {name}:{reference}");
     let r = up.reference(name, reference);
     let (bytes, _) = (up.client)
@@ -293,6 +345,7 @@ async fn fetch_manifest(
         subject: None,
         stored_at: app.now(),
     };
+    let pin = up.pin(digest);
     let _sweep = app.sweep.read().await;
     app.blobs.put(&digest, bytes).await?;
     let (repo, d, now) = (name.to_string(), digest.to_string(), app.now());
@@ -314,7 +367,7 @@ async fn fetch_manifest(
     .await?
     .map_err(|what| RegistryError::internal(format!("caching a manifest needed {what}")))?;
     app.manifest_stored(name);
-    Ok(())
+    Ok(pin)
 }
 
 fn bad_upstream(up: &Upstream, what: &str) -> RegistryError {
@@ -325,17 +378,19 @@ fn bad_upstream(up: &Upstream, what: &str) -> RegistryError {
 }
 
 /// Makes blob `digest` of `name` present here, fetching it from the
-/// upstream once however many requests wait for it.
-pub(crate) async fn blob(
+/// upstream once however many requests wait for it; pinned while the
+/// answer holds the [`Pin`].
+pub(crate) async fn blob<'a>(
     app: &Arc<App>,
-    up: &Arc<Upstream>,
+    up: &'a Arc<Upstream>,
     name: &str,
     digest: &Sha256Digest,
-) -> Result<()> {
+) -> Result<Pin<'a>> {
+    let pin = up.pin(*digest);
     let (repo, d) = (name.to_string(), digest.to_string());
     let linked = app.meta(move |m| m.blob_size(&repo, &d)).await?.is_some();
     if linked && app.blobs.size(digest).await?.is_some() {
-        return Ok(());
+        return Ok(pin);
     }
     let fetch = {
         let mut fetching = up.fetching.lock().expect("fetching lock");
@@ -368,7 +423,7 @@ pub(crate) async fn blob(
     if let Some(size) = app.blobs.size(digest).await? {
         app.meta(move |m| m.link_blob(&repo, &d, size, now)).await?;
     }
-    Ok(())
+    Ok(pin)
 }
 
 async fn fetch_blob(app: &App, up: &Upstream, name: &str, digest: &Sha256Digest) -> Result<()> {
@@ -452,8 +507,9 @@ async fn fetch_blob(app: &App, up: &Upstream, name: &str, digest: &Sha256Digest)
 }
 
 /// Deletes the least recently used blobs while the cache holds more than
-/// `cache_size`, down to nine tenths of it. Deleted blobs stay linked:
-/// the next request for one fetches it again.
+/// `cache_size`, down to nine tenths of it, sparing the pinned ones (about
+/// to be served). Deleted blobs stay linked: the next request for one
+/// fetches it again.
 async fn evict(app: &App, up: &Upstream) -> Result<()> {
     let Some(max) = up.cache_size else {
         return Ok(());
@@ -474,11 +530,31 @@ async fn evict(app: &App, up: &Upstream) -> Result<()> {
         if total <= target {
             break;
         }
+        if up
+            .pinned
+            .lock()
+            .expect("pinned lock")
+            .contains_key(&b.digest)
+        {
+            continue;
+        }
         app.blobs.delete(&b.digest).await?;
         up.used.lock().expect("used lock").remove(&b.digest);
         total -= b.size;
     }
+    // Pinned blobs kept it over: the requests serving them settle it.
+    up.over.store(total > max, Ordering::Relaxed);
     Ok(())
+}
+
+/// After a request let go of its pin: evicts what pins kept over
+/// `cache_size`.
+pub(crate) async fn settle(app: &App, up: &Upstream) {
+    if up.over.load(Ordering::Relaxed) {
+        if let Err(e) = evict(app, up).await {
+            tracing::warn!(error = %e, "could not evict cached blobs");
+        }
+    }
 }
 
 /// Tags of `name` as the upstream lists them; what this cache knows when

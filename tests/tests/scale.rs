@@ -597,3 +597,73 @@ fn a_corrupt_upstream_blob_is_refused_and_not_cached() {
     );
     assert_same_tree(&src, &out);
 }
+
+#[test]
+fn a_pull_through_cache_stays_within_its_cache_size() {
+    let sb = Sandbox::new();
+    let upstream = Server::start(&sb.path().join("upstream"));
+    let up = host(&upstream);
+    let src = sb.path().join("model");
+    model(&src, 31);
+    json(
+        sb.sealvol(
+            &up,
+            &[
+                "push",
+                s(&src),
+                &format!("{up}/weights/m:v1"),
+                "--output",
+                "json",
+            ],
+        ),
+        "push to the upstream",
+    );
+    let cache_root = sb.path().join("cache-registry");
+    let max = 6u64 << 20;
+    let config = format!("upstream = \"http://{up}\"\ncache_size = {max}\n");
+    let cache = Server::start_config_env(&cache_root, &config, &[]);
+    let c = host(&cache);
+    // Twice: the second pull fetches again what the first evicted.
+    for to in ["a", "b"] {
+        let out = sb.path().join(to);
+        json(
+            sb.sealvol(
+                &c,
+                &[
+                    "pull",
+                    &format!("{c}/weights/m:v1"),
+                    s(&out),
+                    "--no-cache",
+                    "--output",
+                    "json",
+                ],
+            ),
+            "pull through a small cache",
+        );
+        assert_same_tree(&src, &out);
+        let kept: u64 = walkdir(&cache_root.join("blobs"));
+        assert!(
+            kept <= max,
+            "the cache holds {kept} bytes of blobs, more than {max}"
+        );
+        assert!(kept > 0);
+    }
+}
+
+/// Bytes of the files under `dir`.
+fn walkdir(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.map(|e| {
+                let e = e.unwrap();
+                let m = e.metadata().unwrap();
+                if m.is_dir() {
+                    walkdir(&e.path())
+                } else {
+                    m.len()
+                }
+            })
+            .sum()
+        })
+        .unwrap_or(0)
+}
