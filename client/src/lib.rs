@@ -24,6 +24,7 @@ pub mod claim;
 pub mod credentials;
 
 pub mod filestate;
+pub mod hosts;
 pub mod inspect;
 pub mod keys;
 pub mod lifecycle;

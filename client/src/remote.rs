@@ -47,10 +47,15 @@ pub enum TransportError {
     Credentials(String),
     #[error("registry {registry} does not support {what}")]
     Unsupported { registry: String, what: String },
+    /// The hosts directory (mirrors) could not be read.
+    #[error("mirrors: {0}")]
+    Hosts(#[from] crate::hosts::HostsError),
 }
 
 /// How many attempts a call gets, and the first pause between them.
 const ATTEMPTS: u32 = 4;
+/// A mirror gets one retry before the next host is tried.
+const MIRROR_ATTEMPTS: u32 = 2;
 const FIRST_BACKOFF: Duration = Duration::from_millis(250);
 
 /// A connection to one registry: clone it freely, clones share the HTTP
@@ -66,6 +71,18 @@ pub struct Remote {
     /// What `GET /api/v1` said (SPEC.md §7.3): `None` when the registry has
     /// no volume API. See [`crate::api::info`].
     api: Arc<OnceCell<Option<crate::lifecycle::ApiInfo>>>,
+    /// Hosts tried before this registry for reads ([`crate::hosts`]).
+    mirrors: Arc<Vec<MirrorHost>>,
+    /// Tries per request before an error is final: fewer on a mirror,
+    /// which hands over to the next host instead.
+    attempts: u32,
+}
+
+/// A mirror as a connection of its own.
+#[derive(Clone)]
+struct MirrorHost {
+    remote: Remote,
+    resolve: bool,
 }
 
 /// A registry's answer to a volume API call (SPEC.md §7): the status and
@@ -86,8 +103,42 @@ impl Remote {
     /// Connects to `registry` (`host[:port]`) with the credentials docker's
     /// config.json holds for it. Nothing is sent until the first call.
     pub fn connect(registry: &str, insecure: bool) -> Result<Remote, TransportError> {
+        Remote::connect_with_hosts(registry, insecure, crate::hosts::dir_from_env().as_deref())
+    }
+
+    /// [`Remote::connect`] with the mirrors `hosts_dir` configures for the
+    /// registry ([`crate::hosts`]), each with its own stored credentials.
+    pub fn connect_with_hosts(
+        registry: &str,
+        insecure: bool,
+        hosts_dir: Option<&std::path::Path>,
+    ) -> Result<Remote, TransportError> {
         let auth = credentials::auth_for(registry)?;
-        Remote::with_auth(registry, insecure, auth)
+        let mut remote = Remote::with_auth(registry, insecure, auth)?;
+        let Some(dir) = hosts_dir else {
+            return Ok(remote);
+        };
+        let mut mirrors = Vec::new();
+        for m in crate::hosts::mirrors(dir, registry)? {
+            let auth = credentials::auth_for(&m.host)?;
+            let mut mirror = Remote::with_auth(&m.host, m.plain_http, auth)?;
+            mirror.attempts = MIRROR_ATTEMPTS;
+            mirrors.push(MirrorHost {
+                remote: mirror,
+                resolve: m.resolve,
+            });
+        }
+        remote.mirrors = Arc::new(mirrors);
+        Ok(remote)
+    }
+
+    /// The hosts a read tries, in order: the mirrors that may serve it,
+    /// then this registry. `resolve` asks for hosts that may resolve tags.
+    fn read_hosts(&self, resolve: bool) -> impl Iterator<Item = &Remote> {
+        (self.mirrors.iter())
+            .filter(move |m| m.resolve || !resolve)
+            .map(|m| &m.remote)
+            .chain(std::iter::once(self))
     }
 
     pub fn with_auth(
@@ -127,6 +178,8 @@ impl Remote {
             scheme: if http_only { "http" } else { "https" },
             open: Arc::new(OnceCell::new()),
             api: Arc::new(OnceCell::new()),
+            mirrors: Arc::new(Vec::new()),
+            attempts: ATTEMPTS,
         })
     }
 
@@ -280,7 +333,7 @@ impl Remote {
                 Ok(v) => return Ok(v),
                 Err(e) => {
                     let transient = is_transient(&e);
-                    if !transient || attempt >= ATTEMPTS {
+                    if !transient || attempt >= self.attempts {
                         return Err(self.classify(what, e));
                     }
                     tracing::debug!(what, attempt, error = %e, "retrying");
@@ -400,10 +453,33 @@ impl Remote {
         }
     }
 
-    /// Fetches a manifest by tag or `sha256:` digest. A manifest fetched by
-    /// digest is checked against it; one fetched by tag is returned with the
-    /// digest of the bytes received.
+    /// Fetches a manifest by tag or `sha256:` digest, from the first host
+    /// that serves it (mirrors, then the registry; tags only from hosts
+    /// that resolve). A manifest fetched by digest is checked against it;
+    /// one fetched by tag is returned with the digest of the bytes
+    /// received.
     pub async fn manifest(
+        &self,
+        repo: &str,
+        tag_or_digest: &str,
+    ) -> Result<(Bytes, Sha256Digest), TransportError> {
+        let by_tag = !tag_or_digest.starts_with("sha256:");
+        let mut last = None;
+        for host in self.read_hosts(by_tag) {
+            match host.manifest_here(repo, tag_or_digest).await {
+                Ok(found) => return Ok(found),
+                Err(e) => {
+                    if !std::ptr::eq(host, self) {
+                        tracing::warn!(mirror = %host.registry, error = %e, "mirror failed; trying the next host");
+                    }
+                    last = Some(e);
+                }
+            }
+        }
+        Err(last.expect("the registry itself is always tried"))
+    }
+
+    async fn manifest_here(
         &self,
         repo: &str,
         tag_or_digest: &str,
@@ -562,10 +638,32 @@ impl Remote {
         Ok(())
     }
 
-    /// Downloads a whole blob, checking its sha256 while it streams (our
-    /// own hasher from an open registry, `oci-client`'s otherwise); a
-    /// mismatch is [`TransportError::Corrupt`], not retried.
+    /// Downloads a whole blob from the first host that serves it (mirrors,
+    /// then the registry), checking its sha256 while it streams (our own
+    /// hasher from an open registry, `oci-client`'s otherwise); a mismatch
+    /// is [`TransportError::Corrupt`], not retried on that host.
     pub async fn get_blob(
+        &self,
+        repo: &str,
+        digest: &Sha256Digest,
+        size: u64,
+    ) -> Result<Vec<u8>, TransportError> {
+        let mut last = None;
+        for host in self.read_hosts(false) {
+            match host.get_blob_here(repo, digest, size).await {
+                Ok(bytes) => return Ok(bytes),
+                Err(e) => {
+                    if !std::ptr::eq(host, self) {
+                        tracing::warn!(mirror = %host.registry, error = %e, "mirror failed; trying the next host");
+                    }
+                    last = Some(e);
+                }
+            }
+        }
+        Err(last.expect("the registry itself is always tried"))
+    }
+
+    async fn get_blob_here(
         &self,
         repo: &str,
         digest: &Sha256Digest,

@@ -667,3 +667,88 @@ fn walkdir(dir: &Path) -> u64 {
         })
         .unwrap_or(0)
 }
+
+#[test]
+fn reads_go_to_mirrors_in_order_fail_over_and_resolve_tags_only_where_allowed() {
+    let sb = Sandbox::new();
+    let origin = Server::start(&sb.path().join("origin"));
+    let src = sb.path().join("model");
+    model(&src, 41);
+    json(
+        sb.sealvol(
+            &host(&origin),
+            &[
+                "push",
+                s(&src),
+                &format!("{}/weights/m:v1", host(&origin)),
+                "--output",
+                "json",
+            ],
+        ),
+        "push to the origin",
+    );
+    // Clients name the origin through a counting proxy; the mirror is a
+    // pull-through cache of the origin, behind its own counting proxy.
+    let origin_seen = sealvol_tests::FlipProxy::start_counting(&host(&origin));
+    let cache = Server::start_with(
+        &[
+            "serve",
+            "--addr",
+            "127.0.0.1:0",
+            "--root",
+            s(&sb.path().join("mirror")),
+            "--upstream",
+            &origin.url,
+        ],
+        &sb.path().join("mirror"),
+    );
+    let mirror_seen = sealvol_tests::FlipProxy::start_counting(&host(&cache));
+    // A host nobody listens on, first in line.
+    let dead = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+
+    let hosts = sb.path().join("certs.d");
+    let o = origin_seen.addr();
+    write(
+        &hosts.join(&o).join("hosts.toml"),
+        format!(
+            "server = \"http://{o}\"\n[host.\"http://{dead}\"]\n  capabilities = [\"pull\", \"resolve\"]\n[host.\"http://{}\"]\n  capabilities = [\"pull\"]\n",
+            mirror_seen.addr()
+        )
+        .as_bytes(),
+        0o644,
+    );
+    let out = sb.path().join("pulled");
+    let pulled = sb
+        .command(sealvol_tests::sealvol_bin())
+        .env("SEALVOL_HOSTS_DIR", &hosts)
+        .args([
+            "pull",
+            &format!("{o}/weights/m:v1"),
+            s(&out),
+            "--no-cache",
+            "--output",
+            "json",
+        ])
+        .output()
+        .unwrap();
+    json(pulled, "pull with the first mirror down");
+    assert_same_tree(&src, &out);
+
+    // The tag resolved on the origin (the mirror may not resolve); every
+    // blob came from the mirror; none from the origin directly.
+    let at_origin = origin_seen.requests();
+    assert!(
+        at_origin
+            .iter()
+            .any(|r| r.starts_with("GET /v2/weights/m/manifests/v1")),
+        "{at_origin:?}"
+    );
+    assert!(
+        blob_gets(&at_origin).is_empty(),
+        "blobs fetched from the origin: {at_origin:?}"
+    );
+    assert!(!blob_gets(&mirror_seen.requests()).is_empty());
+}

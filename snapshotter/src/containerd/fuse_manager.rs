@@ -52,6 +52,7 @@ struct Manager {
     mounts: Mutex<HashMap<PathBuf, Served>>,
     options: MountOptions,
     insecure_hosts: Vec<String>,
+    hosts_dir: Option<std::path::PathBuf>,
 }
 
 struct Served {
@@ -88,7 +89,7 @@ impl Manager {
             .clone()
             .unwrap_or_else(VolumeRef::default_registry);
         let insecure = self.insecure_hosts.contains(&host);
-        let remote = Remote::connect(&host, insecure)
+        let remote = Remote::connect_with_hosts(&host, insecure, self.hosts_dir.as_deref())
             .map_err(|e| Status::unavailable(format!("cannot reach {host}: {e}")))?;
         let mut options = self.options.clone();
         if let Some(p) = prefetch {
@@ -233,6 +234,7 @@ pub async fn serve(
         mounts: Mutex::default(),
         options,
         insecure_hosts: config.insecure_hosts.clone(),
+        hosts_dir: config.hosts_dir.clone(),
     });
     let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
     tracing::info!(socket = %socket.display(), "fuse manager serving");

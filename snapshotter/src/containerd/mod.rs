@@ -86,6 +86,11 @@ pub struct Config {
     /// Registries (`host[:port]`) reached over plain HTTP; loopback ones
     /// always are.
     pub insecure_hosts: Vec<String>,
+    /// containerd's hosts directory (`/etc/containerd/certs.d`): the
+    /// mirrors of each registry, tried before it for reads (the CLI reads
+    /// the same with `SEALVOL_HOSTS_DIR`); none by default.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hosts_dir: Option<PathBuf>,
     /// Where `/metrics` is served (Prometheus text); off when unset.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub metrics_address: Option<std::net::SocketAddr>,
@@ -140,6 +145,7 @@ impl Default for Config {
             prefetch: PrefetchPolicy::None,
             fetch_timeout_seconds: 30,
             insecure_hosts: Vec::new(),
+            hosts_dir: None,
             metrics_address: None,
         }
     }
