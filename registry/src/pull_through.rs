@@ -496,6 +496,8 @@ async fn fetch_blob(app: &App, up: &Upstream, name: &str, digest: &Sha256Digest)
         app.meta(move |m| m.link_blob(&repo, &d, size, now)).await?;
         up.stats.blobs_fetched.fetch_add(1, Ordering::Relaxed);
         up.stats.bytes_fetched.fetch_add(size, Ordering::Relaxed);
+        metrics::counter!("sealvol_upstream_blobs_fetched_total").increment(1);
+        metrics::counter!("sealvol_upstream_bytes_fetched_total").increment(size);
         Ok(size)
     }
     .await;

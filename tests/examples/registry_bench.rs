@@ -5,12 +5,15 @@
 //! ```text
 //! registry_bench push-blob URL REPO SIZE_MIB SEED
 //! registry_bench get       URL REPO DIGEST SIZE STREAMS RUNS
+//! registry_bench get-url   URL SIZE STREAMS RUNS
 //! registry_bench upload    URL REPO SIZE_MIB SEED RUNS
 //! registry_bench manifests URL REPO COUNT RUNS SALT
 //! ```
 //!
 //! With `REGISTRY_BENCH_TOKEN` set, every request carries it as a bearer
-//! token (a registry with auth on).
+//! token (a registry with auth on); with `REGISTRY_BENCH_AUTHORIZATION`,
+//! that whole `Authorization` value (an object store's own GET). Redirects
+//! are followed.
 //!
 //! Blobs are pushed as POST (empty) then one PUT `?digest=` carrying the
 //! whole body: distribution 2.8 ignores the body of a single
@@ -36,6 +39,9 @@ fn client() -> Res<reqwest::blocking::Client> {
             reqwest::header::AUTHORIZATION,
             format!("Bearer {token}").parse()?,
         );
+    }
+    if let Ok(value) = std::env::var("REGISTRY_BENCH_AUTHORIZATION") {
+        headers.insert(reqwest::header::AUTHORIZATION, value.parse()?);
     }
     Ok(reqwest::blocking::Client::builder()
         .timeout(Duration::from_secs(600))
@@ -161,6 +167,21 @@ fn cmd_get(args: &[String]) -> Res<serde_json::Value> {
     let streams: usize = arg(args, 4, "STREAMS")?;
     let runs: usize = arg(args, 5, "RUNS")?;
     let url = format!("{base}/v2/{repo}/blobs/{digest}");
+    get_streams(&url, size, streams, runs)
+}
+
+/// `get-url URL SIZE STREAMS RUNS`: [`cmd_get`] of any URL.
+fn cmd_get_url(args: &[String]) -> Res<serde_json::Value> {
+    let url: String = arg(args, 0, "URL")?;
+    let size: u64 = arg(args, 1, "SIZE")?;
+    let streams: usize = arg(args, 2, "STREAMS")?;
+    let runs: usize = arg(args, 3, "RUNS")?;
+    get_streams(&url, size, streams, runs)
+}
+
+/// `streams` concurrent GETs of `url`, `runs` times; the best rate.
+fn get_streams(url: &str, size: u64, streams: usize, runs: usize) -> Res<serde_json::Value> {
+    let url = url.to_string();
     let mut rates = Vec::new();
     for run in 0..runs {
         // One client (connection, runtime thread) per stream, made before
@@ -301,9 +322,10 @@ fn main() {
     let result = match args.first().map(String::as_str) {
         Some("push-blob") => cmd_push_blob(rest),
         Some("get") => cmd_get(rest),
+        Some("get-url") => cmd_get_url(rest),
         Some("upload") => cmd_upload(rest),
         Some("manifests") => cmd_manifests(rest),
-        _ => Err("usage: registry_bench push-blob|get|upload|manifests URL REPO ...".into()),
+        _ => Err("usage: registry_bench push-blob|get|get-url|upload|manifests URL ...".into()),
     };
     match result {
         Ok(v) => println!("{v}"),
