@@ -19,8 +19,6 @@
 use std::collections::{HashMap, HashSet};
 use std::time::Instant;
 
-use redb::{ReadableDatabase, ReadableTable};
-
 use sealvol_spec::api::GcReport;
 use sealvol_spec::Sha256Digest;
 use sha2::{Digest as _, Sha256};

@@ -10,10 +10,8 @@
 use std::io::Read;
 use std::sync::Arc;
 
+use crate::store::tables::{Bytes, TableDefinition, WriteTransaction};
 use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
-use redb::{
-    ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition, WriteTransaction,
-};
 use sealvol_spec::api::{self, Action, API_KEY_PREFIX};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -22,7 +20,7 @@ use crate::meta::{MetaError, MetaStore};
 use crate::volumes::rfc3339;
 
 /// key id -> [`KeyRecord`] as JSON.
-const API_KEYS: TableDefinition<&str, &[u8]> = TableDefinition::new("api_keys");
+const API_KEYS: TableDefinition<Bytes> = TableDefinition::new("api_keys");
 
 pub(crate) fn create_tables(tx: &WriteTransaction) -> Result<(), MetaError> {
     tx.open_table(API_KEYS)?;

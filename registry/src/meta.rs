@@ -8,25 +8,25 @@
 
 use std::path::Path;
 
-use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+use crate::store::tables::{Bytes, Database, Str, TableDefinition, WriteTransaction, U64};
 use serde::{Deserialize, Serialize};
 
-pub(crate) const REPOS: TableDefinition<&str, u64> = TableDefinition::new("repos");
+pub(crate) const REPOS: TableDefinition<U64> = TableDefinition::new("repos");
 /// `repo NUL digest` -> size: the blobs a repository may see.
-pub(crate) const BLOB_LINKS: TableDefinition<&str, u64> = TableDefinition::new("blob_links");
+pub(crate) const BLOB_LINKS: TableDefinition<U64> = TableDefinition::new("blob_links");
 /// `repo NUL digest` -> when the link was made or renewed (Unix seconds);
 /// garbage collection's grace period counts from it. Links made before
 /// this table existed have no row and count as old.
-pub(crate) const LINK_TIMES: TableDefinition<&str, u64> = TableDefinition::new("link_times");
-pub(crate) const MANIFESTS: TableDefinition<&str, &[u8]> = TableDefinition::new("manifests");
-pub(crate) const TAGS: TableDefinition<&str, &str> = TableDefinition::new("tags");
-pub(crate) const REFERRERS: TableDefinition<&str, &[u8]> = TableDefinition::new("referrers");
-pub(crate) const UPLOADS: TableDefinition<&str, &str> = TableDefinition::new("uploads");
+pub(crate) const LINK_TIMES: TableDefinition<U64> = TableDefinition::new("link_times");
+pub(crate) const MANIFESTS: TableDefinition<Bytes> = TableDefinition::new("manifests");
+pub(crate) const TAGS: TableDefinition<Str> = TableDefinition::new("tags");
+pub(crate) const REFERRERS: TableDefinition<Bytes> = TableDefinition::new("referrers");
+pub(crate) const UPLOADS: TableDefinition<Str> = TableDefinition::new("uploads");
 /// Upload id -> when the session was started or last written to (Unix
 /// seconds); a session idle longer than the upload TTL is abandoned.
 /// Sessions from before this table have no row; the first expiry pass
 /// gives them one, so they get a full TTL from the upgrade.
-pub(crate) const UPLOAD_TIMES: TableDefinition<&str, u64> = TableDefinition::new("upload_times");
+pub(crate) const UPLOAD_TIMES: TableDefinition<U64> = TableDefinition::new("upload_times");
 
 #[derive(Debug, thiserror::Error)]
 #[error("metadata store: {0}")]
@@ -44,6 +44,7 @@ macro_rules! from_redb {
             redb::TableError,
             redb::StorageError,
             redb::CommitError,
+            $crate::store::tables::TableError,
             serde_json::Error
         );
     };
@@ -98,14 +99,14 @@ pub struct References {
 }
 
 /// Makes `digest` visible in `repo`, recording the repository if new.
-fn link(tx: &redb::WriteTransaction, repo: &str, digest: &str, size: u64, now: u64) -> Result<()> {
+fn link(tx: &WriteTransaction, repo: &str, digest: &str, size: u64, now: u64) -> Result<()> {
     let k = key(&[repo, digest]);
     tx.open_table(BLOB_LINKS)?.insert(k.as_str(), size)?;
     tx.open_table(LINK_TIMES)?.insert(k.as_str(), now)?;
     ensure_repo(tx, repo, now)
 }
 
-fn ensure_repo(tx: &redb::WriteTransaction, repo: &str, now: u64) -> Result<()> {
+fn ensure_repo(tx: &WriteTransaction, repo: &str, now: u64) -> Result<()> {
     let mut repos = tx.open_table(REPOS)?;
     if repos.get(repo)?.is_none() {
         repos.insert(repo, now)?;
@@ -116,7 +117,7 @@ fn ensure_repo(tx: &redb::WriteTransaction, repo: &str, now: u64) -> Result<()> 
 /// Removes a manifest's row and its referrer rows (not its tags), and
 /// returns the record it had.
 pub(crate) fn drop_manifest(
-    tx: &redb::WriteTransaction,
+    tx: &WriteTransaction,
     repo: &str,
     digest: &str,
 ) -> Result<Option<ManifestRecord>> {
@@ -148,7 +149,7 @@ pub(crate) fn drop_manifest(
 
 impl MetaStore {
     pub fn open(path: &Path) -> Result<MetaStore> {
-        let db = Database::create(path)?;
+        let db = Database::Redb(redb::Database::create(path)?);
         // Create every table once so that readers never see a missing one.
         let tx = db.begin_write()?;
         tx.open_table(REPOS)?;
@@ -509,8 +510,9 @@ fn rewrite(path: &Path) -> Result<()> {
         Err(e) => return Err(io(e)),
     }
     {
-        let src = Database::open(path)?;
-        let dst = Database::create(&fresh)?;
+        use redb::ReadableDatabase as _;
+        let src = redb::Database::open(path)?;
+        let dst = redb::Database::create(&fresh)?;
         let r = src.begin_read()?;
         let w = dst.begin_write()?;
         for handle in r.list_tables()? {
@@ -545,7 +547,8 @@ fn copy_table<V: redb::Value + 'static>(
     w: &redb::WriteTransaction,
     name: &str,
 ) -> Result<bool> {
-    let def: TableDefinition<&str, V> = TableDefinition::new(name);
+    let def: redb::TableDefinition<&str, V> = redb::TableDefinition::new(name);
+    use redb::ReadableTable as _;
     let src = match r.open_table(def) {
         Ok(t) => t,
         Err(redb::TableError::TableTypeMismatch { .. }) => return Ok(false),

@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 
-use redb::{ReadableDatabase as _, ReadableTable, TableDefinition, WriteTransaction};
+use crate::store::tables::{Bytes, ReadableTable, TableDefinition, WriteTransaction};
 use sealvol_spec::chain::{self, PieceCv};
 use sealvol_spec::{api, B3Digest, ChunkRef};
 use serde::{Deserialize, Serialize};
@@ -16,14 +16,14 @@ use crate::secrets::{SecretKey, StoredSecret};
 use crate::volumes::rfc3339;
 
 /// `id` -> [`SyncJob`] JSON.
-const SYNC_JOBS: TableDefinition<&str, &[u8]> = TableDefinition::new("sync_jobs");
+const SYNC_JOBS: TableDefinition<Bytes> = TableDefinition::new("sync_jobs");
 /// `id NUL path` -> [`FileDone`] JSON, marked with [`FILE_RECORD`].
-const SYNC_FILES: TableDefinition<&str, &[u8]> = TableDefinition::new("sync_files");
+const SYNC_FILES: TableDefinition<Bytes> = TableDefinition::new("sync_files");
 /// `name` -> [`StoredSecret`] JSON: the value sealed, and its binding.
-const SECRETS: TableDefinition<&str, &[u8]> = TableDefinition::new("secrets.v2");
+const SECRETS: TableDefinition<Bytes> = TableDefinition::new("secrets.v2");
 /// `name` -> value in plaintext, as releases before binding stored them;
 /// emptied into [`SECRETS`] at start ([`MetaStore::seal_plaintext_secrets`]).
-const PLAINTEXT_SECRETS: TableDefinition<&str, &[u8]> = TableDefinition::new("secrets");
+const PLAINTEXT_SECRETS: redb::TableDefinition<&str, &[u8]> = redb::TableDefinition::new("secrets");
 
 pub(crate) fn create_tables(tx: &WriteTransaction) -> std::result::Result<(), MetaError> {
     tx.open_table(SYNC_JOBS)?;
@@ -187,10 +187,7 @@ impl FileDone {
     }
 }
 
-fn get_job(
-    t: &impl ReadableTable<&'static str, &'static [u8]>,
-    id: &str,
-) -> Result<Option<SyncJob>> {
+fn get_job(t: &impl ReadableTable<Bytes>, id: &str) -> Result<Option<SyncJob>> {
     match t.get(id)? {
         Some(v) => Ok(Some(serde_json::from_slice(v.value())?)),
         None => Ok(None),
@@ -206,7 +203,7 @@ fn put_job(tx: &WriteTransaction, job: &SyncJob) -> Result<()> {
 fn drop_files(tx: &WriteTransaction, id: &str) -> Result<()> {
     let (lo, hi) = prefix(&[id]);
     let mut t = tx.open_table(SYNC_FILES)?;
-    t.retain_in(lo.as_str()..hi.as_str(), |_, _| false)?;
+    t.remove_range(&lo, &hi)?;
     Ok(())
 }
 
@@ -411,8 +408,13 @@ impl MetaStore {
     /// their table; how many there were. The pages that held them are
     /// free but not overwritten: the caller rewrites the database file.
     pub fn seal_plaintext_secrets(&self, key: &SecretKey) -> Result<usize> {
+        use redb::ReadableTable as _;
         let tx = self.db.begin_write()?;
-        let old: Vec<(String, Vec<u8>)> = match tx.open_table(PLAINTEXT_SECRETS) {
+        // Only a redb database can be that old.
+        let Some(redb_tx) = tx.as_redb() else {
+            return Ok(0);
+        };
+        let old: Vec<(String, Vec<u8>)> = match redb_tx.open_table(PLAINTEXT_SECRETS) {
             Ok(t) => t
                 .iter()?
                 .map(|r| r.map(|(k, v)| (k.value().to_string(), v.value().to_vec())))
@@ -427,7 +429,7 @@ impl MetaStore {
                 sealed.insert(name.as_str(), serde_json::to_vec(&s)?.as_slice())?;
             }
         }
-        tx.delete_table(PLAINTEXT_SECRETS)?;
+        redb_tx.delete_table(PLAINTEXT_SECRETS)?;
         tx.commit()?;
         Ok(old.len())
     }
@@ -497,7 +499,9 @@ mod tests {
             // As an earlier release stored it, among other data.
             let m = MetaStore::open(&path).unwrap();
             let tx = m.db.begin_write().unwrap();
-            tx.open_table(PLAINTEXT_SECRETS)
+            tx.as_redb()
+                .unwrap()
+                .open_table(PLAINTEXT_SECRETS)
                 .unwrap()
                 .insert("hf", value.as_slice())
                 .unwrap();

@@ -13,23 +13,24 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use redb::{ReadableDatabase as _, ReadableTable, TableDefinition, WriteTransaction};
+use crate::store::tables::{
+    Bytes, ReadTransaction, ReadableTable, Str, TableDefinition, WriteTransaction, U64,
+};
 use sealvol_spec::{api, B3Digest, Sha256Digest, TreeFormat};
 use serde::{Deserialize, Serialize};
 
 use crate::meta::{key, prefix, MetaError, MetaStore, MANIFESTS, REPOS, TAGS};
 
 /// `repo` -> [`VolumeRecord`] JSON.
-pub(crate) const VOLUMES: TableDefinition<&str, &[u8]> = TableDefinition::new("volumes");
+pub(crate) const VOLUMES: TableDefinition<Bytes> = TableDefinition::new("volumes");
 /// `repo NUL b3:<hex>` -> [`VersionRecord`] JSON.
-pub(crate) const VERSIONS: TableDefinition<&str, &[u8]> = TableDefinition::new("versions");
+pub(crate) const VERSIONS: TableDefinition<Bytes> = TableDefinition::new("versions");
 /// `repo NUL sha256:<hex>` -> `b3:<hex>`: which version an index belongs to.
-pub(crate) const VERSION_OF_INDEX: TableDefinition<&str, &str> =
-    TableDefinition::new("version_of_index");
+pub(crate) const VERSION_OF_INDEX: TableDefinition<Str> = TableDefinition::new("version_of_index");
 /// `repo NUL tag` -> Unix seconds after which the tag goes.
-pub(crate) const TAG_EXPIRY: TableDefinition<&str, u64> = TableDefinition::new("tag_expiry");
+pub(crate) const TAG_EXPIRY: TableDefinition<U64> = TableDefinition::new("tag_expiry");
 /// `repo NUL sha256:<hex>` -> the manifest record of a tombstoned index.
-pub(crate) const HIDDEN: TableDefinition<&str, &[u8]> = TableDefinition::new("hidden_manifests");
+pub(crate) const HIDDEN: TableDefinition<Bytes> = TableDefinition::new("hidden_manifests");
 
 pub(crate) fn create_tables(tx: &WriteTransaction) -> Result<(), MetaError> {
     tx.open_table(VOLUMES)?;
@@ -136,7 +137,7 @@ pub fn is_reserved(tag: &str) -> bool {
 // ---- rows -----------------------------------------------------------------
 
 fn volume_row(
-    t: &impl ReadableTable<&'static str, &'static [u8]>,
+    t: &impl ReadableTable<Bytes>,
     repo: &str,
 ) -> Result<Option<VolumeRecord>, MetaError> {
     match t.get(repo)? {
@@ -146,7 +147,7 @@ fn volume_row(
 }
 
 fn version_row(
-    t: &impl ReadableTable<&'static str, &'static [u8]>,
+    t: &impl ReadableTable<Bytes>,
     repo: &str,
     version: &str,
 ) -> Result<Option<VersionRecord>, MetaError> {
@@ -564,7 +565,7 @@ fn namespace_of(repo: &str) -> String {
 }
 
 impl Snapshot {
-    fn read(tx: &redb::ReadTransaction, repo: &str) -> Result<Option<Snapshot>, MetaError> {
+    fn read(tx: &ReadTransaction, repo: &str) -> Result<Option<Snapshot>, MetaError> {
         let Some(volume) = volume_row(&tx.open_table(VOLUMES)?, repo)? else {
             return Ok(None);
         };
@@ -720,7 +721,7 @@ trait ReadableTableSource {
     fn version_of(&self, repo: &str, index: &str) -> Result<Option<String>, MetaError>;
 }
 
-impl ReadableTableSource for redb::ReadTransaction {
+impl ReadableTableSource for ReadTransaction {
     fn version_of(&self, repo: &str, index: &str) -> Result<Option<String>, MetaError> {
         Ok(self
             .open_table(VERSION_OF_INDEX)?
@@ -958,7 +959,7 @@ pub(crate) fn delete_all(tx: &WriteTransaction, repo: &str, now: u64) -> Result<
 }
 
 /// Repository names, volumes or not.
-pub(crate) fn repo_names(tx: &redb::ReadTransaction) -> Result<Vec<String>, MetaError> {
+pub(crate) fn repo_names(tx: &ReadTransaction) -> Result<Vec<String>, MetaError> {
     let mut out = Vec::new();
     for row in tx.open_table(REPOS)?.range::<&str>(..)? {
         out.push(row?.0.value().to_string());

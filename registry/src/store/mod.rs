@@ -15,6 +15,7 @@
 mod blobs;
 pub mod fs;
 pub mod object;
+pub mod tables;
 
 pub use blobs::{
     AppendError, Appended, BlobBody, BlobReader, BlobStore, BodyError, BodyStream, StoredBlob,
