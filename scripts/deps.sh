@@ -9,8 +9,10 @@ set -euo pipefail
 # bcrypt hashes the htpasswd file of the registry the auth tests log in to;
 # fuse3 brings fusermount3, which `sealvol mount` (fuser) mounts with;
 # openssl makes the certificates of the TLS tests; containerd (1.6, with
-# ctr) pulls from the registry as a GPU node's runtime would.
-APT_PACKAGES=(gcc libc6-dev pkg-config python3 python3-venv time curl openssl docker-registry skopeo fuse3 containerd)
+# ctr) pulls from the registry as a GPU node's runtime would; postgresql
+# (15) is the shared metadata store of the registry-replica tests, which
+# start their own server on a private port and folder.
+APT_PACKAGES=(gcc libc6-dev pkg-config python3 python3-venv time curl openssl docker-registry skopeo fuse3 containerd postgresql)
 sealvol_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 VENV="${SEALVOL_VENV:-$sealvol_root/.venv}"
 # The sync tests read from emulated object stores: moto's server (S3; boto3
@@ -50,7 +52,7 @@ if ((${#missing[@]})); then
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null || status=$?
   if [[ -n $own_policy ]]; then rm -f /usr/sbin/policy-rc.d; fi
   if ((status)); then exit "$status"; fi
-  for service in docker-registry containerd; do
+  for service in docker-registry containerd postgresql; do
     if command -v systemctl >/dev/null && systemctl is-enabled -q "$service" 2>/dev/null; then
       systemctl disable --now "$service" >/dev/null 2>&1 || true
     fi

@@ -167,6 +167,14 @@ impl MetaStore {
         Ok(MetaStore { db })
     }
 
+    /// The metadata in PostgreSQL at `url` (`store::postgres`), shared by
+    /// every replica that connects to it.
+    pub fn open_postgres(url: &str, password: Option<&str>) -> Result<MetaStore> {
+        Ok(MetaStore {
+            db: Database::Postgres(crate::store::postgres::Pg::connect(url, password)?),
+        })
+    }
+
     /// Opens the database at `path` after sealing the secrets an earlier
     /// release kept in plaintext. redb is copy-on-write: the pages that
     /// held them are freed, not overwritten, and compaction only moves

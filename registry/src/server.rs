@@ -27,7 +27,7 @@ use crate::auth::{Auth, AuthConfig, AuthError};
 use crate::authz;
 use crate::meta::MetaStore;
 use crate::secrets::SecretKey;
-use crate::store::StorageConfig;
+use crate::store::{MetadataConfig, MetadataKind, StorageConfig};
 use crate::uploads::Uploads;
 
 /// `registry.toml`; every field may be overridden on the command line.
@@ -42,6 +42,9 @@ pub struct Config {
     /// Where blobs and upload data live: the data folder (default) or an
     /// S3-compatible bucket.
     pub storage: StorageConfig,
+    /// Where metadata lives: redb in the data folder (default) or a
+    /// PostgreSQL database replicas share.
+    pub metadata: MetadataConfig,
     /// Longest a request may take, in seconds (large blobs stream for long).
     pub request_timeout_seconds: u64,
     /// How long a deleted version stays restorable (default 7 days).
@@ -108,6 +111,7 @@ impl Default for Config {
             addr: SocketAddr::from(([127, 0, 0, 1], 5000)),
             root: PathBuf::from("sealvol-data"),
             storage: StorageConfig::default(),
+            metadata: MetadataConfig::default(),
             request_timeout_seconds: 3600,
             retention_seconds: Policy::default().retention_seconds,
             gc_grace_seconds: Policy::default().gc_grace_seconds,
@@ -234,6 +238,7 @@ pub async fn open_app(root: &Path, policy: Policy) -> Result<App, ServeError> {
         policy,
         &root.join(SECRETS_KEY_FILE),
         &StorageConfig::default(),
+        &MetadataConfig::default(),
     )
     .await
 }
@@ -245,6 +250,7 @@ pub async fn open_app_with(
     policy: Policy,
     secrets_key: &Path,
     storage: &StorageConfig,
+    metadata: &MetadataConfig,
 ) -> Result<App, ServeError> {
     let failed = |e: &dyn std::fmt::Display| ServeError::Storage {
         path: root.to_path_buf(),
@@ -254,8 +260,16 @@ pub async fn open_app_with(
     make_private(root).map_err(|e| failed(&e))?;
     let key = SecretKey::load_or_create(secrets_key).map_err(|e| failed(&e))?;
     let blobs = storage.open(root).map_err(|e| failed(&e))?;
-    let meta =
-        MetaStore::open_sealing_secrets(&root.join("meta.redb"), &key).map_err(|e| failed(&e))?;
+    let meta = match metadata.kind {
+        MetadataKind::Redb => MetaStore::open_sealing_secrets(&root.join("meta.redb"), &key),
+        MetadataKind::Postgres => {
+            let url = (metadata.url.as_deref())
+                .ok_or_else(|| failed(&"[metadata] kind = \"postgres\" needs url"))?;
+            let password = metadata.password().map_err(|e| failed(&e))?;
+            MetaStore::open_postgres(url, password.as_deref())
+        }
+    }
+    .map_err(|e| failed(&e))?;
     let mut live = Vec::new();
     for id in meta.uploads().map_err(|e| failed(&e))? {
         // A crash between storing a completed upload and ending its
@@ -465,7 +479,14 @@ pub async fn serve(config: Config, ready: impl FnOnce(SocketAddr)) -> Result<(),
         .secrets_key_file
         .clone()
         .unwrap_or_else(|| config.root.join(SECRETS_KEY_FILE));
-    let mut app = open_app_with(&config.root, config.policy(), &key_file, &config.storage).await?;
+    let mut app = open_app_with(
+        &config.root,
+        config.policy(),
+        &key_file,
+        &config.storage,
+        &config.metadata,
+    )
+    .await?;
     app.clock = crate::clock::Clock::from_config(config.test_clock);
     if let Some(url) = &config.upstream {
         let upstream = crate::pull_through::Upstream::new(&crate::pull_through::UpstreamConfig {

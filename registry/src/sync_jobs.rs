@@ -536,7 +536,9 @@ mod tests {
         let tx = m.db.begin_read().unwrap();
         let tags = tx.open_table(crate::meta::TAGS).unwrap();
         assert_eq!(tags.get("w/x\0prod").unwrap().unwrap().value(), "sha256:ab");
-        drop((tags, tx, m));
+        drop(tags);
+        drop(tx);
+        drop(m);
         // Opening again finds nothing left to seal.
         let m = MetaStore::open_sealing_secrets(&path, &key).unwrap();
         assert_eq!(m.secrets().unwrap().len(), 1);

@@ -2088,6 +2088,169 @@ impl Drop for Containerd {
     }
 }
 
+/// A private PostgreSQL server (Debian's, from `scripts/deps.sh`) on a
+/// loopback port with its data in a temporary folder, trusting local
+/// connections, stopped (fast shutdown) when dropped. `initdb` and
+/// `postgres` refuse to run as root, so under root (CI) both run as the
+/// `postgres` user the package creates, which owns the folder.
+pub struct Postgres {
+    child: Option<Child>,
+    dir: tempfile::TempDir,
+    port: u16,
+}
+
+impl Postgres {
+    /// The newest `/usr/lib/postgresql/N/bin`.
+    fn bin_dir() -> PathBuf {
+        let mut versions: Vec<u32> = std::fs::read_dir("/usr/lib/postgresql")
+            .expect("PostgreSQL is not installed; run `bash scripts/deps.sh`")
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+            .collect();
+        versions.sort();
+        let v = versions
+            .last()
+            .expect("no PostgreSQL version in /usr/lib/postgresql");
+        PathBuf::from(format!("/usr/lib/postgresql/{v}/bin"))
+    }
+
+    /// `program` as the user that may run PostgreSQL.
+    fn command(program: PathBuf) -> Command {
+        use std::os::unix::process::CommandExt as _;
+        let mut c = Command::new(program);
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } == 0 {
+            let id =
+                |flag: &str| -> u32 {
+                    let out = Command::new("id")
+                        .args([flag, "postgres"])
+                        .output()
+                        .expect("run id");
+                    String::from_utf8_lossy(&out.stdout).trim().parse().unwrap_or_else(|_| {
+                    panic!("no `postgres` user to run PostgreSQL as; run `bash scripts/deps.sh`")
+                })
+                };
+            c.uid(id("-u")).gid(id("-g"));
+        }
+        c
+    }
+
+    /// Creates a cluster, starts it and waits until it accepts connections.
+    pub fn start() -> Postgres {
+        let bin = Postgres::bin_dir();
+        let dir = tempfile::tempdir().expect("temporary folder for PostgreSQL");
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } == 0 {
+            let out = Command::new("chown")
+                .args(["postgres:postgres", s(dir.path())])
+                .output()
+                .expect("run chown");
+            assert!(
+                out.status.success(),
+                "chown: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        let data = dir.path().join("data");
+        let init = Postgres::command(bin.join("initdb"))
+            .args([
+                "-D",
+                s(&data),
+                "-U",
+                "sealvol",
+                "--auth=trust",
+                "--no-locale",
+                "-E",
+                "UTF8",
+                "--no-sync",
+            ])
+            .output()
+            .expect("run initdb");
+        assert!(
+            init.status.success(),
+            "initdb failed: {}{}",
+            String::from_utf8_lossy(&init.stdout),
+            String::from_utf8_lossy(&init.stderr)
+        );
+        let port = free_port();
+        let log = std::fs::File::create(dir.path().join("log")).expect("log file");
+        let child = Postgres::command(bin.join("postgres"))
+            .args(["-D", s(&data), "-p", &port.to_string(), "-k", s(dir.path())])
+            .args([
+                "-c",
+                "listen_addresses=127.0.0.1",
+                "-c",
+                "fsync=off",
+                "-c",
+                "max_connections=200",
+            ])
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log file"))
+            .stderr(log)
+            .spawn()
+            .expect("start postgres");
+        let mut pg = Postgres {
+            child: Some(child),
+            dir,
+            port,
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let ready = Command::new(bin.join("pg_isready"))
+                .args([
+                    "-h",
+                    "127.0.0.1",
+                    "-p",
+                    &port.to_string(),
+                    "-U",
+                    "sealvol",
+                    "-q",
+                ])
+                .status()
+                .is_ok_and(|s| s.success());
+            if ready {
+                return pg;
+            }
+            if let Some(Ok(Some(status))) = pg.child.as_mut().map(|c| c.try_wait()) {
+                panic!("postgres exited with {status}; its log:\n{}", pg.log());
+            }
+            assert!(
+                Instant::now() < deadline,
+                "postgres did not accept connections within 30 s; its log:\n{}",
+                pg.log()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// `postgres://sealvol@127.0.0.1:PORT/postgres`.
+    pub fn url(&self) -> String {
+        format!("postgres://sealvol@127.0.0.1:{}/postgres", self.port)
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("log")).unwrap_or_default()
+    }
+}
+
+impl Drop for Postgres {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            // SIGINT: fast shutdown (what `pg_ctl stop -m fast` sends).
+            // SAFETY: kill has no memory preconditions.
+            unsafe { libc::kill(c.id() as i32, libc::SIGINT) };
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = c.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
 #[cfg(test)]
 mod emulator_tests {
     #[test]

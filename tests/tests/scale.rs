@@ -7,6 +7,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use sealvol_tests::{assert_same_tree, host, json, noise, s, write, Moto, Sandbox, Server};
+use serde_json::Value;
 use sha2::{Digest as _, Sha256};
 
 const BUCKET: &str = "sealvol";
@@ -751,4 +752,119 @@ fn reads_go_to_mirrors_in_order_fail_over_and_resolve_tags_only_where_allowed() 
         "blobs fetched from the origin: {at_origin:?}"
     );
     assert!(!blob_gets(&mirror_seen.requests()).is_empty());
+}
+
+#[test]
+fn two_replicas_on_one_bucket_and_one_postgres_serve_the_same_volumes() {
+    let sb = Sandbox::new();
+    let moto = Moto::start();
+    moto.create_bucket(BUCKET);
+    let pg = sealvol_tests::Postgres::start();
+    let config = format!(
+        "{}[metadata]\nkind = \"postgres\"\nurl = \"{}\"\n",
+        s3_config(&moto, sb.path()),
+        pg.url()
+    );
+    let a = Server::start_config_env(&sb.path().join("replica-a"), &config, &[]);
+    let b = Server::start_config_env(&sb.path().join("replica-b"), &config, &[]);
+    let (ra, rb) = (host(&a), host(&b));
+
+    // Pushed to A, pulled from B.
+    let v1 = sb.path().join("v1");
+    model(&v1, 51);
+    let pushed = json(
+        sb.sealvol(
+            &ra,
+            &[
+                "push",
+                s(&v1),
+                &format!("{ra}/weights/m:v1"),
+                "--output",
+                "json",
+            ],
+        ),
+        "push v1 to replica A",
+    );
+    let out = sb.path().join("from-b");
+    let pulled = json(
+        sb.sealvol(
+            &rb,
+            &[
+                "pull",
+                &format!("{rb}/weights/m:v1"),
+                s(&out),
+                "--no-cache",
+                "--output",
+                "json",
+            ],
+        ),
+        "pull v1 from replica B",
+    );
+    assert_eq!(pulled["digest"], pushed["digest"]);
+    assert_same_tree(&v1, &out);
+
+    // A second version pushed to B is A's head too; both list both.
+    let v2 = sb.path().join("v2");
+    model(&v2, 52);
+    let pushed2 = json(
+        sb.sealvol(
+            &rb,
+            &[
+                "push",
+                s(&v2),
+                &format!("{rb}/weights/m:v2"),
+                "--output",
+                "json",
+            ],
+        ),
+        "push v2 to replica B",
+    );
+    for r in [&ra, &rb] {
+        let list = json(
+            sb.sealvol(
+                r,
+                &["versions", &format!("{r}/weights/m"), "--output", "json"],
+            ),
+            "versions",
+        );
+        let list = list.as_array().unwrap();
+        assert_eq!(list.len(), 2, "{r}: {list:?}");
+        let head: Vec<&Value> = list.iter().filter(|v| v["is_head"] == true).collect();
+        assert_eq!(head.len(), 1);
+        assert_eq!(head[0]["digest"], pushed2["digest"], "{r}");
+    }
+    let out2 = sb.path().join("v2-from-a");
+    json(
+        sb.sealvol(
+            &ra,
+            &[
+                "pull",
+                &format!("{ra}/weights/m:head"),
+                s(&out2),
+                "--no-cache",
+                "--output",
+                "json",
+            ],
+        ),
+        "pull head from replica A",
+    );
+    assert_same_tree(&v2, &out2);
+    assert!(!sb.path().join("replica-a").join("meta.redb").exists());
+
+    // Each replica passes the distribution-spec workflows on its own.
+    let conformance = sealvol_tests::sealvol_bin().with_file_name("sealvol-conformance");
+    for r in [&a, &b] {
+        let out = std::process::Command::new(&conformance)
+            .args(["--url", &r.url])
+            .output()
+            .expect("run sealvol-conformance");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && text.contains("50 passed, 0 failed"),
+            "conformance against {}:\n{text}{}",
+            r.url,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    drop(pg);
 }

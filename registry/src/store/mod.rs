@@ -15,6 +15,7 @@
 mod blobs;
 pub mod fs;
 pub mod object;
+pub mod postgres;
 pub mod tables;
 
 pub use blobs::{
@@ -53,6 +54,45 @@ pub struct StorageConfig {
     /// reach the bucket's endpoint themselves.
     #[serde(default)]
     pub redirect: bool,
+}
+
+/// `registry.toml` `[metadata]`: where repositories, manifests, tags,
+/// volumes, sync jobs and keys live.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MetadataConfig {
+    /// `redb` (a file in the data folder, the default) or `postgres` (one
+    /// database that registry replicas share).
+    #[serde(default)]
+    pub kind: MetadataKind,
+    /// `postgres://USER@HOST:PORT/DATABASE` (`postgres`); no password in it.
+    pub url: Option<String>,
+    /// A file holding the database password, if it needs one.
+    pub password_file: Option<PathBuf>,
+}
+
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum MetadataKind {
+    #[default]
+    Redb,
+    Postgres,
+}
+
+impl MetadataConfig {
+    /// The password, read from its file.
+    pub fn password(&self) -> Result<Option<String>, String> {
+        let Some(file) = &self.password_file else {
+            return Ok(None);
+        };
+        let text = std::fs::read_to_string(file).map_err(|e| {
+            format!(
+                "cannot read [metadata] password_file {}: {e}",
+                file.display()
+            )
+        })?;
+        Ok(Some(text.trim_end_matches(['\r', '\n']).to_string()))
+    }
 }
 
 #[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]

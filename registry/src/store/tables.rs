@@ -15,7 +15,9 @@
 
 use std::borrow::Borrow;
 use std::marker::PhantomData;
-use std::ops::RangeBounds;
+use std::ops::{Bound, RangeBounds};
+
+use super::postgres::{Pg, PgTx};
 
 /// An engine failure, with its message.
 #[derive(Debug, thiserror::Error)]
@@ -54,6 +56,9 @@ pub trait Val: 'static {
     fn own(v: <Self::R as redb::Value>::SelfType<'_>) -> Self::Owned;
     fn view(o: &Self::Owned) -> Self::View<'_>;
     fn to_redb<'a>(v: Self::In<'a>) -> <Self::R as redb::Value>::SelfType<'a>;
+    /// The bytes another engine stores (numbers big-endian).
+    fn encode(v: Self::In<'_>) -> Vec<u8>;
+    fn decode(b: Vec<u8>) -> Result<Self::Owned>;
 }
 
 /// Numbers.
@@ -68,6 +73,15 @@ impl Val for U64 {
     type Owned = u64;
     type View<'a> = u64;
     type In<'a> = u64;
+    fn encode(v: u64) -> Vec<u8> {
+        v.to_be_bytes().to_vec()
+    }
+    fn decode(b: Vec<u8>) -> Result<u64> {
+        let b: [u8; 8] = b
+            .try_into()
+            .map_err(|_| TableError("a stored number is not 8 bytes".into()))?;
+        Ok(u64::from_be_bytes(b))
+    }
     fn own(v: u64) -> u64 {
         v
     }
@@ -84,6 +98,12 @@ impl Val for Str {
     type Owned = String;
     type View<'a> = &'a str;
     type In<'a> = &'a str;
+    fn encode(v: &str) -> Vec<u8> {
+        v.as_bytes().to_vec()
+    }
+    fn decode(b: Vec<u8>) -> Result<String> {
+        String::from_utf8(b).map_err(|_| TableError("stored text is not UTF-8".into()))
+    }
     fn own(v: &str) -> String {
         v.to_string()
     }
@@ -100,6 +120,12 @@ impl Val for Bytes {
     type Owned = Vec<u8>;
     type View<'a> = &'a [u8];
     type In<'a> = &'a [u8];
+    fn encode(v: &[u8]) -> Vec<u8> {
+        v.to_vec()
+    }
+    fn decode(b: Vec<u8>) -> Result<Vec<u8>> {
+        Ok(b)
+    }
     fn own(v: &[u8]) -> Vec<u8> {
         v.to_vec()
     }
@@ -158,46 +184,44 @@ pub type Rows<'t, V> = Box<dyn Iterator<Item = Result<Row<V>>> + 't>;
 /// The metadata database.
 pub enum Database {
     Redb(redb::Database),
+    Postgres(Pg),
 }
 
 impl Database {
     pub fn begin_write(&self) -> Result<WriteTransaction> {
         Ok(match self {
-            Database::Redb(db) => WriteTransaction::Redb(db.begin_write()?),
+            Database::Redb(db) => WriteTransaction::Redb(Box::new(db.begin_write()?)),
+            Database::Postgres(pg) => WriteTransaction::Postgres(Box::new(pg.begin_write()?)),
         })
     }
 
     pub fn begin_read(&self) -> Result<ReadTransaction> {
         use redb::ReadableDatabase as _;
         Ok(match self {
-            Database::Redb(db) => ReadTransaction::Redb(db.begin_read()?),
+            Database::Redb(db) => ReadTransaction::Redb(Box::new(db.begin_read()?)),
+            Database::Postgres(pg) => ReadTransaction::Postgres(Box::new(pg.begin_read()?)),
         })
-    }
-
-    /// The redb database, for what only that engine has (rewriting its
-    /// file, its format upgrades).
-    pub fn as_redb(&self) -> Option<&redb::Database> {
-        match self {
-            Database::Redb(db) => Some(db),
-        }
     }
 }
 
 /// A transaction that writes: everything in it happens, or nothing.
 pub enum WriteTransaction {
-    Redb(redb::WriteTransaction),
+    Redb(Box<redb::WriteTransaction>),
+    Postgres(Box<PgTx>),
 }
 
 impl WriteTransaction {
     pub fn open_table<V: Val>(&self, def: TableDefinition<V>) -> Result<Table<'_, V>> {
         Ok(match self {
             WriteTransaction::Redb(tx) => Table::Redb(tx.open_table(def.redb())?),
+            WriteTransaction::Postgres(tx) => Table::Postgres(tx, def),
         })
     }
 
     pub fn commit(self) -> Result<()> {
         match self {
             WriteTransaction::Redb(tx) => Ok(tx.commit()?),
+            WriteTransaction::Postgres(tx) => (*tx).commit(),
         }
     }
 
@@ -205,17 +229,19 @@ impl WriteTransaction {
     pub fn as_redb(&self) -> Option<&redb::WriteTransaction> {
         match self {
             WriteTransaction::Redb(tx) => Some(tx),
+            WriteTransaction::Postgres(_) => None,
         }
     }
 }
 
 /// A transaction that reads one consistent snapshot.
 pub enum ReadTransaction {
-    Redb(redb::ReadTransaction),
+    Redb(Box<redb::ReadTransaction>),
+    Postgres(Box<PgTx>),
 }
 
 impl ReadTransaction {
-    pub fn open_table<V: Val>(&self, def: TableDefinition<V>) -> Result<ReadOnlyTable<V>> {
+    pub fn open_table<V: Val>(&self, def: TableDefinition<V>) -> Result<ReadOnlyTable<'_, V>> {
         Ok(match self {
             ReadTransaction::Redb(tx) => match tx.open_table(def.redb()) {
                 Ok(t) => ReadOnlyTable::Redb(Some(t)),
@@ -223,6 +249,7 @@ impl ReadTransaction {
                 Err(redb::TableError::TableDoesNotExist(_)) => ReadOnlyTable::Redb(None),
                 Err(e) => return Err(e.into()),
             },
+            ReadTransaction::Postgres(tx) => ReadOnlyTable::Postgres(tx, def),
         })
     }
 }
@@ -230,11 +257,47 @@ impl ReadTransaction {
 /// A table opened for writing.
 pub enum Table<'t, V: Val> {
     Redb(redb::Table<'t, &'static str, V::R>),
+    Postgres(&'t PgTx, TableDefinition<V>),
 }
 
 /// A table opened for reading.
-pub enum ReadOnlyTable<V: Val> {
+pub enum ReadOnlyTable<'t, V: Val> {
     Redb(Option<redb::ReadOnlyTable<&'static str, V::R>>),
+    Postgres(&'t PgTx, TableDefinition<V>),
+}
+
+/// A key range as another engine takes it.
+fn key_bounds<'a, KR: Borrow<&'a str> + 'a>(
+    range: &impl RangeBounds<KR>,
+) -> (Bound<Vec<u8>>, Bound<Vec<u8>>) {
+    let b = |bound: Bound<&KR>| match bound {
+        Bound::Included(k) => Bound::Included(k.borrow().as_bytes().to_vec()),
+        Bound::Excluded(k) => Bound::Excluded(k.borrow().as_bytes().to_vec()),
+        Bound::Unbounded => Bound::Unbounded,
+    };
+    (b(range.start_bound()), b(range.end_bound()))
+}
+
+fn as_slice(b: &Bound<Vec<u8>>) -> Bound<&[u8]> {
+    match b {
+        Bound::Included(k) => Bound::Included(k),
+        Bound::Excluded(k) => Bound::Excluded(k),
+        Bound::Unbounded => Bound::Unbounded,
+    }
+}
+
+/// Rows another engine returned, decoded.
+fn decoded<'t, V: Val>(rows: Vec<(Vec<u8>, Vec<u8>)>) -> Rows<'t, V> {
+    Box::new(rows.into_iter().map(|(k, v)| {
+        let k = String::from_utf8(k).map_err(|_| TableError("a stored key is not UTF-8".into()))?;
+        Ok((Guard(k), Guard(V::decode(v)?)))
+    }))
+}
+
+fn pg_get<V: Val>(tx: &PgTx, def: &TableDefinition<V>, key: &str) -> Result<Option<Guard<V>>> {
+    tx.get(def.name, key.as_bytes())?
+        .map(|v| V::decode(v).map(Guard))
+        .transpose()
 }
 
 fn rows<'t, V: Val, I, G, H>(it: I) -> Rows<'t, V>
@@ -257,6 +320,7 @@ impl<V: Val> Table<'_, V> {
         use redb::ReadableTable as _;
         match self {
             Table::Redb(t) => Ok(t.get(key)?.map(|g| Guard(V::own(g.value())))),
+            Table::Postgres(tx, def) => pg_get(tx, def, key),
         }
     }
 
@@ -266,6 +330,10 @@ impl<V: Val> Table<'_, V> {
             Table::Redb(t) => Ok(t
                 .insert(key, V::to_redb(value))?
                 .map(|g| Guard(V::own(g.value())))),
+            Table::Postgres(tx, def) => tx
+                .put(def.name, key.as_bytes(), &V::encode(value))?
+                .map(|v| V::decode(v).map(Guard))
+                .transpose(),
         }
     }
 
@@ -273,6 +341,10 @@ impl<V: Val> Table<'_, V> {
     pub fn remove(&mut self, key: &str) -> Result<Option<Guard<V>>> {
         match self {
             Table::Redb(t) => Ok(t.remove(key)?.map(|g| Guard(V::own(g.value())))),
+            Table::Postgres(tx, def) => tx
+                .delete(def.name, key.as_bytes())?
+                .map(|v| V::decode(v).map(Guard))
+                .transpose(),
         }
     }
 
@@ -283,6 +355,10 @@ impl<V: Val> Table<'_, V> {
         use redb::ReadableTable as _;
         match self {
             Table::Redb(t) => Ok(rows::<V, _, _, _>(t.range(range)?)),
+            Table::Postgres(tx, def) => {
+                let (lo, hi) = key_bounds(&range);
+                Ok(decoded(tx.range(def.name, as_slice(&lo), as_slice(&hi))?))
+            }
         }
     }
 
@@ -290,6 +366,11 @@ impl<V: Val> Table<'_, V> {
     pub fn remove_range(&mut self, lo: &str, hi: &str) -> Result<()> {
         match self {
             Table::Redb(t) => Ok(t.retain_in(lo..hi, |_, _| false)?),
+            Table::Postgres(tx, def) => tx.delete_range(
+                def.name,
+                Bound::Included(lo.as_bytes()),
+                Bound::Excluded(hi.as_bytes()),
+            ),
         }
     }
 
@@ -301,6 +382,7 @@ impl<V: Val> Table<'_, V> {
         use redb::ReadableTableMetadata as _;
         match self {
             Table::Redb(t) => Ok(t.len()?),
+            Table::Postgres(tx, def) => tx.count(def.name),
         }
     }
 
@@ -309,11 +391,12 @@ impl<V: Val> Table<'_, V> {
     }
 }
 
-impl<V: Val> ReadOnlyTable<V> {
+impl<V: Val> ReadOnlyTable<'_, V> {
     pub fn get(&self, key: &str) -> Result<Option<Guard<V>>> {
         match self {
             ReadOnlyTable::Redb(None) => Ok(None),
             ReadOnlyTable::Redb(Some(t)) => Ok(t.get(key)?.map(|g| Guard(V::own(g.value())))),
+            ReadOnlyTable::Postgres(tx, def) => pg_get(tx, def, key),
         }
     }
 
@@ -324,6 +407,10 @@ impl<V: Val> ReadOnlyTable<V> {
         match self {
             ReadOnlyTable::Redb(None) => Ok(Box::new(std::iter::empty())),
             ReadOnlyTable::Redb(Some(t)) => Ok(rows::<V, _, _, _>(t.range(range)?)),
+            ReadOnlyTable::Postgres(tx, def) => {
+                let (lo, hi) = key_bounds(&range);
+                Ok(decoded(tx.range(def.name, as_slice(&lo), as_slice(&hi))?))
+            }
         }
     }
 
@@ -336,6 +423,7 @@ impl<V: Val> ReadOnlyTable<V> {
         match self {
             ReadOnlyTable::Redb(None) => Ok(0),
             ReadOnlyTable::Redb(Some(t)) => Ok(t.len()?),
+            ReadOnlyTable::Postgres(tx, def) => tx.count(def.name),
         }
     }
 
@@ -355,7 +443,7 @@ impl<V: Val> ReadableTable<V> for Table<'_, V> {
     }
 }
 
-impl<V: Val> ReadableTable<V> for ReadOnlyTable<V> {
+impl<V: Val> ReadableTable<V> for ReadOnlyTable<'_, V> {
     fn get(&self, key: &str) -> Result<Option<Guard<V>>> {
         ReadOnlyTable::get(self, key)
     }
