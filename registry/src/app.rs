@@ -4,7 +4,6 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
-use crate::claims::Claims;
 use crate::clock::Clock;
 use crate::error::{RegistryError, Result};
 use crate::meta::MetaStore;
@@ -74,7 +73,6 @@ pub struct App {
     pub uploads: Uploads,
     pub clock: Clock,
     pub policy: Policy,
-    pub claims: Claims,
     /// Held shared by every handler that relies on a blob or manifest
     /// existing until it has recorded that reliance, and exclusively by
     /// garbage collection's sweep (see `gc`).
@@ -107,7 +105,6 @@ impl App {
             // The system's; `serve` may put a test clock in its place.
             clock: Clock::default(),
             policy,
-            claims: Claims::default(),
             sweep: tokio::sync::RwLock::new(()),
             gc_running: tokio::sync::Mutex::new(()),
             syncs: Default::default(),

@@ -1,18 +1,30 @@
 //! Push claims (SPEC.md §7.4): at most one client publishes to a volume
 //! at a time, so two pushes never race on its tags. A claim is a lease:
 //! the holder renews it, and a crashed holder's claim lapses after its
-//! time to live. Claims live in memory: a restarted registry has no
-//! pushes in flight that it could protect. Only a caller allowed to push
-//! may claim, renew or release (`access::need`); lapsed claims are pruned
-//! whenever one is taken, and a holder's name is bounded, so the table
-//! stays as small as the pushes in flight.
+//! time to live. Claims are rows of the metadata store, so every replica
+//! sharing it sees them and a restart keeps them. Only a caller allowed
+//! to push may claim, renew or release (`access::need`); lapsed claims are
+//! pruned whenever one is taken, and a holder's name is bounded, so the
+//! table stays as small as the pushes in flight.
 
-use std::collections::HashMap;
-use std::sync::Mutex;
+use std::collections::HashSet;
+
+use serde::{Deserialize, Serialize};
+
+use crate::meta::{MetaError, MetaStore, Result};
+use crate::store::tables::{Bytes, TableDefinition, WriteTransaction};
+
+/// Volume name -> its [`Claim`] (JSON).
+const CLAIMS: TableDefinition<Bytes> = TableDefinition::new("claims");
+
+pub(crate) fn create_tables(tx: &WriteTransaction) -> std::result::Result<(), MetaError> {
+    tx.open_table(CLAIMS)?;
+    Ok(())
+}
 
 /// A claim as the registry holds it; the API shows it as
 /// [`sealvol_spec::api::Claim`].
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Claim {
     pub token: String,
     pub holder: String,
@@ -23,54 +35,113 @@ pub struct Claim {
 /// Longest holder name kept (a host and a process, say).
 pub const MAX_HOLDER_LEN: usize = 256;
 
-#[derive(Debug, Default)]
-pub struct Claims {
-    held: Mutex<HashMap<String, Claim>>,
-}
-
-impl Claims {
+impl MetaStore {
     /// Takes the claim on `repo`, or answers the live claim that holds it.
-    pub fn acquire(&self, repo: &str, holder: &str, now: u64, ttl: u64) -> Result<Claim, Claim> {
-        let mut held = self.held.lock().expect("claims lock");
-        held.retain(|_, c| c.expires_at > now);
-        if let Some(c) = held.get(repo) {
-            return Err(c.clone());
-        }
-        let claim = Claim {
-            token: uuid::Uuid::new_v4().to_string(),
-            holder: bounded(holder),
-            expires_at: now + ttl,
+    pub fn acquire_claim(
+        &self,
+        repo: &str,
+        holder: &str,
+        now: u64,
+        ttl: u64,
+    ) -> Result<std::result::Result<Claim, Claim>> {
+        let tx = self.db.begin_write()?;
+        let answer = {
+            let mut t = tx.open_table(CLAIMS)?;
+            let mut lapsed = Vec::new();
+            let mut live = None;
+            for row in t.iter()? {
+                let (k, v) = row?;
+                let c: Claim = serde_json::from_slice(v.value())?;
+                if c.expires_at <= now {
+                    lapsed.push(k.value().to_string());
+                } else if k.value() == repo {
+                    live = Some(c);
+                }
+            }
+            for k in lapsed {
+                t.remove(&k)?;
+            }
+            match live {
+                Some(held) => Err(held),
+                None => {
+                    let claim = Claim {
+                        token: uuid::Uuid::new_v4().to_string(),
+                        holder: bounded(holder),
+                        expires_at: now + ttl,
+                    };
+                    t.insert(repo, serde_json::to_vec(&claim)?.as_slice())?;
+                    Ok(claim)
+                }
+            }
         };
-        held.insert(repo.to_string(), claim.clone());
-        Ok(claim)
+        tx.commit()?;
+        Ok(answer)
     }
 
     /// Extends a live claim; `None` when it lapsed or was never held.
-    pub fn renew(&self, repo: &str, token: &str, now: u64, ttl: u64) -> Option<Claim> {
-        let mut held = self.held.lock().expect("claims lock");
-        let c = held
-            .get_mut(repo)
-            .filter(|c| c.token == token && c.expires_at > now)?;
-        c.expires_at = now + ttl;
-        Some(c.clone())
+    pub fn renew_claim(
+        &self,
+        repo: &str,
+        token: &str,
+        now: u64,
+        ttl: u64,
+    ) -> Result<Option<Claim>> {
+        let tx = self.db.begin_write()?;
+        let renewed = {
+            let mut t = tx.open_table(CLAIMS)?;
+            let held: Option<Claim> = match t.get(repo)? {
+                Some(v) => Some(serde_json::from_slice(v.value())?),
+                None => None,
+            };
+            match held.filter(|c| c.token == token && c.expires_at > now) {
+                Some(mut c) => {
+                    c.expires_at = now + ttl;
+                    t.insert(repo, serde_json::to_vec(&c)?.as_slice())?;
+                    Some(c)
+                }
+                None => None,
+            }
+        };
+        tx.commit()?;
+        Ok(renewed)
     }
 
-    pub fn release(&self, repo: &str, token: &str) {
-        let mut held = self.held.lock().expect("claims lock");
-        if held.get(repo).is_some_and(|c| c.token == token) {
-            held.remove(repo);
+    pub fn release_claim(&self, repo: &str, token: &str) -> Result<()> {
+        let tx = self.db.begin_write()?;
+        {
+            let mut t = tx.open_table(CLAIMS)?;
+            let mine = match t.get(repo)? {
+                Some(v) => serde_json::from_slice::<Claim>(v.value())?.token == token,
+                None => false,
+            };
+            if mine {
+                t.remove(repo)?;
+            }
         }
+        tx.commit()?;
+        Ok(())
     }
 
-    pub fn is_claimed(&self, repo: &str, now: u64) -> bool {
-        let held = self.held.lock().expect("claims lock");
-        held.get(repo).is_some_and(|c| c.expires_at > now)
+    /// The volumes a live claim holds at `now`.
+    pub fn claimed(&self, now: u64) -> Result<HashSet<String>> {
+        let tx = self.db.begin_read()?;
+        let t = tx.open_table(CLAIMS)?;
+        let mut out = HashSet::new();
+        for row in t.iter()? {
+            let (k, v) = row?;
+            if serde_json::from_slice::<Claim>(v.value())?.expires_at > now {
+                out.insert(k.value().to_string());
+            }
+        }
+        Ok(out)
     }
 
-    /// How many claims are held, lapsed or not (tests).
+    /// How many claims are stored, lapsed or not (tests).
     #[cfg(test)]
-    fn len(&self) -> usize {
-        self.held.lock().expect("claims lock").len()
+    fn claim_rows(&self) -> usize {
+        let tx = self.db.begin_read().unwrap();
+        let n = tx.open_table(CLAIMS).unwrap().len().unwrap();
+        n as usize
     }
 }
 
@@ -88,36 +159,65 @@ fn bounded(holder: &str) -> String {
 mod tests {
     use super::*;
 
+    fn store() -> (tempfile::TempDir, MetaStore) {
+        let dir = tempfile::tempdir().unwrap();
+        let m = MetaStore::open(&dir.path().join("meta.redb")).unwrap();
+        (dir, m)
+    }
+
     #[test]
     fn one_holder_at_a_time_until_release_or_lapse() {
-        let claims = Claims::default();
-        let a = claims.acquire("ns/v", "a", 100, 60).unwrap();
+        let (_dir, claims) = store();
+        let is_claimed = |now| claims.claimed(now).unwrap().contains("ns/v");
+        let a = claims.acquire_claim("ns/v", "a", 100, 60).unwrap().unwrap();
         assert_eq!(
-            claims.acquire("ns/v", "b", 120, 60).unwrap_err().holder,
+            claims
+                .acquire_claim("ns/v", "b", 120, 60)
+                .unwrap()
+                .unwrap_err()
+                .holder,
             "a"
         );
-        assert!(claims.acquire("ns/other", "b", 120, 60).is_ok());
-        assert!(claims.renew("ns/v", &a.token, 150, 60).is_some());
+        assert!(claims
+            .acquire_claim("ns/other", "b", 120, 60)
+            .unwrap()
+            .is_ok());
+        assert!(claims
+            .renew_claim("ns/v", &a.token, 150, 60)
+            .unwrap()
+            .is_some());
         // Renewed at 150: still held at 200, lapsed at 210.
-        assert!(claims.acquire("ns/v", "b", 200, 60).is_err());
-        assert!(claims.renew("ns/v", "not-the-token", 200, 60).is_none());
-        let b = claims.acquire("ns/v", "b", 210, 60).unwrap();
-        assert!(claims.renew("ns/v", &a.token, 211, 60).is_none());
-        claims.release("ns/v", &a.token); // not a's any more: no effect
-        assert!(claims.is_claimed("ns/v", 211));
-        claims.release("ns/v", &b.token);
-        assert!(!claims.is_claimed("ns/v", 211));
+        assert!(claims.acquire_claim("ns/v", "b", 200, 60).unwrap().is_err());
+        assert!(claims
+            .renew_claim("ns/v", "not-the-token", 200, 60)
+            .unwrap()
+            .is_none());
+        let b = claims.acquire_claim("ns/v", "b", 210, 60).unwrap().unwrap();
+        assert!(claims
+            .renew_claim("ns/v", &a.token, 211, 60)
+            .unwrap()
+            .is_none());
+        claims.release_claim("ns/v", &a.token).unwrap(); // not a's any more
+        assert!(is_claimed(211));
+        claims.release_claim("ns/v", &b.token).unwrap();
+        assert!(!is_claimed(211));
     }
 
     #[test]
     fn lapsed_claims_are_pruned_and_holders_bounded() {
-        let claims = Claims::default();
+        let (_dir, claims) = store();
         for i in 0..100 {
-            claims.acquire(&format!("ns/v{i}"), "a", 100, 60).unwrap();
+            claims
+                .acquire_claim(&format!("ns/v{i}"), "a", 100, 60)
+                .unwrap()
+                .unwrap();
         }
-        assert_eq!(claims.len(), 100);
-        let c = claims.acquire("ns/w", &"é".repeat(1000), 200, 60).unwrap();
-        assert_eq!(claims.len(), 1);
+        assert_eq!(claims.claim_rows(), 100);
+        let c = claims
+            .acquire_claim("ns/w", &"é".repeat(1000), 200, 60)
+            .unwrap()
+            .unwrap();
+        assert_eq!(claims.claim_rows(), 1);
         assert!(c.holder.len() <= MAX_HOLDER_LEN && c.holder.starts_with('é'));
     }
 }

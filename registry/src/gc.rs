@@ -387,6 +387,7 @@ pub(crate) async fn mark(app: &App, dry_run: bool) -> Result<Marked> {
     app.begin_marking();
     let upload_ttl = app.policy.upload_ttl_seconds;
     let model = app.meta(move |m| m.gc_model(now, upload_ttl)).await?;
+    let claimed = app.meta(move |m| m.claimed(now)).await?;
     let mut parsed: HashMap<String, Refs> = HashMap::new();
     for repo in model.values() {
         for d in repo.manifests.keys().chain(repo.hidden.iter()) {
@@ -400,7 +401,7 @@ pub(crate) async fn mark(app: &App, dry_run: bool) -> Result<Marked> {
     let mut doomed = Doomed::default();
     let mut doomed_hidden: HashSet<(String, String)> = HashSet::new();
     for (name, repo) in &model {
-        let protected = repo.uploading || app.claims.is_claimed(name, now);
+        let protected = repo.uploading || claimed.contains(name);
         let mut reachable: HashSet<&String> = HashSet::new();
         let mut stack: Vec<&String> = Vec::new();
         for (d, stored_at) in &repo.manifests {

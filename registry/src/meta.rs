@@ -163,6 +163,7 @@ impl MetaStore {
         crate::volumes::create_tables(&tx)?;
         crate::sync_jobs::create_tables(&tx)?;
         crate::keys::create_tables(&tx)?;
+        crate::claims::create_tables(&tx)?;
         tx.commit()?;
         Ok(MetaStore { db })
     }

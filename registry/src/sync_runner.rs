@@ -328,13 +328,14 @@ struct HeldClaim {
 impl HeldClaim {
     /// Renews the claim now; an error when it lapsed (the renewing task
     /// was starved for a whole TTL) and someone else may publish.
-    fn still_held(&self) -> std::result::Result<(), SyncError> {
+    async fn still_held(&self) -> std::result::Result<(), SyncError> {
         let ttl = self.app.policy.claim_ttl_seconds;
-        match self
-            .app
-            .claims
-            .renew(&self.repo, &self.token, self.app.now(), ttl)
-        {
+        let (repo, token, now) = (self.repo.clone(), self.token.clone(), self.app.now());
+        let renewed = (self.app)
+            .meta(move |m| m.renew_claim(&repo, &token, now, ttl))
+            .await
+            .map_err(internal)?;
+        match renewed {
             Some(_) => Ok(()),
             None => Err(SyncError::new(
                 ErrorKind::Internal,
@@ -350,7 +351,13 @@ impl HeldClaim {
 impl Drop for HeldClaim {
     fn drop(&mut self) {
         self.renew.abort();
-        self.app.claims.release(&self.repo, &self.token);
+        // Released in the background; were it lost, the claim would lapse.
+        let (app, repo, token) = (Arc::clone(&self.app), self.repo.clone(), self.token.clone());
+        tokio::spawn(async move {
+            if let Err(e) = app.meta(move |m| m.release_claim(&repo, &token)).await {
+                tracing::warn!(error = %e, "could not release a sync's push claim");
+            }
+        });
     }
 }
 
@@ -364,7 +371,12 @@ async fn hold_claim(
     let holder = format!("sync {}", job.id);
     let mut waiting = false;
     loop {
-        match app.claims.acquire(&repo, &holder, app.now(), ttl) {
+        let (r, h, now) = (repo.clone(), holder.clone(), app.now());
+        let taken = app
+            .meta(move |m| m.acquire_claim(&r, &h, now, ttl))
+            .await
+            .map_err(internal)?;
+        match taken {
             Ok(c) => {
                 if waiting {
                     let id = job.id.clone();
@@ -382,7 +394,10 @@ async fn hold_claim(
                     let every = Duration::from_secs((ttl / 3).max(1));
                     loop {
                         tokio::time::sleep(every).await;
-                        a.claims.renew(&r, &t, a.now(), ttl);
+                        let (r, t, now) = (r.clone(), t.clone(), a.now());
+                        if let Err(e) = a.meta(move |m| m.renew_claim(&r, &t, now, ttl)).await {
+                            tracing::warn!(error = %e, "could not renew a sync's push claim");
+                        }
                     }
                 });
                 return Ok(HeldClaim {
@@ -858,7 +873,7 @@ async fn commit(
     if state != Some(SyncState::Running) {
         return Err(SyncError::new(ErrorKind::Canceled, "canceled"));
     }
-    claim.still_held()?;
+    claim.still_held().await?;
     let version = publish(app, &job.dest, tree, provenance).await?;
     progress.files_done = progress.files_total;
     progress.bytes_done = progress.bytes_total;

@@ -416,7 +416,11 @@ async fn volume(
                 )));
             }
             let ttl = app.policy.claim_ttl_seconds;
-            match app.claims.acquire(&name, &b.holder, now, ttl) {
+            let (repo, holder) = (name.clone(), b.holder.clone());
+            let taken = app
+                .meta(move |m| m.acquire_claim(&repo, &holder, now, ttl))
+                .await?;
+            match taken {
                 Ok(c) => json_response(StatusCode::CREATED, claim_view(c, ttl)),
                 Err(held) => Err(RegistryError::new(
                     Code::PushInProgress,
@@ -434,7 +438,11 @@ async fn volume(
         }
         (VolumeSub::ClaimToken(token), Method::PUT) => {
             let ttl = app.policy.claim_ttl_seconds;
-            match app.claims.renew(&name, &token, now, ttl) {
+            let (repo, t) = (name.clone(), token.clone());
+            let renewed = app
+                .meta(move |m| m.renew_claim(&repo, &t, now, ttl))
+                .await?;
+            match renewed {
                 Some(c) => ok(claim_view(c, ttl)),
                 None => Err(RegistryError::new(
                     Code::ClaimUnknown,
@@ -443,7 +451,8 @@ async fn volume(
             }
         }
         (VolumeSub::ClaimToken(token), Method::DELETE) => {
-            app.claims.release(&name, &token);
+            let repo = name.clone();
+            app.meta(move |m| m.release_claim(&repo, &token)).await?;
             Ok(StatusCode::NO_CONTENT.into_response())
         }
         _ => Err(method_not_supported().await),

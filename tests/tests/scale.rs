@@ -868,3 +868,91 @@ fn two_replicas_on_one_bucket_and_one_postgres_serve_the_same_volumes() {
     }
     drop(pg);
 }
+
+#[test]
+fn concurrent_pushes_of_one_volume_across_replicas_each_seal_or_are_refused_cleanly() {
+    let sb = Sandbox::new();
+    let moto = Moto::start();
+    moto.create_bucket(BUCKET);
+    let pg = sealvol_tests::Postgres::start();
+    let config = format!(
+        "{}[metadata]\nkind = \"postgres\"\nurl = \"{}\"\n",
+        s3_config(&moto, sb.path()),
+        pg.url()
+    );
+    let a = Server::start_config_env(&sb.path().join("replica-a"), &config, &[]);
+    let b = Server::start_config_env(&sb.path().join("replica-b"), &config, &[]);
+    let hosts = [host(&a), host(&b)];
+
+    let dirs: Vec<_> = (0..8)
+        .map(|i| {
+            let d = sb.path().join(format!("v{i}"));
+            write(&d.join("weights.bin"), &noise(1 << 20, 60 + i), 0o644);
+            d
+        })
+        .collect();
+    let outs: Vec<_> = std::thread::scope(|scope| {
+        let handles: Vec<_> = dirs
+            .iter()
+            .enumerate()
+            .map(|(i, d)| {
+                let (sb, r) = (&sb, hosts[i % 2].clone());
+                scope.spawn(move || {
+                    sb.sealvol(
+                        &r,
+                        &[
+                            "push",
+                            s(d),
+                            &format!("{r}/weights/race:p{i}"),
+                            "--output",
+                            "json",
+                        ],
+                    )
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let mut sealed = Vec::new();
+    for (i, out) in outs.into_iter().enumerate() {
+        if out.status.success() {
+            let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+            sealed.push(v["digest"].as_str().unwrap().to_string());
+        } else {
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                err.contains("in progress"),
+                "push {i} failed for another reason than a push in progress: {err}"
+            );
+        }
+    }
+    assert!(!sealed.is_empty(), "no push sealed");
+    // Both replicas list exactly the sealed versions, with one head among them.
+    for r in &hosts {
+        let list = json(
+            sb.sealvol(
+                r,
+                &["versions", &format!("{r}/weights/race"), "--output", "json"],
+            ),
+            "versions",
+        );
+        let mut listed: Vec<String> = list
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v["digest"].as_str().unwrap().to_string())
+            .collect();
+        listed.sort();
+        let mut want = sealed.clone();
+        want.sort();
+        assert_eq!(listed, want, "{r}");
+        let heads = list
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|v| v["is_head"] == true)
+            .count();
+        assert_eq!(heads, 1, "{r}");
+    }
+    drop(pg);
+}
