@@ -66,6 +66,10 @@ pub struct Config {
     pub test_clock: bool,
     /// Sync jobs run at once (SPEC.md §8.2).
     pub sync_workers: usize,
+    /// How long a replica's hold on a running sync job lasts unless it
+    /// renews it: a replica that dies leaves its jobs to the others after
+    /// this.
+    pub sync_lease_seconds: u64,
     /// Folders `dir://` sync sources may read; empty: none.
     pub sync_dir_roots: Vec<PathBuf>,
     /// Endpoints (`http(s)://host[:port]`) a source's `?endpoint=` may
@@ -120,6 +124,7 @@ impl Default for Config {
             upload_ttl_seconds: Policy::default().upload_ttl_seconds,
             test_clock: false,
             sync_workers: 2,
+            sync_lease_seconds: crate::sync_runner::DEFAULT_LEASE_SECONDS,
             sync_dir_roots: Vec::new(),
             sync_endpoints: Vec::new(),
             secrets_key_file: None,
@@ -295,6 +300,26 @@ pub async fn open_app_with(
         .set(key)
         .expect("a new App has no secrets key yet");
     Ok(app)
+}
+
+/// This registry process's name among replicas: made once and kept in the
+/// data folder (`replica-id`), so a restarted process resumes its own jobs
+/// at once rather than after their leases lapse.
+fn replica_id(root: &Path) -> std::io::Result<String> {
+    let file = root.join("replica-id");
+    match std::fs::read_to_string(&file) {
+        Ok(id) if !id.trim().is_empty() => Ok(id.trim().to_string()),
+        Ok(_) => Err(std::io::Error::other(format!(
+            "{} is empty",
+            file.display()
+        ))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let id = uuid::Uuid::new_v4().to_string();
+            std::fs::write(&file, &id)?;
+            Ok(id)
+        }
+        Err(e) => Err(e),
+    }
 }
 
 /// Makes the data folder the owner's alone (0700, its files 0600): it
@@ -507,6 +532,15 @@ pub async fn serve(config: Config, ready: impl FnOnce(SocketAddr)) -> Result<(),
         roots: config.sync_dir_roots.clone(),
     };
     *app.syncs.net.write().expect("net lock") = net;
+    let replica = replica_id(&config.root).map_err(|e| ServeError::Storage {
+        path: config.root.clone(),
+        message: e.to_string(),
+    })?;
+    let _ = app.syncs.replica.set(replica);
+    (app.syncs.lease_seconds).store(
+        config.sync_lease_seconds.max(1),
+        std::sync::atomic::Ordering::Relaxed,
+    );
     let prometheus = PrometheusBuilder::new()
         .install_recorder()
         .map_err(|e| ServeError::Serve(e.to_string()))?;
@@ -553,7 +587,7 @@ pub async fn serve(config: Config, ready: impl FnOnce(SocketAddr)) -> Result<(),
     // A cache has no volume API, so no sync jobs to run.
     let sync_workers = match app.upstream {
         Some(_) => 0,
-        None => config.sync_workers,
+        None => config.sync_workers.max(1),
     };
     let workers = crate::sync_runner::spawn_workers(Arc::clone(&app), sync_workers);
     let router = router(Arc::clone(&app), auth, &config, prometheus);

@@ -117,6 +117,7 @@ pub(crate) async fn create(
         finished_at: None,
         version: None,
         error: None,
+        lease: None,
     };
     let job = app.meta(move |m| m.create_sync(job)).await?;
     app.syncs.wake.notify_one();

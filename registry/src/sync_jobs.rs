@@ -68,6 +68,19 @@ pub struct SyncJob {
     pub finished_at: Option<u64>,
     pub version: Option<SyncedVersion>,
     pub error: Option<JobError>,
+    /// Which registry process runs it, and until when: a `RUNNING` job
+    /// whose lease lapsed (its replica died) is taken by another.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease: Option<Lease>,
+}
+
+/// A worker's hold on a running job.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Lease {
+    /// The registry process (its replica id).
+    pub holder: String,
+    /// Unix seconds; renewed while the job runs.
+    pub until: u64,
 }
 
 impl SyncJob {
@@ -268,8 +281,11 @@ impl MetaStore {
         Ok(Some((job, changed)))
     }
 
-    /// Takes the oldest queued job for a worker: `RUNNING`, one more attempt.
-    pub fn next_sync(&self, now: u64) -> Result<Option<SyncJob>> {
+    /// Takes the oldest job a worker of `holder` may run: a queued one, or
+    /// a running one whose lease lapsed (its replica stopped renewing it).
+    /// It becomes `RUNNING`, leased to `holder` until `now + lease`, with
+    /// one more attempt.
+    pub fn next_sync(&self, now: u64, holder: &str, lease: u64) -> Result<Option<SyncJob>> {
         let tx = self.db.begin_write()?;
         let next = {
             let t = tx.open_table(SYNC_JOBS)?;
@@ -277,7 +293,10 @@ impl MetaStore {
             for row in t.iter()? {
                 let (_, v) = row?;
                 let j: SyncJob = serde_json::from_slice(v.value())?;
-                if j.state == SyncState::Queued && best.as_ref().is_none_or(|b| j.seq < b.seq) {
+                let takeable = j.state == SyncState::Queued
+                    || (j.state == SyncState::Running
+                        && j.lease.as_ref().is_some_and(|l| l.until <= now));
+                if takeable && best.as_ref().is_none_or(|b| j.seq < b.seq) {
                     best = Some(j);
                 }
             }
@@ -289,14 +308,34 @@ impl MetaStore {
         job.state = SyncState::Running;
         job.attempts += 1;
         job.started_at.get_or_insert(now);
+        job.lease = Some(Lease {
+            holder: holder.to_string(),
+            until: now + lease,
+        });
         put_job(&tx, &job)?;
         tx.commit()?;
         Ok(Some(job))
     }
 
-    /// At startup: jobs that were running when the registry stopped are
-    /// queued again (their finished files stay recorded).
-    pub fn requeue_syncs(&self) -> Result<usize> {
+    /// Extends `holder`'s lease on job `id` to `until`; false when the job
+    /// is no longer running under that lease (canceled, finished, or taken
+    /// by another replica after the lease lapsed).
+    pub fn renew_sync_lease(&self, id: &str, holder: &str, until: u64) -> Result<bool> {
+        let renewed = self.update_sync(id, |j| match &mut j.lease {
+            Some(l) if j.state == SyncState::Running && l.holder == holder => {
+                l.until = until;
+                true
+            }
+            _ => false,
+        })?;
+        Ok(renewed.is_some_and(|(_, changed)| changed))
+    }
+
+    /// At startup of registry process `holder`: the jobs it was running
+    /// when it stopped, and those whose lease lapsed or that have none (an
+    /// earlier release's), are queued again (their finished files stay
+    /// recorded). Another replica's live job is left alone.
+    pub fn requeue_syncs(&self, holder: &str, now: u64) -> Result<usize> {
         let tx = self.db.begin_write()?;
         let running: Vec<SyncJob> = {
             let t = tx.open_table(SYNC_JOBS)?;
@@ -304,7 +343,11 @@ impl MetaStore {
             for row in t.iter()? {
                 let (_, val) = row?;
                 let j: SyncJob = serde_json::from_slice(val.value())?;
-                if j.state == SyncState::Running {
+                let orphaned = match &j.lease {
+                    None => true,
+                    Some(l) => l.holder == holder || l.until <= now,
+                };
+                if j.state == SyncState::Running && orphaned {
                     v.push(j);
                 }
             }
@@ -312,6 +355,7 @@ impl MetaStore {
         };
         for mut j in running.iter().cloned() {
             j.state = SyncState::Queued;
+            j.lease = None;
             put_job(&tx, &j)?;
         }
         tx.commit()?;

@@ -93,6 +93,28 @@ pub struct SyncControl {
     /// Held while a job seals its version and while a cancel decides, so
     /// that a canceled job never seals and a sealed job is never canceled.
     pub(crate) commit: tokio::sync::Mutex<()>,
+    /// This registry process among the replicas sharing a metadata store:
+    /// the holder of its workers' job leases; set once at startup.
+    pub replica: std::sync::OnceLock<String>,
+    /// How long a job's lease lasts unless renewed; 0 means the default.
+    pub lease_seconds: AtomicU64,
+}
+
+/// How long a job's lease lasts unless renewed, by default: a replica that
+/// dies leaves its jobs to the others after this.
+pub const DEFAULT_LEASE_SECONDS: u64 = 60;
+
+impl SyncControl {
+    fn replica(&self) -> &str {
+        self.replica.get().map_or("this registry", String::as_str)
+    }
+
+    fn lease(&self) -> u64 {
+        match self.lease_seconds.load(Ordering::Relaxed) {
+            0 => DEFAULT_LEASE_SECONDS,
+            n => n,
+        }
+    }
 }
 
 /// A running job's cancel flag and live byte counts (the stored progress
@@ -137,19 +159,31 @@ impl SyncControl {
 /// Starts `workers` workers, after queuing again the jobs a stopped
 /// registry left running.
 pub fn spawn_workers(app: Arc<App>, workers: usize) -> Vec<tokio::task::JoinHandle<()>> {
-    match app.meta.requeue_syncs() {
+    if workers == 0 {
+        return Vec::new();
+    }
+    // The first worker queues them again; the others wait for that.
+    let requeued = Arc::new(tokio::sync::OnceCell::new());
+    (0..workers)
+        .map(|_| {
+            let (app, requeued) = (Arc::clone(&app), Arc::clone(&requeued));
+            tokio::spawn(async move {
+                requeued.get_or_init(|| requeue(&app)).await;
+                worker(app).await
+            })
+        })
+        .collect()
+}
+
+async fn requeue(app: &Arc<App>) {
+    let (holder, now) = (app.syncs.replica().to_string(), app.now());
+    match app.meta(move |m| m.requeue_syncs(&holder, now)).await {
         Ok(0) => {}
         Ok(n) => {
             tracing::info!("resuming {n} sync job(s) the registry was running when it stopped")
         }
         Err(e) => tracing::error!("cannot resume sync jobs: {e}"),
     }
-    (0..workers.max(1))
-        .map(|_| {
-            let app = Arc::clone(&app);
-            tokio::spawn(async move { worker(app).await })
-        })
-        .collect()
 }
 
 async fn worker(app: Arc<App>) {
@@ -158,8 +192,12 @@ async fn worker(app: Arc<App>) {
         let woken = app.syncs.wake.notified();
         tokio::pin!(woken);
         woken.as_mut().enable();
-        let now = app.now();
-        match app.meta(move |m| m.next_sync(now)).await {
+        let (now, holder, lease) = (
+            app.now(),
+            app.syncs.replica().to_string(),
+            app.syncs.lease(),
+        );
+        match app.meta(move |m| m.next_sync(now, &holder, lease)).await {
             Ok(Some(job)) => {
                 // Its own task: a panic fails the job, not the worker.
                 let (a, id) = (Arc::clone(&app), job.id.clone());
@@ -170,9 +208,11 @@ async fn worker(app: Arc<App>) {
                 }
             }
             Ok(None) => {
+                // Looking again within a lease finds a dead replica's job.
+                let idle = Duration::from_secs(app.syncs.lease().min(30));
                 tokio::select! {
                     _ = woken => {}
-                    _ = tokio::time::sleep(Duration::from_secs(30)) => {}
+                    _ = tokio::time::sleep(idle) => {}
                 }
             }
             Err(e) => {
@@ -206,7 +246,10 @@ async fn run(app: &Arc<App>, job: SyncJob) {
         .map(|j| j.state);
     let result = if state == Some(SyncState::Running) {
         tracing::info!(sync = %id, source = %job.source, dest = %job.dest.name, "sync started");
-        execute(app, &job, &running).await
+        let lease = renew_lease(app, &id);
+        let result = execute(app, &job, &running).await;
+        lease.abort();
+        result
     } else {
         Err(SyncError::new(ErrorKind::Canceled, "canceled"))
     };
@@ -226,6 +269,32 @@ async fn run(app: &Arc<App>, job: SyncJob) {
             fail(app, &id, &e, stored).await;
         }
     }
+}
+
+/// Renews this replica's lease on job `id` a few times per lease, until
+/// aborted, so other replicas leave the job alone while it runs.
+fn renew_lease(app: &Arc<App>, id: &str) -> tokio::task::JoinHandle<()> {
+    let (app, id) = (Arc::clone(app), id.to_string());
+    tokio::spawn(async move {
+        let lease = app.syncs.lease();
+        let every = Duration::from_millis(lease * 1000 / 3);
+        loop {
+            tokio::time::sleep(every).await;
+            let (i, holder, until) = (
+                id.clone(),
+                app.syncs.replica().to_string(),
+                app.now() + lease,
+            );
+            match app
+                .meta(move |m| m.renew_sync_lease(&i, &holder, until))
+                .await
+            {
+                Ok(true) => {}
+                Ok(false) => break,
+                Err(e) => tracing::warn!(sync = %id, error = %e, "could not renew the job's lease"),
+            }
+        }
+    })
 }
 
 /// Records a job as failed (unless it finished meanwhile).

@@ -956,3 +956,124 @@ fn concurrent_pushes_of_one_volume_across_replicas_each_seal_or_are_refused_clea
     }
     drop(pg);
 }
+
+/// `sealvol sync describe ID` on `r`, as JSON.
+fn describe(sb: &Sandbox, r: &str, id: &str) -> Value {
+    json(
+        sb.sealvol(
+            r,
+            &["sync", "describe", id, "--registry", r, "--output", "json"],
+        ),
+        "sync describe",
+    )
+}
+
+/// Describes job `id` on `r` until `until` holds (up to `secs`).
+fn poll(sb: &Sandbox, r: &str, id: &str, secs: u64, until: impl Fn(&Value) -> bool) -> Value {
+    let deadline = std::time::Instant::now() + Duration::from_secs(secs);
+    loop {
+        let job = describe(sb, r, id);
+        if until(&job) {
+            return job;
+        }
+        let state = job["state"].as_str().unwrap_or_default();
+        assert!(
+            !["FAILED", "CANCELED"].contains(&state),
+            "job {id} ended: {job}"
+        );
+        assert!(
+            std::time::Instant::now() < deadline,
+            "job {id} after {secs} s: {job}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn a_sync_whose_replica_dies_is_finished_by_another_with_the_same_version() {
+    let sb = Sandbox::new();
+    let moto = Moto::start();
+    moto.create_bucket(BUCKET);
+    let pg = sealvol_tests::Postgres::start();
+    // Six files of 1 to 6 MiB through a hub serving 1 MiB/s: ~20 s.
+    let hub_root = tempfile::tempdir().unwrap();
+    for i in 0..6u64 {
+        write(
+            &hub_root
+                .path()
+                .join(format!("models/org/big/shard-{i}.safetensors")),
+            &noise((i as usize + 1) << 20, 100 + i),
+            0o644,
+        );
+    }
+    let slow = sealvol_tests::HfHub::start(hub_root.path(), Some(1 << 20), 0);
+    let env = [("HF_ENDPOINT", slow.url())];
+    let config = format!(
+        "sync_lease_seconds = 2\nclaim_ttl_seconds = 2\n{}[metadata]\nkind = \"postgres\"\nurl = \"{}\"\n",
+        s3_config(&moto, sb.path()),
+        pg.url()
+    );
+    // Only A runs at first, so the job is A's.
+    let a = Server::start_config_env(&sb.path().join("replica-a"), &config, &env);
+    let ra = host(&a);
+    let job = json(
+        sb.sealvol(
+            &ra,
+            &[
+                "sync",
+                "start",
+                "--source",
+                "hf://org/big",
+                "--dest",
+                &format!("{ra}/hf/big:v1"),
+                "--output",
+                "json",
+            ],
+        ),
+        "sync start",
+    );
+    let id = job["id"].as_str().unwrap().to_string();
+    let running = poll(&sb, &ra, &id, 60, |j| {
+        j["state"] == "RUNNING" && j["progress"]["files_done"].as_u64() >= Some(1)
+    });
+    let done_before = running["progress"]["files_done"].as_u64().unwrap();
+    assert!(
+        done_before < 6,
+        "the job finished before the kill: {running}"
+    );
+    // A dies; B, started after, takes the job once A's lease lapsed.
+    a.kill();
+    let b = Server::start_config_env(&sb.path().join("replica-b"), &config, &env);
+    let rb = host(&b);
+    let ready = poll(&sb, &rb, &id, 120, |j| j["state"] == "READY");
+    assert!(
+        ready["progress"]["files_done"].as_u64() >= Some(done_before),
+        "files done before the kill were forgotten: {ready}"
+    );
+    let resumed = ready["version"]["digest"].as_str().unwrap().to_string();
+
+    // The same source, uninterrupted, on a plain registry.
+    let fast = sealvol_tests::HfHub::start(hub_root.path(), None, 0);
+    let plain_root = sb.path().join("plain");
+    let plain = Server::start_config_env(&plain_root, "", &[("HF_ENDPOINT", fast.url())]);
+    let rp = host(&plain);
+    let straight = json(
+        sb.sealvol(
+            &rp,
+            &[
+                "sync",
+                "start",
+                "--source",
+                "hf://org/big",
+                "--dest",
+                &format!("{rp}/hf/big:v1"),
+                "--wait",
+                "--output",
+                "json",
+            ],
+        ),
+        "an uninterrupted sync",
+    );
+    assert_eq!(straight["version"]["digest"].as_str().unwrap(), resumed);
+    drop(pg);
+}
