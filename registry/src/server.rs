@@ -556,7 +556,15 @@ pub async fn serve(config: Config, ready: impl FnOnce(SocketAddr)) -> Result<(),
     let auth = config.auth(addr, Arc::clone(&app.meta))?;
     let stop = shutdown_signal().map_err(|e| ServeError::Serve(e.to_string()))?;
     ready(addr);
-    let collector = (config.gc_interval_seconds > 0).then(|| {
+    // Collection does not yet see pushes in flight on other replicas, so
+    // replicas sharing a metadata store never collect on their own.
+    let shared = config.metadata.kind == MetadataKind::Postgres;
+    if shared && config.gc_interval_seconds > 0 {
+        tracing::warn!(
+            "[metadata] is shared: periodic garbage collection is off (it does not yet see pushes on other replicas); run `sealvol gc` from one replica when no push is in flight"
+        );
+    }
+    let collector = (config.gc_interval_seconds > 0 && !shared).then(|| {
         let (app, every) = (Arc::clone(&app), config.gc_interval_seconds);
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_secs(every));
