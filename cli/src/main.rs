@@ -36,7 +36,10 @@ enum Output {
 #[derive(Subcommand)]
 enum Command {
     /// Run the registry: OCI Distribution v1.1 on loopback, data in one folder
+    #[command(args_conflicts_with_subcommands = true)]
     Serve {
+        #[command(subcommand)]
+        action: Option<ServeAction>,
         /// registry.toml (fields: addr, root, request_timeout_seconds, retention_seconds,
         /// gc_grace_seconds, gc_interval_seconds, claim_ttl_seconds, upload_ttl_seconds,
         /// sync_workers, sync_dir_roots, sync_endpoints, secrets_key_file, allow_plain_http,
@@ -502,6 +505,41 @@ fn serve(
     Ok(())
 }
 
+/// What `sealvol serve` does besides serving.
+#[derive(Subcommand)]
+enum ServeAction {
+    /// Copy a stopped registry's whole state (blobs, manifests, tags with expiry, versions
+    /// with tombstones, sync jobs, keys, secrets) into an empty one on other backends
+    Migrate {
+        /// registry.toml of the registry to copy from
+        #[arg(long, value_name = "FILE")]
+        from: PathBuf,
+        /// registry.toml of the (empty) registry to copy into
+        #[arg(long, value_name = "FILE")]
+        to: PathBuf,
+    },
+}
+
+fn migrate(from: &std::path::Path, to: &std::path::Path) -> anyhow::Result<()> {
+    let (a, b) = (
+        sealvol_registry::Config::load(from)?,
+        sealvol_registry::Config::load(to)?,
+    );
+    let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
+    let r = runtime.block_on(sealvol_registry::migrate::migrate(&a, &b))?;
+    println!(
+        "sealvol: migrated {} blob(s) ({} bytes; {} already there), {} metadata row(s) and {} secret(s) from {} to {}",
+        r.blobs,
+        r.blob_bytes,
+        r.blobs_present,
+        r.rows,
+        r.secrets,
+        from.display(),
+        to.display()
+    );
+    Ok(())
+}
+
 /// The snapshotter's second process, which the daemon starts itself.
 #[derive(Subcommand)]
 enum SnapshotterPart {
@@ -562,6 +600,11 @@ fn snapshotter(
 fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Serve {
+            action: Some(ServeAction::Migrate { from, to }),
+            ..
+        } => migrate(&from, &to),
+        Command::Serve {
+            action: None,
             config,
             addr,
             root,

@@ -20,7 +20,7 @@ use crate::meta::{MetaError, MetaStore};
 use crate::volumes::rfc3339;
 
 /// key id -> [`KeyRecord`] as JSON.
-const API_KEYS: TableDefinition<Bytes> = TableDefinition::new("api_keys");
+pub(crate) const API_KEYS: TableDefinition<Bytes> = TableDefinition::new("api_keys");
 
 pub(crate) fn create_tables(tx: &WriteTransaction) -> Result<(), MetaError> {
     tx.open_table(API_KEYS)?;

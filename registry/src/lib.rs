@@ -37,6 +37,7 @@ pub mod keys;
 pub mod limits;
 pub mod manifests;
 pub mod meta;
+pub mod migrate;
 pub mod pull_through;
 mod query;
 pub mod secrets;

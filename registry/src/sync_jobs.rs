@@ -16,11 +16,11 @@ use crate::secrets::{SecretKey, StoredSecret};
 use crate::volumes::rfc3339;
 
 /// `id` -> [`SyncJob`] JSON.
-const SYNC_JOBS: TableDefinition<Bytes> = TableDefinition::new("sync_jobs");
+pub(crate) const SYNC_JOBS: TableDefinition<Bytes> = TableDefinition::new("sync_jobs");
 /// `id NUL path` -> [`FileDone`] JSON, marked with [`FILE_RECORD`].
-const SYNC_FILES: TableDefinition<Bytes> = TableDefinition::new("sync_files");
+pub(crate) const SYNC_FILES: TableDefinition<Bytes> = TableDefinition::new("sync_files");
 /// `name` -> [`StoredSecret`] JSON: the value sealed, and its binding.
-const SECRETS: TableDefinition<Bytes> = TableDefinition::new("secrets.v2");
+pub(crate) const SECRETS: TableDefinition<Bytes> = TableDefinition::new("secrets.v2");
 /// `name` -> value in plaintext, as releases before binding stored them;
 /// emptied into [`SECRETS`] at start ([`MetaStore::seal_plaintext_secrets`]).
 const PLAINTEXT_SECRETS: redb::TableDefinition<&str, &[u8]> = redb::TableDefinition::new("secrets");

@@ -1077,3 +1077,193 @@ fn a_sync_whose_replica_dies_is_finished_by_another_with_the_same_version() {
     assert_eq!(straight["version"]["digest"].as_str().unwrap(), resumed);
     drop(pg);
 }
+
+#[test]
+fn migrate_copies_a_whole_registry_from_the_data_folder_to_a_bucket_and_postgres() {
+    let sb = Sandbox::new();
+    let src_root = sb.path().join("old");
+    let old = Server::start_config_env(&src_root, "", &[]);
+    let r = host(&old);
+    let (v1, v2) = (sb.path().join("v1"), sb.path().join("v2"));
+    model(&v1, 71);
+    model(&v2, 72);
+    let p1 = json(
+        sb.sealvol(
+            &r,
+            &[
+                "push",
+                s(&v1),
+                &format!("{r}/weights/m:v1"),
+                "--output",
+                "json",
+            ],
+        ),
+        "push v1",
+    );
+    let p2 = json(
+        sb.sealvol(
+            &r,
+            &[
+                "push",
+                s(&v2),
+                &format!("{r}/weights/m:v2"),
+                "--output",
+                "json",
+            ],
+        ),
+        "push v2",
+    );
+    let (d1, d2) = (
+        p1["digest"].as_str().unwrap(),
+        p2["digest"].as_str().unwrap(),
+    );
+    json(
+        sb.sealvol(
+            &r,
+            &[
+                "tag",
+                "set",
+                &format!("{r}/weights/m@{d1}"),
+                "prod",
+                "--expires-at",
+                "1h",
+                "--output",
+                "json",
+            ],
+        ),
+        "tag set",
+    );
+    json(
+        sb.sealvol(
+            &r,
+            &[
+                "rm",
+                &format!("{r}/weights/m@{d2}"),
+                "--yes",
+                "--output",
+                "json",
+            ],
+        ),
+        "rm v2",
+    );
+    sealvol_tests::ok(
+        sb.sealvol_stdin(
+            &r,
+            &[
+                "secret",
+                "set",
+                "hf-token",
+                "--for",
+                "hf://org",
+                "--registry",
+                &r,
+            ],
+            b"hf_secretvalue123",
+        ),
+        "secret set",
+    );
+    let state = |r: &str| {
+        let versions = json(
+            sb.sealvol(
+                r,
+                &[
+                    "versions",
+                    &format!("{r}/weights/m"),
+                    "--include-tombstoned",
+                    "--output",
+                    "json",
+                ],
+            ),
+            "versions",
+        );
+        let rows: Vec<(String, String, bool, Value)> = versions
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| {
+                (
+                    v["digest"].as_str().unwrap().to_string(),
+                    v["lifecycle"].as_str().unwrap_or_default().to_string(),
+                    v["is_head"] == true,
+                    v["tags"].clone(),
+                )
+            })
+            .collect();
+        let secrets = sealvol_tests::ok(
+            sb.sealvol(r, &["secret", "list", "--registry", r]),
+            "secret list",
+        );
+        (rows, secrets)
+    };
+    let before = state(&r);
+    assert_eq!(before.0.len(), 2, "{before:?}");
+    drop(old);
+
+    // Into a bucket and PostgreSQL.
+    let moto = Moto::start();
+    moto.create_bucket(BUCKET);
+    let pg = sealvol_tests::Postgres::start();
+    let new_root = sb.path().join("new");
+    let from = sealvol_tests::write_config(&src_root, "127.0.0.1:0", "");
+    let to = sealvol_tests::write_config(
+        &new_root,
+        "127.0.0.1:0",
+        &format!(
+            "{}[metadata]\nkind = \"postgres\"\nurl = \"{}\"\n",
+            s3_config(&moto, sb.path()),
+            pg.url()
+        ),
+    );
+    let out = sealvol_tests::ok(
+        sb.command(sealvol_tests::sealvol_bin())
+            .args(["serve", "migrate", "--from", s(&from), "--to", s(&to)])
+            .output()
+            .unwrap(),
+        "serve migrate",
+    );
+    assert!(
+        out.contains("migrated") && out.contains("1 secret"),
+        "{out}"
+    );
+    // Into a registry that holds data now: refused.
+    let again = sb
+        .command(sealvol_tests::sealvol_bin())
+        .args(["serve", "migrate", "--from", s(&from), "--to", s(&to)])
+        .output()
+        .unwrap();
+    assert!(!again.status.success());
+    assert!(String::from_utf8_lossy(&again.stderr).contains("empty registry"));
+
+    let new = Server::start_with(&["serve", "--config", s(&to)], &new_root);
+    let n = host(&new);
+    assert_eq!(state(&n), before, "the migrated registry differs");
+    let pulled = sb.path().join("pulled");
+    json(
+        sb.sealvol(
+            &n,
+            &[
+                "pull",
+                &format!("{n}/weights/m:prod"),
+                s(&pulled),
+                "--no-cache",
+                "--output",
+                "json",
+            ],
+        ),
+        "pull the migrated prod tag",
+    );
+    assert_same_tree(&v1, &pulled);
+    json(
+        sb.sealvol(
+            &n,
+            &[
+                "restore",
+                &format!("{n}/weights/m@{d2}"),
+                "--output",
+                "json",
+            ],
+        ),
+        "restore v2 after the migration",
+    );
+    drop(pg);
+}

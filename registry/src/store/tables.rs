@@ -56,6 +56,8 @@ pub trait Val: 'static {
     fn own(v: <Self::R as redb::Value>::SelfType<'_>) -> Self::Owned;
     fn view(o: &Self::Owned) -> Self::View<'_>;
     fn to_redb<'a>(v: Self::In<'a>) -> <Self::R as redb::Value>::SelfType<'a>;
+    /// A value read, as `insert` takes it (to copy rows).
+    fn again<'a>(v: Self::View<'a>) -> Self::In<'a>;
     /// The bytes another engine stores (numbers big-endian).
     fn encode(v: Self::In<'_>) -> Vec<u8>;
     fn decode(b: Vec<u8>) -> Result<Self::Owned>;
@@ -73,6 +75,9 @@ impl Val for U64 {
     type Owned = u64;
     type View<'a> = u64;
     type In<'a> = u64;
+    fn again<'a>(v: Self::View<'a>) -> Self::In<'a> {
+        v
+    }
     fn encode(v: u64) -> Vec<u8> {
         v.to_be_bytes().to_vec()
     }
@@ -98,6 +103,9 @@ impl Val for Str {
     type Owned = String;
     type View<'a> = &'a str;
     type In<'a> = &'a str;
+    fn again<'a>(v: Self::View<'a>) -> Self::In<'a> {
+        v
+    }
     fn encode(v: &str) -> Vec<u8> {
         v.as_bytes().to_vec()
     }
@@ -120,6 +128,9 @@ impl Val for Bytes {
     type Owned = Vec<u8>;
     type View<'a> = &'a [u8];
     type In<'a> = &'a [u8];
+    fn again<'a>(v: Self::View<'a>) -> Self::In<'a> {
+        v
+    }
     fn encode(v: &[u8]) -> Vec<u8> {
         v.to_vec()
     }
@@ -447,4 +458,22 @@ impl<V: Val> ReadableTable<V> for ReadOnlyTable<'_, V> {
     fn get(&self, key: &str) -> Result<Option<Guard<V>>> {
         ReadOnlyTable::get(self, key)
     }
+}
+
+/// Copies every row of `def` from `src` into `dst` (rows with the same key
+/// are replaced); how many.
+pub fn copy_rows<V: Val>(
+    src: &ReadTransaction,
+    dst: &WriteTransaction,
+    def: TableDefinition<V>,
+) -> Result<u64> {
+    let from = src.open_table(def)?;
+    let mut to = dst.open_table(def)?;
+    let mut n = 0;
+    for row in from.iter()? {
+        let (k, v) = row?;
+        to.insert(k.value(), V::again(v.value()))?;
+        n += 1;
+    }
+    Ok(n)
 }
