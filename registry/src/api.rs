@@ -657,13 +657,14 @@ async fn check_session(app: &App, name: &str, id: &str) -> Result<()> {
 
 async fn upload_status(app: &App, name: String, id: String) -> Result<Response> {
     let s = app.uploads.session(&id).await?;
-    let s = s.lock().await;
+    let mut s = s.lock().await;
     if s.expired {
         return Err(RegistryError::new(
             Code::BlobUploadUnknown,
             format!("upload {id} expired; start the upload again"),
         ));
     }
+    app.uploads.refresh(&id, &mut s).await?;
     let size = s.size;
     Ok(upload_response(StatusCode::NO_CONTENT, &name, &id, size))
 }

@@ -154,6 +154,7 @@ impl Uploads {
         if session.expired {
             return Err(expired(id));
         }
+        self.refresh(id, session).await?;
         if let Some(start) = start {
             if start != session.size {
                 return Err(RegistryError::with_status(
@@ -176,6 +177,27 @@ impl Uploads {
         session.hasher = appended.hasher;
         appended.result.map_err(append_error)?;
         Ok(session.size)
+    }
+
+    /// Takes the session's size from its stored data: another replica
+    /// sharing the store may have appended since this one last did (a
+    /// load balancer need not be sticky). The running hash is then stale
+    /// and dropped; the data is hashed again at the end.
+    pub async fn refresh(&self, id: &str, session: &mut Session) -> Result<()> {
+        match self.blobs.upload_size(id).await? {
+            Some(stored) if stored != session.size => {
+                session.size = stored;
+                session.hasher = None;
+            }
+            Some(_) => {}
+            None => {
+                return Err(RegistryError::new(
+                    Code::BlobUploadUnknown,
+                    format!("upload {id} has no data; start the upload again"),
+                ))
+            }
+        }
+        Ok(())
     }
 
     /// The digest of everything uploaded so far.

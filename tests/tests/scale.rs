@@ -851,6 +851,47 @@ fn two_replicas_on_one_bucket_and_one_postgres_serve_the_same_volumes() {
     assert_same_tree(&v2, &out2);
     assert!(!sb.path().join("replica-a").join("meta.redb").exists());
 
+    // One upload session, its requests spread over both replicas as a
+    // round-robin balancer would: each replica takes the size from the
+    // shared store.
+    let http = client();
+    let data = noise((9 << 20) + 77, 53);
+    let digest = sha256(&data);
+    let start = http
+        .post(format!("{}/v2/spread/blob/blobs/uploads/", a.url))
+        .send()
+        .unwrap();
+    assert_eq!(start.status(), 202);
+    let loc = start.headers()["location"].to_str().unwrap().to_string();
+    let loc = patch(&http, &absolute(&b.url, &loc), &data, 0, 3 << 20);
+    let loc = patch(&http, &absolute(&a.url, &loc), &data, 3 << 20, 6 << 20);
+    let status = http.get(absolute(&b.url, &loc)).send().unwrap();
+    assert_eq!(status.status(), 204);
+    assert_eq!(
+        status.headers()["range"].to_str().unwrap(),
+        format!("0-{}", (6 << 20) - 1)
+    );
+    let loc = patch(&http, &absolute(&a.url, &loc), &data, 6 << 20, 8 << 20);
+    let url = absolute(&b.url, &loc);
+    let sep = if url.contains('?') { '&' } else { '?' };
+    let done = http
+        .put(format!("{url}{sep}digest={digest}"))
+        .header("content-type", "application/octet-stream")
+        .body(data[8 << 20..].to_vec())
+        .send()
+        .unwrap();
+    assert_eq!(done.status(), 201, "{}", done.text().unwrap_or_default());
+    let got = http
+        .get(format!("{}/v2/spread/blob/blobs/{digest}", a.url))
+        .send()
+        .unwrap()
+        .bytes()
+        .unwrap();
+    assert!(
+        got[..] == data[..],
+        "the blob assembled across replicas differs"
+    );
+
     // Each replica passes the distribution-spec workflows on its own.
     let conformance = sealvol_tests::sealvol_bin().with_file_name("sealvol-conformance");
     for r in [&a, &b] {
