@@ -291,7 +291,10 @@ pub async fn open_app_with(
             meta.finish_upload(&id, None, 0).map_err(|e| failed(&e))?;
         }
     }
-    let uploads = Uploads::open(Arc::clone(&blobs), &live)
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let uploads = Uploads::open(Arc::clone(&blobs), &live, now)
         .await
         .map_err(|e| failed(&e))?;
     let app = App::new(blobs, Arc::new(meta), uploads, policy);

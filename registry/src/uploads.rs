@@ -30,6 +30,10 @@ pub struct Session {
     pub(crate) expired: bool,
 }
 
+/// How long upload data without a session must have been idle before a
+/// starting registry clears it.
+pub const ORPHAN_AGE_SECONDS: u64 = 3600;
+
 pub struct Uploads {
     blobs: Arc<dyn BlobStore>,
     sessions: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Session>>>>,
@@ -86,9 +90,21 @@ pub async fn start(app: &crate::app::App, repo: &str) -> Result<String> {
 impl Uploads {
     /// Upload sessions with their data in `blobs`; clears data that no
     /// session owns (`live` lists the sessions the metadata store knows).
-    pub async fn open(blobs: Arc<dyn BlobStore>, live: &[String]) -> std::io::Result<Uploads> {
-        for id in blobs.uploads().await? {
-            if !live.contains(&id) {
+    /// In a store replicas share, only data nobody wrote to for
+    /// [`ORPHAN_AGE_SECONDS`] goes: another replica may be writing a
+    /// one-request upload, which has no session row.
+    pub async fn open(
+        blobs: Arc<dyn BlobStore>,
+        live: &[String],
+        now: u64,
+    ) -> std::io::Result<Uploads> {
+        let min_age = if blobs.shared() {
+            ORPHAN_AGE_SECONDS
+        } else {
+            0
+        };
+        for (id, modified) in blobs.uploads().await? {
+            if !live.contains(&id) && modified.saturating_add(min_age) <= now {
                 let _ = blobs.remove_upload(&id).await;
             }
         }

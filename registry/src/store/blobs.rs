@@ -108,6 +108,12 @@ pub trait BlobStore: Send + Sync + 'static {
     async fn commit_upload(&self, id: &str, digest: &Sha256Digest) -> io::Result<()>;
     /// Removes the data of session `id`, if any.
     async fn remove_upload(&self, id: &str) -> io::Result<()>;
-    /// The sessions that have data (to clear what no session owns).
-    async fn uploads(&self) -> io::Result<Vec<String>>;
+    /// Whether other registry processes may write here too (replicas on
+    /// one bucket): then data this process does not know of may be theirs.
+    fn shared(&self) -> bool {
+        false
+    }
+    /// The sessions that have data, with when it was last written (Unix
+    /// seconds), to clear what no session owns.
+    async fn uploads(&self) -> io::Result<Vec<(String, u64)>>;
 }

@@ -213,13 +213,19 @@ impl BlobStore for FsBlobStore {
         }
     }
 
-    async fn uploads(&self) -> io::Result<Vec<String>> {
+    async fn uploads(&self) -> io::Result<Vec<(String, u64)>> {
         let dir = self.root.join("uploads");
         tokio::task::spawn_blocking(move || {
             let mut out = Vec::new();
             for e in std::fs::read_dir(dir)? {
-                if let Some(name) = e?.file_name().to_str() {
-                    out.push(name.to_string());
+                let e = e?;
+                let modified = e
+                    .metadata()?
+                    .modified()?
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_secs());
+                if let Some(name) = e.file_name().to_str() {
+                    out.push((name.to_string(), modified));
                 }
             }
             Ok(out)

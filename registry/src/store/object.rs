@@ -457,18 +457,23 @@ impl BlobStore for ObjectBlobStore {
         Ok(())
     }
 
-    async fn uploads(&self) -> io::Result<Vec<String>> {
+    fn shared(&self) -> bool {
+        true
+    }
+
+    async fn uploads(&self) -> io::Result<Vec<(String, u64)>> {
         let dir = self.key("uploads");
-        let listed = self
-            .store
-            .list_with_delimiter(Some(&dir))
-            .await
-            .map_err(to_io)?;
-        Ok(listed
-            .common_prefixes
-            .iter()
-            .filter_map(|p| p.filename().map(str::to_string))
-            .collect())
+        let mut latest: std::collections::HashMap<String, u64> = Default::default();
+        let mut listing = self.store.list(Some(&dir));
+        while let Some(meta) = listing.try_next().await.map_err(to_io)? {
+            // `uploads/<id>/<segment>`: the id is the part after `uploads`.
+            let mut parts = meta.location.prefix_match(&dir).into_iter().flatten();
+            let Some(id) = parts.next() else { continue };
+            let at = u64::try_from(meta.last_modified.timestamp()).unwrap_or(0);
+            let e = latest.entry(id.as_ref().to_string()).or_default();
+            *e = (*e).max(at);
+        }
+        Ok(latest.into_iter().collect())
     }
 }
 
