@@ -1308,3 +1308,99 @@ fn migrate_copies_a_whole_registry_from_the_data_folder_to_a_bucket_and_postgres
     );
     drop(pg);
 }
+
+#[test]
+fn an_azure_backed_registry_stores_uploads_and_pulls_back_identical() {
+    let sb = Sandbox::new();
+    let azurite = sealvol_tests::Azurite::start();
+    azurite.create_container("blobs");
+    let config = format!(
+        "[storage]\nkind = \"azure\"\nbucket = \"blobs\"\naccount = \"{}\"\nprefix = \"{PREFIX}\"\n",
+        sealvol_tests::AZURITE_ACCOUNT
+    );
+    let env = [("AZURITE_BLOB_STORAGE_URL", azurite.url())];
+    let root = sb.path().join("registry");
+    let server = Server::start_config_env(&root, &config, &env);
+    let r = host(&server);
+    let src = sb.path().join("model");
+    model(&src, 81);
+    json(
+        sb.sealvol(
+            &r,
+            &[
+                "push",
+                s(&src),
+                &format!("{r}/weights/az:v1"),
+                "--output",
+                "json",
+            ],
+        ),
+        "push to azure",
+    );
+    assert!(
+        !root.join("blobs").exists(),
+        "an Azure-backed registry wrote blobs to its data folder"
+    );
+    // An upload in three requests (joined in the container) and one whole.
+    let http = client();
+    let data = noise((10 << 20) + 5, 82);
+    let digest = sha256(&data);
+    let start = http
+        .post(format!("{}/v2/az/blob/blobs/uploads/", server.url))
+        .send()
+        .unwrap();
+    let loc = start.headers()["location"].to_str().unwrap().to_string();
+    let loc = patch(&http, &absolute(&server.url, &loc), &data, 0, 9 << 20);
+    let loc = patch(
+        &http,
+        &absolute(&server.url, &loc),
+        &data,
+        9 << 20,
+        10 << 20,
+    );
+    let url = absolute(&server.url, &loc);
+    let sep = if url.contains('?') { '&' } else { '?' };
+    let done = http
+        .put(format!("{url}{sep}digest={digest}"))
+        .header("content-type", "application/octet-stream")
+        .body(data[10 << 20..].to_vec())
+        .send()
+        .unwrap();
+    assert_eq!(done.status(), 201, "{}", done.text().unwrap_or_default());
+    let got = http
+        .get(format!("{}/v2/az/blob/blobs/{digest}", server.url))
+        .send()
+        .unwrap()
+        .bytes()
+        .unwrap();
+    assert!(got[..] == data[..]);
+
+    let server = server.kill_and_restart(&config, &env);
+    let r = host(&server);
+    let out = sb.path().join("pulled");
+    json(
+        sb.sealvol(
+            &r,
+            &[
+                "pull",
+                &format!("{r}/weights/az:v1"),
+                s(&out),
+                "--no-cache",
+                "--output",
+                "json",
+            ],
+        ),
+        "pull from azure after a restart",
+    );
+    assert_same_tree(&src, &out);
+    let conformance = sealvol_tests::sealvol_bin().with_file_name("sealvol-conformance");
+    let run = std::process::Command::new(&conformance)
+        .args(["--url", &server.url])
+        .output()
+        .expect("run sealvol-conformance");
+    let text = String::from_utf8_lossy(&run.stdout);
+    assert!(
+        run.status.success() && text.contains("50 passed, 0 failed"),
+        "conformance against an Azure-backed registry:\n{text}"
+    );
+}

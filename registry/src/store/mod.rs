@@ -31,12 +31,15 @@ use serde::Deserialize;
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct StorageConfig {
-    /// `fs` (the data folder, the default) or `s3` (an S3-compatible
-    /// bucket). `gcs` and `azure` are not supported yet.
+    /// `fs` (the data folder, the default), `s3` (an S3-compatible
+    /// bucket) or `azure` (a Blob Storage container). `gcs` is not
+    /// supported yet.
     #[serde(default)]
     pub kind: StorageKind,
-    /// The bucket (`s3`).
+    /// The bucket (`s3`) or container (`azure`).
     pub bucket: Option<String>,
+    /// The storage account (`azure`); default `AZURE_STORAGE_ACCOUNT_NAME`.
+    pub account: Option<String>,
     /// A key prefix inside the bucket, so several registries can share one.
     pub prefix: Option<String>,
     /// An S3-compatible endpoint (MinIO, R2, Ceph): `https://host[:port]`;
@@ -44,9 +47,11 @@ pub struct StorageConfig {
     pub endpoint: Option<String>,
     /// Default `AWS_REGION`, else `us-east-1`.
     pub region: Option<String>,
-    /// A file holding `ACCESS_KEY_ID:SECRET_ACCESS_KEY`; without it the
-    /// credentials come from the environment (`AWS_ACCESS_KEY_ID`, web
-    /// identity, instance metadata) as the AWS SDKs find them.
+    /// A file holding `ACCESS_KEY_ID:SECRET_ACCESS_KEY` (`s3`) or the
+    /// account key (`azure`); without it the credentials come from the
+    /// environment as the cloud's SDKs find them (`AWS_ACCESS_KEY_ID`,
+    /// web identity, instance metadata; `AZURE_STORAGE_ACCOUNT_KEY`,
+    /// managed identity).
     pub credentials_file: Option<PathBuf>,
     /// Answer blob GETs with a redirect to a presigned URL of the bucket
     /// (valid 20 minutes), so the bytes skip the registry, as
@@ -111,14 +116,14 @@ impl StorageConfig {
     pub fn open(&self, root: &Path) -> Result<Arc<dyn BlobStore>, String> {
         match self.kind {
             StorageKind::Fs if self.redirect => {
-                Err("[storage] redirect needs kind = \"s3\": a data folder has no URLs to hand out".into())
+                Err("[storage] redirect needs kind = \"s3\" or \"azure\": a data folder has no URLs to hand out".into())
             }
             StorageKind::Fs => Ok(Arc::new(fs::FsBlobStore::open(root).map_err(|e| e.to_string())?)),
             StorageKind::S3 => Ok(Arc::new(object::ObjectBlobStore::s3(self)?)),
-            StorageKind::Gcs | StorageKind::Azure => Err(format!(
-                "[storage] kind = {:?} is not supported yet; use \"fs\" or \"s3\" (S3-compatible stores included)",
-                format!("{:?}", self.kind).to_lowercase()
-            )),
+            StorageKind::Azure => Ok(Arc::new(object::ObjectBlobStore::azure(self)?)),
+            StorageKind::Gcs => Err(
+                "[storage] kind = \"gcs\" is not supported yet; use \"fs\", \"s3\" (S3-compatible stores included) or \"azure\"".into(),
+            ),
         }
     }
 }

@@ -532,4 +532,46 @@ impl ObjectBlobStore {
             signer,
         ))
     }
+
+    /// An Azure Blob Storage container as `[storage]` describes it (the
+    /// emulator, azurite, when `AZURITE_BLOB_STORAGE_URL` is set).
+    pub fn azure(config: &super::StorageConfig) -> Result<ObjectBlobStore, String> {
+        let container = (config.bucket.as_deref())
+            .filter(|b| !b.is_empty())
+            .ok_or("[storage] kind = \"azure\" needs bucket (the container)")?;
+        let mut b =
+            object_store::azure::MicrosoftAzureBuilder::from_env().with_container_name(container);
+        if let Some(a) = &config.account {
+            b = b.with_account(a);
+        }
+        if std::env::var_os("AZURITE_BLOB_STORAGE_URL").is_some() {
+            b = b.with_use_emulator(true);
+        }
+        if let Some(e) = &config.endpoint {
+            b = b
+                .with_endpoint(e.clone())
+                .with_allow_http(e.starts_with("http://"));
+        }
+        if let Some(file) = &config.credentials_file {
+            let key = std::fs::read_to_string(file).map_err(|e| {
+                format!(
+                    "cannot read [storage] credentials_file {}: {e}",
+                    file.display()
+                )
+            })?;
+            b = b.with_access_key(key.trim());
+        }
+        let store = Arc::new(
+            b.build()
+                .map_err(|e| format!("[storage] container {container}: {e}"))?,
+        );
+        let signer = config
+            .redirect
+            .then(|| Arc::clone(&store) as Arc<dyn Signer>);
+        Ok(ObjectBlobStore::new(
+            store,
+            config.prefix.as_deref().unwrap_or(""),
+            signer,
+        ))
+    }
 }
