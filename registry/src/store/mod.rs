@@ -116,7 +116,7 @@ impl StorageConfig {
     pub fn open(&self, root: &Path) -> Result<Arc<dyn BlobStore>, String> {
         match self.kind {
             StorageKind::Fs if self.redirect => {
-                Err("[storage] redirect needs kind = \"s3\" or \"azure\": a data folder has no URLs to hand out".into())
+                Err("[storage] redirect needs kind = \"s3\": a data folder has no URLs to hand out".into())
             }
             StorageKind::Fs => Ok(Arc::new(fs::FsBlobStore::open(root).map_err(|e| e.to_string())?)),
             StorageKind::S3 => Ok(Arc::new(object::ObjectBlobStore::s3(self)?)),

@@ -561,17 +561,19 @@ impl ObjectBlobStore {
             })?;
             b = b.with_access_key(key.trim());
         }
+        if config.redirect {
+            // Azure signs URLs only with a user delegation key (Entra ID
+            // credentials), which an account key cannot make.
+            return Err("[storage] redirect is supported with kind = \"s3\" only".into());
+        }
         let store = Arc::new(
             b.build()
                 .map_err(|e| format!("[storage] container {container}: {e}"))?,
         );
-        let signer = config
-            .redirect
-            .then(|| Arc::clone(&store) as Arc<dyn Signer>);
         Ok(ObjectBlobStore::new(
             store,
             config.prefix.as_deref().unwrap_or(""),
-            signer,
+            None,
         ))
     }
 }
