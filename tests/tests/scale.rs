@@ -1404,3 +1404,56 @@ fn an_azure_backed_registry_stores_uploads_and_pulls_back_identical() {
         "conformance against an Azure-backed registry:\n{text}"
     );
 }
+
+#[test]
+fn a_token_from_one_replica_is_honoured_by_another_with_the_same_signing_key() {
+    let sb = Sandbox::new();
+    let moto = Moto::start();
+    moto.create_bucket(BUCKET);
+    let pg = sealvol_tests::Postgres::start();
+    const PASSWORD: &str = "replica-pass";
+    let htpasswd = sb.path().join("htpasswd");
+    std::fs::write(&htpasswd, sealvol_tests::htpasswd_line("writer", PASSWORD)).unwrap();
+    let config = |key: &str| {
+        format!(
+            "{}[metadata]\nkind = \"postgres\"\nurl = \"{}\"\n\
+             [auth]\nhtpasswd = {:?}\npublic_url = \"http://registry.example.test\"\nsigning_key_file = {:?}\n\
+             [[auth.access]]\nrepositories = [\"weights/**\"]\nusers = [\"writer\"]\nactions = [\"pull\", \"push\"]\n",
+            s3_config(&moto, sb.path()),
+            pg.url(),
+            s(&htpasswd),
+            s(&sb.path().join(key))
+        )
+    };
+    let a = Server::start_config_env(&sb.path().join("replica-a"), &config("token.key"), &[]);
+    let b = Server::start_config_env(&sb.path().join("replica-b"), &config("token.key"), &[]);
+    let c = Server::start_config_env(&sb.path().join("replica-c"), &config("other.key"), &[]);
+    let http = client();
+    let token: Value = http
+        .get(format!(
+            "{}/token?scope=repository:weights/a:pull,push",
+            a.url
+        ))
+        .basic_auth("writer", Some(PASSWORD))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    let t = token["token"].as_str().unwrap();
+    let upload = |url: &str| {
+        http.post(format!("{url}/v2/weights/a/blobs/uploads/"))
+            .bearer_auth(t)
+            .send()
+            .unwrap()
+            .status()
+            .as_u16()
+    };
+    assert_eq!(upload(&a.url), 202);
+    assert_eq!(upload(&b.url), 202, "replica B refused replica A's token");
+    assert_eq!(
+        upload(&c.url),
+        401,
+        "a replica with another signing key took the token"
+    );
+    drop(pg);
+}
