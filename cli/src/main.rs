@@ -44,7 +44,8 @@ enum Command {
         /// gc_grace_seconds, gc_interval_seconds, claim_ttl_seconds, upload_ttl_seconds,
         /// sync_workers, sync_dir_roots, sync_endpoints, secrets_key_file, allow_plain_http,
         /// allow_anonymous_writes, test_clock, upstream, upstream_credentials_file,
-        /// tag_ttl_seconds, cache_size; tables [tls], [auth], [storage])
+        /// tag_ttl_seconds, cache_size, sync_lease_seconds; tables [tls], [auth], [storage],
+        /// [metadata])
         #[arg(long, value_name = "FILE")]
         config: Option<PathBuf>,
         /// Address to listen on (default 127.0.0.1:5000; port 0 picks one)

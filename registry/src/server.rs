@@ -39,8 +39,8 @@ pub struct Config {
     /// Folder holding the metadata database and keys, and with the default
     /// `[storage]`, blobs and uploads.
     pub root: PathBuf,
-    /// Where blobs and upload data live: the data folder (default) or an
-    /// S3-compatible bucket.
+    /// Where blobs and upload data live: the data folder (default), an
+    /// S3-compatible bucket or an Azure Blob Storage container.
     pub storage: StorageConfig,
     /// Where metadata lives: redb in the data folder (default) or a
     /// PostgreSQL database replicas share.
