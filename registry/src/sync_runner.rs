@@ -460,7 +460,11 @@ async fn hold_claim(
                 }
                 let (a, r, t) = (Arc::clone(app), repo.clone(), c.token.clone());
                 let renew = tokio::spawn(async move {
-                    let every = Duration::from_secs((ttl / 3).max(1));
+                    // A third of the TTL, in milliseconds: claims expire on
+                    // whole seconds, so a renewal can buy as little as
+                    // `ttl - 1` s, and a short TTL renewed every whole second
+                    // would lapse on the first late tick.
+                    let every = Duration::from_millis((ttl * 1000 / 3).max(200));
                     loop {
                         tokio::time::sleep(every).await;
                         let (r, t, now) = (r.clone(), t.clone(), a.now());

@@ -1050,7 +1050,7 @@ fn a_sync_whose_replica_dies_is_finished_by_another_with_the_same_version() {
     let slow = sealvol_tests::HfHub::start(hub_root.path(), Some(1 << 20), 0);
     let env = [("HF_ENDPOINT", slow.url())];
     let config = format!(
-        "sync_lease_seconds = 2\nclaim_ttl_seconds = 2\n{}[metadata]\nkind = \"postgres\"\nurl = \"{}\"\n",
+        "sync_lease_seconds = 2\nclaim_ttl_seconds = 4\n{}[metadata]\nkind = \"postgres\"\nurl = \"{}\"\n",
         s3_config(&moto, sb.path()),
         pg.url()
     );
