@@ -478,22 +478,19 @@ async fn get_blob(
     head: bool,
 ) -> Result<Response> {
     let (repo, d) = (name.clone(), digest.to_string());
-    // A push that finds a blob with HEAD skips uploading it and references
-    // it later: record the check where garbage collection will see it.
-    let sweep = if head {
-        Some(app.sweep.read().await)
+    let linked = if head {
+        // A push that finds a blob with HEAD skips uploading it and
+        // references it later: the check renews the link for garbage
+        // collection, with this replica's sweep held off meanwhile.
+        let _sweep = app.sweep.read().await;
+        app.check_blob(&repo, &d).await?
     } else {
-        None
+        app.meta(move |m| m.blob_size(&repo, &d)).await?
     };
-    let linked = app.meta(move |m| m.blob_size(&repo, &d)).await?;
     let size = match linked {
         Some(_) => app.blobs.size(&digest).await?,
         None => None,
     };
-    if head && size.is_some() {
-        app.touch(&name, &digest.to_string());
-    }
-    drop(sweep);
     let Some(size) = size else {
         return Err(RegistryError::new(
             Code::BlobUnknown,
@@ -600,11 +597,15 @@ async fn start_upload(app: &App, name: String, req: Request) -> Result<Response>
             check_name(&from)?;
             let (repo, d) = (name.clone(), digest.to_string());
             let _sweep = app.sweep.read().await;
+            let mark = app.sweep_mark().await?;
             let size = app.meta(move |m| m.blob_size(&from, &d)).await?;
             if let (Some(size), Some(_)) = (size, app.blobs.size(&digest).await?) {
                 let (d, now) = (digest.to_string(), app.now());
                 app.meta(move |m| m.link_blob(&repo, &d, size, now)).await?;
-                return Ok(blob_created(&name, &digest));
+                if app.settle(mark, &[digest]).await?.is_empty() {
+                    return Ok(blob_created(&name, &digest));
+                }
+                unlink_lost(app, &name, &digest).await?;
             }
         }
         // Not visible: fall back to a fresh upload session (202).
@@ -633,9 +634,11 @@ async fn monolithic(app: &App, name: String, digest: Sha256Digest, body: Body) -
             ));
         }
         let _sweep = app.sweep.read().await;
+        let mark = app.sweep_mark().await?;
         app.uploads.commit(&id, &digest).await?;
         let (repo, d, now) = (name.clone(), digest.to_string(), app.now());
-        app.meta(move |m| m.link_blob(&repo, &d, size, now)).await
+        app.meta(move |m| m.link_blob(&repo, &d, size, now)).await?;
+        settle_upload(app, mark, &name, &digest).await
     }
     .await;
     app.uploads.remove(&id).await;
@@ -738,14 +741,45 @@ async fn put_upload(app: &App, name: String, id: String, req: Request) -> Result
         ));
     }
     let sweep = app.sweep.read().await;
+    let mark = app.sweep_mark().await?;
     app.uploads.commit(&id, &digest).await?;
     let (i, repo, d, now) = (id.clone(), name.clone(), digest.to_string(), app.now());
     app.meta(move |m| m.finish_upload(&i, Some((&repo, &d, size)), now))
         .await?;
-    drop(sweep);
     drop(session);
     app.uploads.remove(&id).await;
+    settle_upload(app, mark, &name, &digest).await?;
+    drop(sweep);
     Ok(blob_created(&name, &digest))
+}
+
+/// After an upload linked `digest` in `name`: an error, with the link
+/// gone, if a sweep on another replica deleted the bytes as they were
+/// stored (`sweeps`), which only a digest stored long before and
+/// unreferenced since can meet. It is answered 503, which clients retry:
+/// the same upload again succeeds, since that sweep is over.
+async fn settle_upload(
+    app: &App,
+    mark: crate::sweeps::SweepMark,
+    name: &str,
+    digest: &Sha256Digest,
+) -> Result<()> {
+    if app.settle(mark, &[*digest]).await?.is_empty() {
+        return Ok(());
+    }
+    unlink_lost(app, name, digest).await?;
+    Err(RegistryError::with_status(
+        Code::BlobUploadInvalid,
+        StatusCode::SERVICE_UNAVAILABLE,
+        format!("garbage collection deleted {digest} while it was stored; upload the blob again"),
+    ))
+}
+
+/// Removes the link to `digest` in `name` whose bytes a sweep deleted.
+async fn unlink_lost(app: &App, name: &str, digest: &Sha256Digest) -> Result<()> {
+    let (repo, d) = (name.to_string(), digest.to_string());
+    app.meta(move |m| m.unlink_blob(&repo, &d)).await?;
+    Ok(())
 }
 
 async fn cancel_upload(app: &App, id: String) -> Result<Response> {

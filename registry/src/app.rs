@@ -1,7 +1,6 @@
 //! The registry's state: what every request handler, background job
 //! (garbage collection, sync workers) and the auth layer share.
 
-use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use crate::clock::Clock;
@@ -37,35 +36,6 @@ impl Default for Policy {
     }
 }
 
-/// Most blob checks remembered at once (about 100 bytes each).
-const MAX_TOUCHED: usize = 1 << 20;
-
-/// Records a check at `now` in `touched`, keeping it under `cap`. Only a
-/// check since `old_before` (the grace period) can still spare a blob, so
-/// older ones are dropped first; past the cap even then, the oldest go.
-/// Dropping a recent one is safe for data already referenced, and a push
-/// that loses the race gets `MANIFEST_BLOB_UNKNOWN` and uploads again.
-fn remember_touch(
-    touched: &mut HashMap<String, u64>,
-    key: String,
-    now: u64,
-    old_before: u64,
-    cap: usize,
-) {
-    touched.insert(key, now);
-    if touched.len() <= cap {
-        return;
-    }
-    touched.retain(|_, at| *at >= old_before);
-    if touched.len() > cap {
-        let mut times: Vec<u64> = touched.values().copied().collect();
-        let keep = cap - cap / 10;
-        let (_, cut, _) = times.select_nth_unstable_by(keep, |a, b| b.cmp(a));
-        let cut = *cut;
-        touched.retain(|_, at| *at > cut);
-    }
-}
-
 /// Everything a request may touch.
 pub struct App {
     pub blobs: Arc<dyn BlobStore>,
@@ -83,12 +53,11 @@ pub struct App {
     pub syncs: crate::sync_runner::SyncControl,
     /// The registry this one caches, in pull-through mode.
     pub upstream: Option<Arc<crate::pull_through::Upstream>>,
-    /// `repo NUL digest` -> when a client last checked the blob with HEAD:
-    /// a push that finds a blob skips uploading it and references it later.
-    touched: Mutex<HashMap<String, u64>>,
-    /// While garbage collection marks: the repositories a manifest was
-    /// stored in since its snapshot (see [`App::manifest_stored`]).
-    stored_while_marking: Mutex<Option<HashSet<String>>>,
+    /// Blob checks (`HEAD`) waiting to renew their links' times, written
+    /// together (see [`App::check_blob`]).
+    checks: Mutex<Vec<(String, tokio::sync::oneshot::Sender<bool>)>>,
+    /// Held by the request writing the waiting checks.
+    checks_writer: tokio::sync::Mutex<()>,
 }
 
 impl App {
@@ -109,8 +78,8 @@ impl App {
             gc_running: tokio::sync::Mutex::new(()),
             syncs: Default::default(),
             upstream: None,
-            touched: Mutex::new(HashMap::new()),
-            stored_while_marking: Mutex::new(None),
+            checks: Mutex::new(Vec::new()),
+            checks_writer: tokio::sync::Mutex::new(()),
         }
     }
 
@@ -118,70 +87,47 @@ impl App {
         self.clock.now()
     }
 
-    pub(crate) fn touch(&self, repo: &str, digest: &str) {
-        let now = self.now();
-        let mut touched = self.touched.lock().expect("touched lock");
-        remember_touch(
-            &mut touched,
-            crate::meta::key(&[repo, digest]),
-            now,
-            now.saturating_sub(self.policy.gc_grace_seconds),
-            MAX_TOUCHED,
-        );
-    }
-
-    pub(crate) fn touched_since(&self, t: u64) -> HashSet<String> {
-        let touched = self.touched.lock().expect("touched lock");
-        touched
-            .iter()
-            .filter(|(_, at)| **at >= t)
-            .map(|(k, _)| k.clone())
-            .collect()
-    }
-
-    pub(crate) fn forget_touches_before(&self, t: u64) {
-        self.touched
-            .lock()
-            .expect("touched lock")
-            .retain(|_, at| *at >= t);
-    }
-
-    /// Garbage collection is about to take its snapshot.
-    pub(crate) fn begin_marking(&self) {
-        *self.stored_while_marking.lock().expect("marking lock") = Some(HashSet::new());
-    }
-
-    /// Records, with the sweep's read side held, that a manifest was just
-    /// stored in `repo`.
-    ///
-    /// Marking works on a snapshot, so a manifest stored after it can
-    /// reference blobs and child manifests that marking found unreferenced
-    /// and old; `put_manifest` saw them still linked and accepted it. The
-    /// sweep therefore leaves alone every repository named here. Touching
-    /// the referenced blobs' link times instead would not be enough: a
-    /// child manifest kept that way would still lose its own blobs, which
-    /// marking doomed with it. A repository spared once is collected by
-    /// the next pass, which sees the new manifest.
-    pub(crate) fn manifest_stored(&self, repo: &str) {
-        if let Some(repos) = self
-            .stored_while_marking
-            .lock()
-            .expect("marking lock")
-            .as_mut()
-        {
-            repos.insert(repo.to_string());
+    /// A client checks blob `digest` of `repo` with `HEAD`: its size if
+    /// the repository links it. A push that finds a blob this way skips
+    /// uploading it and references it later, so the check renews the
+    /// link's time, in the metadata store where garbage collection on any
+    /// replica sees it, before it is answered. Only a link older than a
+    /// tenth of the grace period is renewed (so a check keeps a link at
+    /// least nine tenths of it), and the renewals of concurrent checks
+    /// share one transaction: a push of a new version checks every chunk
+    /// of the last one.
+    pub(crate) async fn check_blob(&self, repo: &str, digest: &str) -> Result<Option<u64>> {
+        let (k, now) = (crate::meta::key(&[repo, digest]), self.now());
+        let k2 = k.clone();
+        let Some((size, linked_at)) = self.meta(move |m| m.link(&k2)).await? else {
+            return Ok(None);
+        };
+        if linked_at >= now.saturating_sub(self.policy.gc_grace_seconds / 10) {
+            return Ok(Some(size));
         }
-    }
-
-    /// The repositories [`App::manifest_stored`] named since
-    /// [`App::begin_marking`]; called by the sweep under its write lock,
-    /// so the set is complete.
-    pub(crate) fn end_marking(&self) -> HashSet<String> {
-        self.stored_while_marking
-            .lock()
-            .expect("marking lock")
-            .take()
-            .unwrap_or_default()
+        let (tell, told) = tokio::sync::oneshot::channel();
+        self.checks.lock().expect("checks lock").push((k, tell));
+        {
+            // Whoever holds the writer writes every check waiting then,
+            // ours included unless an earlier writer took it.
+            let _writer = self.checks_writer.lock().await;
+            let batch = std::mem::take(&mut *self.checks.lock().expect("checks lock"));
+            if !batch.is_empty() {
+                let keys: Vec<String> = batch.iter().map(|(k, _)| k.clone()).collect();
+                let now = self.now();
+                let linked = self.meta(move |m| m.renew_links(&keys, now)).await?;
+                for ((_, tell), linked) in batch.into_iter().zip(linked) {
+                    let _ = tell.send(linked);
+                }
+            }
+        }
+        match told.await {
+            // Unlinked meanwhile (a delete, or a sweep that came first).
+            Ok(linked) => Ok(linked.then_some(size)),
+            Err(_) => Err(RegistryError::internal(
+                "the blob check could not be recorded",
+            )),
+        }
     }
 
     /// Runs a metadata operation off the async threads (redb commits fsync).
@@ -194,28 +140,5 @@ impl App {
             .await
             .map_err(RegistryError::internal)?
             .map_err(RegistryError::from)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn blob_checks_are_bounded() {
-        let mut t = HashMap::new();
-        for i in 0..10u64 {
-            remember_touch(&mut t, format!("old{i}"), i, 0, 10);
-        }
-        assert_eq!(t.len(), 10);
-        // Past the cap: the checks older than the grace period go.
-        remember_touch(&mut t, "new".into(), 100, 50, 10);
-        assert_eq!(t.keys().collect::<Vec<_>>(), ["new"]);
-        // All within the grace period: the oldest go.
-        for i in 0..20u64 {
-            remember_touch(&mut t, format!("k{i}"), 100 + i, 50, 10);
-            assert!(t.len() <= 10);
-        }
-        assert!(t.contains_key("k19") && !t.contains_key("k0"));
     }
 }

@@ -3,15 +3,19 @@
 //! manifests, repository links and blob bytes while the registry keeps
 //! serving.
 //!
-//! Marking reads a snapshot and parses manifests without any lock. The
-//! sweep then takes the write side of [`App::sweep`], which every handler
-//! that relies on something existing (a manifest PUT checking references,
-//! an upload or mount linking a blob, a blob `HEAD`) holds the read side
-//! of, and re-checks each candidate in one transaction before it goes. So
+//! One pass runs at a time among all replicas sharing the metadata store
+//! (the GC lease, [`crate::sweeps`]). Marking reads a snapshot and parses
+//! manifests without any lock. The sweep re-checks each candidate in one
+//! transaction before it goes: a link renewed since (by an upload, or a
+//! blob `HEAD` on any replica, [`App::check_blob`]) stays, and so does all
+//! of a repository whose manifests or tags changed since the snapshot,
+//! since a new manifest may reference what marking found unreferenced
+//! (the next pass sees it). Bytes go last, those nothing links any more;
+//! requests on other replicas that relied on bytes meanwhile check
+//! afterwards ([`App::settle`]), and this replica's own requests wait on
+//! [`App::sweep`] while it sweeps. So
 //! nothing a client has just seen or stored can disappear under it, and
 //! the grace period covers what a push uploads before its manifests.
-//! Repositories a manifest was stored in after the snapshot are left for
-//! the next pass ([`App::manifest_stored`]).
 //!
 //! Marking fails closed: a manifest it cannot read or parse stops the
 //! pass before anything is swept, since what it references is unknown.
@@ -24,12 +28,13 @@ use sealvol_spec::Sha256Digest;
 use sha2::{Digest as _, Sha256};
 
 use crate::app::App;
-use crate::error::{RegistryError, Result};
+use crate::error::{Code, RegistryError, Result};
 use crate::manifests::parse_manifest;
 use crate::meta::{
     drop_manifest, key, prefix, MetaError, MetaStore, BLOB_LINKS, LINK_TIMES, MANIFESTS, TAGS,
     UPLOADS, UPLOAD_TIMES,
 };
+use crate::sweeps::HeldLease;
 use crate::volumes::{self, HIDDEN, TAG_EXPIRY, VERSIONS, VERSION_OF_INDEX, VOLUMES};
 
 /// Expiry and retention, applied (or, dry, counted) before marking.
@@ -227,18 +232,35 @@ impl MetaStore {
     }
 
     /// Removes the doomed manifests and links that are still unreferenced
-    /// and as old as when they were marked; `touched` holds the links a
-    /// client checked within the grace period. Returns the counts.
+    /// and as old as when they were marked, sparing every repository whose
+    /// manifests or tags changed since `model` was read; and begins the
+    /// sweep (`sweeps`), in the same transaction. Returns the counts.
     pub(crate) fn sweep(
         &self,
         doomed: &Doomed,
-        touched: &HashSet<String>,
+        model: &HashMap<String, RepoModel>,
         old_before: u64,
     ) -> std::result::Result<(u64, u64), MetaError> {
         let tx = self.db.begin_write()?;
+        crate::sweeps::begin_sweep(&tx)?;
+        let mut changed: HashMap<&str, bool> = HashMap::new();
+        let repos = doomed
+            .manifests
+            .iter()
+            .map(|(r, _, _)| r)
+            .chain(doomed.links.iter().map(|(r, _)| r));
+        for repo in repos {
+            if !changed.contains_key(repo.as_str()) {
+                let c = changed_since(&tx, repo, model.get(repo))?;
+                changed.insert(repo, c);
+            }
+        }
         let mut manifests = 0;
         let mut links = 0;
         for (repo, digest, stored_at) in &doomed.manifests {
+            if changed[repo.as_str()] {
+                continue;
+            }
             let k = key(&[repo, digest]);
             let same = match tx.open_table(MANIFESTS)?.get(k.as_str())? {
                 Some(v) => {
@@ -266,12 +288,15 @@ impl MetaStore {
             }
         }
         for (repo, digest) in &doomed.links {
+            if changed[repo.as_str()] {
+                continue;
+            }
             let k = key(&[repo, digest]);
             let linked_at = tx
                 .open_table(LINK_TIMES)?
                 .get(k.as_str())?
                 .map_or(0, |t| t.value());
-            if linked_at < old_before && !touched.contains(&k) {
+            if linked_at < old_before {
                 if tx.open_table(BLOB_LINKS)?.remove(k.as_str())?.is_some() {
                     links += 1;
                 }
@@ -298,6 +323,34 @@ impl MetaStore {
         }
         Ok(live)
     }
+}
+
+/// Whether `repo` holds a manifest (or one stored again) or a tagged
+/// digest that marking's snapshot `then` did not: it may reference what
+/// marking doomed.
+fn changed_since(
+    tx: &crate::store::tables::WriteTransaction,
+    repo: &str,
+    then: Option<&RepoModel>,
+) -> std::result::Result<bool, MetaError> {
+    let Some(then) = then else {
+        return Ok(true);
+    };
+    let (lo, hi) = prefix(&[repo]);
+    for row in tx.open_table(MANIFESTS)?.range(lo.as_str()..hi.as_str())? {
+        let (k, v) = row?;
+        let d = k.value().rsplit_once('\0').map_or("", |(_, d)| d);
+        let rec: crate::meta::ManifestRecord = serde_json::from_slice(v.value())?;
+        if then.manifests.get(d) != Some(&rec.stored_at) {
+            return Ok(true);
+        }
+    }
+    for row in tx.open_table(TAGS)?.range(lo.as_str()..hi.as_str())? {
+        if !then.tagged.contains(row?.1.value()) {
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }
 
 /// What a stored manifest references, from its bytes.
@@ -345,7 +398,8 @@ async fn refs_of(app: &App, digest: &str, media_type: Option<&str>) -> Result<Re
     })
 }
 
-/// One pass; only one runs at a time.
+/// One pass; only one runs at a time, among all replicas sharing the
+/// metadata store (`TOOMANYREQUESTS` while another replica's runs).
 pub async fn collect(app: &App, dry_run: bool) -> Result<GcReport> {
     let _one = app.gc_running.lock().await;
     let marked = mark(app, dry_run).await?;
@@ -354,6 +408,8 @@ pub async fn collect(app: &App, dry_run: bool) -> Result<GcReport> {
 
 /// What marking found, for the sweep.
 pub(crate) struct Marked {
+    /// Taken by [`mark`], released by [`sweep`].
+    lease: Option<HeldLease>,
     started: Instant,
     dry_run: bool,
     old_before: u64,
@@ -366,6 +422,28 @@ pub(crate) struct Marked {
 /// Expiry, then marking, with no lock held: what is unreachable and
 /// older than the grace period becomes a candidate for the sweep.
 pub(crate) async fn mark(app: &App, dry_run: bool) -> Result<Marked> {
+    let lease = match HeldLease::take(app).await? {
+        Ok(l) => l,
+        Err(holder) => {
+            return Err(RegistryError::new(
+                Code::TooManyRequests,
+                format!("garbage collection is running on {holder}; collect again when it ends"),
+            ))
+        }
+    };
+    match mark_holding(app, dry_run, &lease).await {
+        Ok(m) => Ok(Marked {
+            lease: Some(lease),
+            ..m
+        }),
+        Err(e) => {
+            lease.release(app).await;
+            Err(e)
+        }
+    }
+}
+
+async fn mark_holding(app: &App, dry_run: bool, lease: &HeldLease) -> Result<Marked> {
     let started = Instant::now();
     let now = app.clock.now();
     let (retention, grace) = (app.policy.retention_seconds, app.policy.gc_grace_seconds);
@@ -384,7 +462,6 @@ pub(crate) async fn mark(app: &App, dry_run: bool) -> Result<Marked> {
     }
 
     // Mark.
-    app.begin_marking();
     let upload_ttl = app.policy.upload_ttl_seconds;
     let model = app.meta(move |m| m.gc_model(now, upload_ttl)).await?;
     let claimed = app.meta(move |m| m.claimed(now)).await?;
@@ -392,6 +469,9 @@ pub(crate) async fn mark(app: &App, dry_run: bool) -> Result<Marked> {
     for repo in model.values() {
         for d in repo.manifests.keys().chain(repo.hidden.iter()) {
             if !parsed.contains_key(d) {
+                if !lease.still_held(app).await? {
+                    return Err(lease_lost());
+                }
                 let media_type = repo.media_types.get(d).map(String::as_str);
                 let r = refs_of(app, d, media_type).await?;
                 parsed.insert(d.clone(), r);
@@ -455,6 +535,7 @@ pub(crate) async fn mark(app: &App, dry_run: bool) -> Result<Marked> {
     }
 
     Ok(Marked {
+        lease: None,
         started,
         dry_run,
         old_before,
@@ -466,9 +547,31 @@ pub(crate) async fn mark(app: &App, dry_run: bool) -> Result<Marked> {
 }
 
 /// Removes the candidates that are still unreferenced, under the sweep
-/// lock, then the blob bytes nothing links any more.
-pub(crate) async fn sweep(app: &App, marked: Marked) -> Result<GcReport> {
+/// lock, then the blob bytes nothing links any more; ends the sweep and
+/// releases the GC lease however it went.
+pub(crate) async fn sweep(app: &App, mut marked: Marked) -> Result<GcReport> {
+    let lease = marked.lease.take();
+    let result = sweep_holding(app, marked, lease.as_ref()).await;
+    if result.is_ok() || matches!(&result, Err((_, true))) {
+        // Were this to fail, the lapsing lease ends the sweep for others.
+        if let Err(e) = app.meta(|m| m.end_sweep()).await {
+            tracing::warn!(error = %e, "could not end the sweep");
+        }
+    }
+    if let Some(lease) = lease {
+        lease.release(app).await;
+    }
+    result.map_err(|(e, _)| e)
+}
+
+/// The sweep; an error says whether the sweep sequence was begun.
+async fn sweep_holding(
+    app: &App,
+    marked: Marked,
+    lease: Option<&HeldLease>,
+) -> std::result::Result<GcReport, (RegistryError, bool)> {
     let Marked {
+        lease: _,
         started,
         dry_run,
         old_before,
@@ -477,16 +580,10 @@ pub(crate) async fn sweep(app: &App, marked: Marked) -> Result<GcReport> {
         mut doomed,
         doomed_hidden,
     } = marked;
-    let stored = app.blobs.list().await?;
+    // Listed before the sweep: bytes stored since are not candidates, or
+    // were stored again under a digest listed, which `App::settle` catches.
+    let stored = app.blobs.list().await.map_err(|e| (e.into(), false))?;
     let _exclusive = app.sweep.write().await;
-    // Manifests stored since the snapshot may reference what marking
-    // doomed (see `App::manifest_stored`): spare their repositories.
-    let stored_since = app.end_marking();
-    doomed.links.retain(|(r, _)| !stored_since.contains(r));
-    doomed
-        .manifests
-        .retain(|(r, _, _)| !stored_since.contains(r));
-    let touched = app.touched_since(old_before);
     let live = if dry_run {
         // What would be left: everything marked, minus the doomed.
         let dead_links: HashSet<(&String, &String)> =
@@ -496,7 +593,7 @@ pub(crate) async fn sweep(app: &App, marked: Marked) -> Result<GcReport> {
         let mut live = HashSet::new();
         for (name, repo) in &model {
             for d in repo.links.keys() {
-                if !dead_links.contains(&(name, d)) || touched.contains(&key(&[name, d])) {
+                if !dead_links.contains(&(name, d)) {
                     live.insert(d.clone());
                 }
             }
@@ -512,24 +609,23 @@ pub(crate) async fn sweep(app: &App, marked: Marked) -> Result<GcReport> {
             }
         }
         report.manifests_deleted = doomed.manifests.len() as u64;
-        report.links_removed = doomed
-            .links
-            .iter()
-            .filter(|(r, d)| !touched.contains(&key(&[r, d])))
-            .count() as u64;
+        report.links_removed = doomed.links.len() as u64;
         live
     } else {
         let doomed_for_sweep = std::mem::take(&mut doomed);
-        let touched_for_sweep = touched.clone();
         let (m, l) = app
-            .meta(move |m| m.sweep(&doomed_for_sweep, &touched_for_sweep, old_before))
-            .await?;
+            .meta(move |m| m.sweep(&doomed_for_sweep, &model, old_before))
+            .await
+            .map_err(|e| (e, false))?;
         report.manifests_deleted = m;
         report.links_removed = l;
-        app.meta(|m| m.live_digests()).await?
+        app.meta(|m| m.live_digests())
+            .await
+            .map_err(|e| (e, true))?
     };
-    // Chunks running sync jobs stored or found and will link (pinned under
-    // the sweep's read lock, so the set is complete now).
+    // Chunks running sync jobs of this replica stored or found and will
+    // link (pinned under the sweep's read lock, so the set is complete
+    // now); other replicas' jobs check theirs afterwards (`App::settle`).
     let pinned = app.syncs.pinned();
     for b in stored {
         let digest = b.digest.to_string();
@@ -541,13 +637,20 @@ pub(crate) async fn sweep(app: &App, marked: Marked) -> Result<GcReport> {
             continue;
         }
         if !dry_run {
-            app.blobs.delete(&b.digest).await?;
+            if let Some(lease) = lease {
+                if !lease.still_held(app).await.map_err(|e| (e, true))? {
+                    return Err((lease_lost(), true));
+                }
+            }
+            app.blobs
+                .delete(&b.digest)
+                .await
+                .map_err(|e| (e.into(), true))?;
         }
         report.blobs_deleted += 1;
         report.bytes_reclaimed += b.size;
     }
     drop(_exclusive);
-    app.forget_touches_before(old_before);
     tracing::info!(
         dry_run,
         versions_purged = report.versions_purged,
@@ -559,6 +662,13 @@ pub(crate) async fn sweep(app: &App, marked: Marked) -> Result<GcReport> {
         "garbage collection"
     );
     Ok(report)
+}
+
+/// A pass that stalled past its lease stops: another may be running.
+fn lease_lost() -> RegistryError {
+    RegistryError::internal(
+        "garbage collection stopped: it held its lease too long and another pass may be running; collect again",
+    )
 }
 
 #[cfg(test)]
@@ -650,6 +760,63 @@ mod tests {
         // And the next pass, with the manifest marked, keeps them too.
         collect(&app, false).await.unwrap();
         assert!(stored(&app, &layer).await);
+    }
+
+    /// A push that finds a blob with `HEAD` references it later: the
+    /// check renews the link in the store, where a pass on any replica
+    /// sees it, and concurrent checks share one transaction.
+    #[tokio::test]
+    async fn a_blob_checked_with_head_outlives_the_grace_period() {
+        let (_dir, app) = open(policy()).await;
+        let checked = push_blob(&app, b"checked").await;
+        let unchecked = push_blob(&app, b"unchecked").await;
+        app.clock.advance(2 * GRACE as i64);
+        let (a, b) = (checked.to_string(), checked.to_string());
+        let (x, y) = tokio::join!(app.check_blob(REPO, &a), app.check_blob(REPO, &b));
+        assert_eq!((x.unwrap(), y.unwrap()), (Some(7), Some(7)));
+        let k = key(&[REPO, &checked.to_string()]);
+        let (_, at) = app.meta(move |m| m.link(&k)).await.unwrap().unwrap();
+        assert_eq!(at, app.now(), "the check did not renew the link");
+        assert_eq!(
+            app.check_blob(REPO, &unchecked.to_string().replace('a', "b"))
+                .await
+                .unwrap(),
+            None
+        );
+
+        collect(&app, false).await.unwrap();
+        assert!(linked(&app, &checked).await && stored(&app, &checked).await);
+        assert!(!linked(&app, &unchecked).await && !stored(&app, &unchecked).await);
+    }
+
+    /// A pass takes the store-wide lease; another replica's pass is
+    /// refused while it runs, and the lease goes with the pass.
+    #[tokio::test]
+    async fn one_pass_at_a_time_across_replicas() {
+        let (_dir, app) = open(policy()).await;
+        let now = app.now();
+        let other = app
+            .meta(move |m| m.acquire_gc_lease("replica-b", now, 60))
+            .await
+            .unwrap()
+            .unwrap();
+        let refused = collect(&app, false).await.unwrap_err();
+        assert!(
+            refused.is(Code::TooManyRequests) && refused.to_string().contains("replica-b"),
+            "{refused}"
+        );
+        app.meta(move |m| m.release_gc_lease(&other)).await.unwrap();
+        collect(&app, false).await.unwrap();
+        collect(&app, false).await.unwrap();
+        assert_eq!(app.meta.sweeps_begun(), 2);
+        let now = app.now();
+        let after = app.meta(move |m| m.sweep_mark()).await.unwrap();
+        let since = app.meta(move |m| m.since_mark(after, now)).await.unwrap();
+        assert_eq!(
+            since,
+            crate::sweeps::SinceMark::Untouched,
+            "a sweep left open"
+        );
     }
 
     /// A manifest garbage collection cannot read must stop the pass, not

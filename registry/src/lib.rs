@@ -43,6 +43,7 @@ mod query;
 pub mod secrets;
 pub mod server;
 pub mod store;
+pub mod sweeps;
 pub mod sync_api;
 pub mod sync_jobs;
 pub mod sync_runner;

@@ -201,6 +201,7 @@ pub(crate) async fn store_manifest(
     // repository; they are checked in the transaction that records the
     // manifest, with garbage collection's sweep held off.
     let _sweep = app.sweep.read().await;
+    let mark = app.sweep_mark().await?;
     app.blobs.put(&digest, bytes.clone()).await?;
     let (repo, d, subject) = (
         name.to_string(),
@@ -222,9 +223,9 @@ pub(crate) async fn store_manifest(
             )
         })
         .await?;
-    if stored.is_ok() {
-        // Before the sweep can run: it must see this (see the method).
-        app.manifest_stored(name);
+    if stored.is_ok() && !app.settle(mark, &[digest]).await?.is_empty() {
+        // A sweep on another replica took the bytes as they were stored.
+        app.blobs.put(&digest, bytes.clone()).await?;
     }
     drop(_sweep);
     if let Err(what) = stored {

@@ -164,6 +164,7 @@ impl MetaStore {
         crate::sync_jobs::create_tables(&tx)?;
         crate::keys::create_tables(&tx)?;
         crate::claims::create_tables(&tx)?;
+        crate::sweeps::create_tables(&tx)?;
         tx.commit()?;
         Ok(MetaStore { db })
     }
@@ -237,6 +238,36 @@ impl MetaStore {
         let tx = self.db.begin_read()?;
         let t = tx.open_table(BLOB_LINKS)?;
         Ok(t.get(key(&[repo, digest]).as_str())?.map(|v| v.value()))
+    }
+
+    /// The size and link time of link `repo NUL digest` ([`key`]).
+    pub fn link(&self, k: &str) -> Result<Option<(u64, u64)>> {
+        let tx = self.db.begin_read()?;
+        let Some(size) = tx.open_table(BLOB_LINKS)?.get(k)?.map(|v| v.value()) else {
+            return Ok(None);
+        };
+        let at = tx.open_table(LINK_TIMES)?.get(k)?.map_or(0, |v| v.value());
+        Ok(Some((size, at)))
+    }
+
+    /// Renews the time of each link in `keys` that still exists to `now`,
+    /// in one transaction; answers which exist.
+    pub fn renew_links(&self, keys: &[String], now: u64) -> Result<Vec<bool>> {
+        let tx = self.db.begin_write()?;
+        let mut out = Vec::with_capacity(keys.len());
+        {
+            let links = tx.open_table(BLOB_LINKS)?;
+            let mut times = tx.open_table(LINK_TIMES)?;
+            for k in keys {
+                let linked = links.get(k)?.is_some();
+                if linked && times.get(k)?.is_none_or(|t| t.value() < now) {
+                    times.insert(k, now)?;
+                }
+                out.push(linked);
+            }
+        }
+        tx.commit()?;
+        Ok(out)
     }
 
     pub fn unlink_blob(&self, repo: &str, digest: &str) -> Result<bool> {

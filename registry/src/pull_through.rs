@@ -347,7 +347,8 @@ async fn fetch_manifest<'a>(
     };
     let pin = up.pin(digest);
     let _sweep = app.sweep.read().await;
-    app.blobs.put(&digest, bytes).await?;
+    let mark = app.sweep_mark().await?;
+    app.blobs.put(&digest, bytes.clone()).await?;
     let (repo, d, now) = (name.to_string(), digest.to_string(), app.now());
     let tag = (!reference.contains(':')).then(|| reference.to_string());
     // A cache records what the upstream accepted: its blobs arrive later,
@@ -366,7 +367,9 @@ async fn fetch_manifest<'a>(
     })
     .await?
     .map_err(|what| RegistryError::internal(format!("caching a manifest needed {what}")))?;
-    app.manifest_stored(name);
+    if !app.settle(mark, &[digest]).await?.is_empty() {
+        app.blobs.put(&digest, bytes).await?;
+    }
     Ok(pin)
 }
 

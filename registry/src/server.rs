@@ -559,23 +559,25 @@ pub async fn serve(config: Config, ready: impl FnOnce(SocketAddr)) -> Result<(),
     let auth = config.auth(addr, Arc::clone(&app.meta))?;
     let stop = shutdown_signal().map_err(|e| ServeError::Serve(e.to_string()))?;
     ready(addr);
-    // Collection does not yet see pushes in flight on other replicas, so
-    // replicas sharing a metadata store never collect on their own.
-    let shared = config.metadata.kind == MetadataKind::Postgres;
-    if shared && config.gc_interval_seconds > 0 {
-        tracing::warn!(
-            "[metadata] is shared: periodic garbage collection is off (it does not yet see pushes on other replicas); run `sealvol gc` from one replica when no push is in flight"
-        );
-    }
-    let collector = (config.gc_interval_seconds > 0 && !shared).then(|| {
+    // Replicas sharing a metadata store each keep the timer: a pass takes
+    // the store-wide GC lease, so one runs and the others skip that tick.
+    let collector = (config.gc_interval_seconds > 0).then(|| {
         let (app, every) = (Arc::clone(&app), config.gc_interval_seconds);
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_secs(every));
             tick.tick().await; // the first tick is immediate
             loop {
                 tick.tick().await;
-                if let Err(e) = crate::gc::collect(&app, false).await {
-                    tracing::error!("scheduled garbage collection: {e}");
+                match crate::gc::collect(&app, false).await {
+                    Ok(_) => {}
+                    Err(crate::error::RegistryError::Oci {
+                        code: crate::error::Code::TooManyRequests,
+                        message,
+                        ..
+                    }) => {
+                        tracing::info!("scheduled garbage collection skipped: {message}");
+                    }
+                    Err(e) => tracing::error!("scheduled garbage collection: {e}"),
                 }
             }
         })

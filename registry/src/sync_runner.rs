@@ -674,6 +674,7 @@ async fn execute(
     let mut todo = Vec::new();
     {
         let _sweep = app.sweep.read().await;
+        let mark = app.sweep_mark().await.map_err(internal)?;
         for o in objects.iter() {
             match done.remove(&o.path) {
                 Some(f)
@@ -695,10 +696,35 @@ async fn execute(
             .map(|c| (c.sha256.to_string(), u64::from(c.length)))
             .collect();
         if !reused.is_empty() {
+            let digests: Vec<Sha256Digest> = results
+                .values()
+                .flat_map(|f| f.chunks.iter().map(|c| c.sha256))
+                .collect();
             let (repo, now) = (job.dest.name.clone(), app.now());
             app.meta(move |m| m.link_blobs(&repo, &reused.into_iter().collect::<Vec<_>>(), now))
                 .await
                 .map_err(internal)?;
+            // A sweep on another replica may have taken some meanwhile:
+            // the files with a chunk gone are copied again.
+            let gone: HashSet<Sha256Digest> = app
+                .settle(mark, &digests)
+                .await
+                .map_err(internal)?
+                .into_iter()
+                .collect();
+            if !gone.is_empty() {
+                for o in objects.iter() {
+                    let lost = results
+                        .get(&o.path)
+                        .is_some_and(|f| f.chunks.iter().any(|c| gone.contains(&c.sha256)));
+                    if lost {
+                        let f = results.remove(&o.path).expect("a result");
+                        progress.files_done -= 1;
+                        progress.bytes_done -= f.size;
+                        todo.push(o.clone());
+                    }
+                }
+            }
         }
     }
     running
@@ -730,22 +756,43 @@ async fn execute(
         .map(|o| {
             let (source, sink, shared) = (Arc::clone(&source), Arc::clone(&sink), &shared);
             async move {
-                let file = with_retries(app, job, running, || {
-                    copy_object(&*source, &o, cutter, Arc::clone(&sink), running)
-                })
-                .await?;
-                let chunks: BTreeSet<(String, u64)> = file
-                    .chunks
-                    .iter()
-                    .map(|c| (c.sha256.to_string(), u64::from(c.length)))
-                    .collect();
-                let (repo, now) = (job.dest.name.clone(), app.now());
-                let digests: Vec<String> = chunks.iter().map(|(d, _)| d.clone()).collect();
-                app.meta(move |m| {
-                    m.link_blobs(&repo, &chunks.into_iter().collect::<Vec<_>>(), now)
-                })
-                .await
-                .map_err(internal)?;
+                let mut copies = 0;
+                let (file, digests) = loop {
+                    copies += 1;
+                    let mark = app.sweep_mark().await.map_err(internal)?;
+                    let file = with_retries(app, job, running, || {
+                        copy_object(&*source, &o, cutter, Arc::clone(&sink), running)
+                    })
+                    .await?;
+                    let chunks: BTreeSet<(String, u64)> = file
+                        .chunks
+                        .iter()
+                        .map(|c| (c.sha256.to_string(), u64::from(c.length)))
+                        .collect();
+                    let (repo, now) = (job.dest.name.clone(), app.now());
+                    let digests: Vec<String> = chunks.iter().map(|(d, _)| d.clone()).collect();
+                    app.meta(move |m| {
+                        m.link_blobs(&repo, &chunks.into_iter().collect::<Vec<_>>(), now)
+                    })
+                    .await
+                    .map_err(internal)?;
+                    let found: Vec<Sha256Digest> = file.chunks.iter().map(|c| c.sha256).collect();
+                    let gone = app.settle(mark, &found).await.map_err(internal)?;
+                    if gone.is_empty() {
+                        break (file, digests);
+                    }
+                    // A sweep on another replica deleted chunks this copy
+                    // found in the store before they were linked.
+                    if copies == 3 {
+                        return Err(SyncError::new(
+                            ErrorKind::Internal,
+                            format!(
+                                "{}: garbage collection kept deleting its chunks; start the sync again",
+                                o.path
+                            ),
+                        ));
+                    }
+                };
                 // Linked now, and the claim keeps the volume's links.
                 {
                     let mut pins = running.pinned.lock().expect("pins lock");
@@ -1027,13 +1074,12 @@ async fn publish(
             .map_err(|e| internal(e.to_string()))?;
             for c in &built.blobs {
                 let d = c.digest();
-                {
-                    let _sweep = app.sweep.read().await;
-                    app.blobs
-                        .put(&d, Bytes::from(c.bytes.clone()))
-                        .await
-                        .map_err(internal)?;
-                }
+                let _sweep = app.sweep.read().await;
+                let mark = app.sweep_mark().await.map_err(internal)?;
+                app.blobs
+                    .put(&d, Bytes::from(c.bytes.clone()))
+                    .await
+                    .map_err(internal)?;
                 let (r, ds, n, now) = (
                     repo.to_string(),
                     d.to_string(),
@@ -1043,6 +1089,13 @@ async fn publish(
                 app.meta(move |m| m.link_blob(&r, &ds, n, now))
                     .await
                     .map_err(internal)?;
+                if !app.settle(mark, &[d]).await.map_err(internal)?.is_empty() {
+                    // A sweep on another replica took them as they were stored.
+                    app.blobs
+                        .put(&d, Bytes::from(c.bytes.clone()))
+                        .await
+                        .map_err(internal)?;
+                }
             }
             for m in &built.manifests {
                 store(

@@ -1457,3 +1457,143 @@ fn a_token_from_one_replica_is_honoured_by_another_with_the_same_signing_key() {
     );
     drop(pg);
 }
+
+/// Garbage collection on both replicas, on their timers and by hand,
+/// while pushes on B upload bytes that churn on A has just made garbage
+/// of (pushed, deleted, purged with a retention of 0): every push that
+/// succeeded pulls back identical from the other replica. The grace
+/// period is 0, so only the store-wide GC lease, push claims, link times
+/// in the shared store and the sweep sequence (`App::settle`) keep what a
+/// push relies on.
+#[test]
+fn garbage_collection_on_both_replicas_with_pushes_in_flight_deletes_no_reachable_blob() {
+    let sb = Sandbox::new();
+    let moto = Moto::start();
+    moto.create_bucket(BUCKET);
+    let pg = sealvol_tests::Postgres::start();
+    let config = format!(
+        "gc_grace_seconds = 0\nretention_seconds = 0\ngc_interval_seconds = 1\n{}[metadata]\nkind = \"postgres\"\nurl = \"{}\"\n",
+        s3_config(&moto, sb.path()),
+        pg.url()
+    );
+    let a = Server::start_config_env(&sb.path().join("replica-a"), &config, &[]);
+    let b = Server::start_config_env(&sb.path().join("replica-b"), &config, &[]);
+    let hosts = [host(&a), host(&b)];
+    let ok = |out: std::process::Output, what: &str| {
+        assert!(
+            out.status.success(),
+            "{what}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+
+    let deadline = std::time::Instant::now() + Duration::from_secs(25);
+    let (garbage, churned) = std::sync::mpsc::channel::<(u64, std::path::PathBuf)>();
+    let (sb, ok, churn_host) = (&sb, &ok, &hosts[0]);
+    let kept: Vec<(String, std::path::PathBuf)> = std::thread::scope(|scope| {
+        // Churn on A: each round's bytes pushed, deleted, and handed to B
+        // once the next passes may be sweeping them.
+        scope.spawn(move || {
+            let r = &churn_host;
+            let mut i = 0;
+            while std::time::Instant::now() < deadline {
+                let dir = sb.path().join(format!("churn-{i}"));
+                write(&dir.join("round.bin"), &noise(2 << 20, 500 + i), 0o644);
+                let volume = format!("churn/c{i}");
+                ok(
+                    sb.sealvol(
+                        r,
+                        &["push", s(&dir), &format!("{r}/{volume}:v"), "--no-cache"],
+                    ),
+                    "churn push",
+                );
+                ok(
+                    sb.sealvol(r, &["rm", "-r", &format!("bdn:{volume}"), "--yes"]),
+                    "churn rm",
+                );
+                std::thread::sleep(Duration::from_millis(900 + 150 * (i % 4)));
+                garbage.send((i, dir)).unwrap();
+                i += 1;
+            }
+        });
+        // Collection by hand on both, besides their timers.
+        let collectors: Vec<_> = (0..2)
+            .map(|c| {
+                let (sb, r) = (&sb, hosts[c].clone());
+                scope.spawn(move || {
+                    let mut deleted = 0;
+                    while std::time::Instant::now() < deadline {
+                        let out = sb.sealvol(&r, &["gc", "--output", "json"]);
+                        let err = String::from_utf8_lossy(&out.stderr);
+                        if out.status.success() {
+                            let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+                            deleted += report["blobs_deleted"].as_u64().unwrap();
+                        } else {
+                            assert!(
+                                err.contains("garbage collection is running on"),
+                                "gc: {err}"
+                            );
+                        }
+                    }
+                    deleted
+                })
+            })
+            .collect();
+        // Pushes to be kept, on B: each round's bytes and a file of its own.
+        let r = &hosts[1];
+        let mut kept = Vec::new();
+        for (i, churn) in churned {
+            let dir = sb.path().join(format!("keep-{i}"));
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::copy(churn.join("round.bin"), dir.join("round.bin")).unwrap();
+            write(&dir.join("own.bin"), &noise(600 << 10, 9000 + i), 0o644);
+            let target = format!("{r}/keep/k{i}:v1");
+            // Bytes a sweep on A takes as B stores them are answered 503
+            // and uploaded again by the client: every push succeeds.
+            ok(
+                sb.sealvol(r, &["push", s(&dir), &target, "--no-cache"]),
+                "push",
+            );
+            kept.push((format!("keep/k{i}:v1"), dir));
+        }
+        let deleted: u64 = collectors.into_iter().map(|h| h.join().unwrap()).sum();
+        assert!(
+            deleted > 0,
+            "no pass by hand deleted anything while pushes ran"
+        );
+        kept
+    });
+    assert!(kept.len() >= 4, "too few pushes succeeded: {}", kept.len());
+    // One more pass on each, with nothing in flight, then every kept
+    // version pulls back identical from the replica it was not pushed to.
+    for r in &hosts {
+        let settled = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let out = sb.sealvol(r, &["gc", "--output", "json"]);
+            if out.status.success() {
+                break;
+            }
+            // Only the other replica's timer may be in the way.
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                err.contains("garbage collection is running on")
+                    && std::time::Instant::now() < settled,
+                "gc: {err}"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+    eprintln!("{} pushes kept", kept.len());
+    for (i, (name, dir)) in kept.iter().enumerate() {
+        let r = &hosts[0];
+        let out = sb.path().join(format!("pulled-{i}"));
+        let pulled = sb.sealvol(r, &["pull", &format!("{r}/{name}"), s(&out), "--no-cache"]);
+        assert!(
+            pulled.status.success(),
+            "{name} no longer pulls after garbage collection: {}",
+            String::from_utf8_lossy(&pulled.stderr)
+        );
+        assert_same_tree(dir, &out);
+    }
+    // The servers stop before PostgreSQL (declared after it).
+}
