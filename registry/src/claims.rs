@@ -22,6 +22,18 @@ pub(crate) fn create_tables(tx: &WriteTransaction) -> std::result::Result<(), Me
     Ok(())
 }
 
+/// Whether `repo` holds a live claim at `now`, in a read transaction.
+pub(crate) fn live(
+    tx: &crate::store::tables::ReadTransaction,
+    repo: &str,
+    now: u64,
+) -> std::result::Result<bool, MetaError> {
+    Ok(match tx.open_table(CLAIMS)?.get(repo)? {
+        Some(v) => serde_json::from_slice::<Claim>(v.value())?.expires_at > now,
+        None => false,
+    })
+}
+
 /// A claim as the registry holds it; the API shows it as
 /// [`sealvol_spec::api::Claim`].
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

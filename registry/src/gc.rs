@@ -796,16 +796,19 @@ mod tests {
         let (_dir, app) = open(policy()).await;
         let now = app.now();
         let other = app
-            .meta(move |m| m.acquire_gc_lease("replica-b", now, 60))
+            .meta(move |m| m.acquire_claim(crate::sweeps::GC_CLAIM, "replica-b", now, 60))
             .await
             .unwrap()
-            .unwrap();
+            .unwrap()
+            .token;
         let refused = collect(&app, false).await.unwrap_err();
         assert!(
             refused.is(Code::TooManyRequests) && refused.to_string().contains("replica-b"),
             "{refused}"
         );
-        app.meta(move |m| m.release_gc_lease(&other)).await.unwrap();
+        app.meta(move |m| m.release_claim(crate::sweeps::GC_CLAIM, &other))
+            .await
+            .unwrap();
         collect(&app, false).await.unwrap();
         collect(&app, false).await.unwrap();
         assert_eq!(app.meta.sweeps_begun(), 2);

@@ -2,12 +2,12 @@
 //! collection (SPEC.md §7.4), so that a pass on one replica is safe while
 //! the others serve:
 //!
-//! - **One pass at a time, store-wide**: a pass holds the GC lease, a row
-//!   renewed while it runs and lapsing on its own when its replica dies
-//!   (as a push claim does). A lease row rather than PostgreSQL's
-//!   `pg_advisory_lock` because it holds on redb too, needs no connection
-//!   kept open for the whole pass, and a stalled holder can tell it lost
-//!   it before deleting anything more.
+//! - **One pass at a time, store-wide**: a pass holds the GC lease, a push
+//!   claim ([`crate::claims`]) on a name no volume can have, renewed while
+//!   it runs and lapsing on its own when its replica dies. A claim row
+//!   rather than PostgreSQL's `pg_advisory_lock` because it holds on redb
+//!   too, needs no connection kept open for the whole pass, and a stalled
+//!   holder can tell it lost it before deleting anything more.
 //! - **The sweep sequence**: a counter the pass makes odd in the
 //!   transaction that removes links, and even again once it has deleted
 //!   the bytes nothing links. A request that relies on blob bytes it did
@@ -25,36 +25,25 @@
 
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
-
 use crate::app::App;
 use crate::error::Result;
 use crate::meta::{MetaError, MetaStore};
-use crate::store::tables::{Bytes, TableDefinition, WriteTransaction, U64};
+use crate::store::tables::{TableDefinition, WriteTransaction, U64};
 use sealvol_spec::Sha256Digest;
 
-/// `"lease"` -> the running pass's [`GcLease`] (JSON).
-const GC_LEASE: TableDefinition<Bytes> = TableDefinition::new("gc_lease");
 /// `"sweeps"` -> the sweep sequence: odd while a sweep deletes bytes.
 const GC_SWEEPS: TableDefinition<U64> = TableDefinition::new("gc_sweeps");
-const LEASE: &str = "lease";
 const SWEEPS: &str = "sweeps";
+/// The push claim that is the GC lease: NUL is in no volume name.
+pub(crate) const GC_CLAIM: &str = "\0gc";
 
-/// How long a pass's lease lasts unless renewed; renewed every third.
+/// How long a pass's lease lasts unless renewed (at each step of the
+/// pass once a tenth of it went by).
 pub const GC_LEASE_SECONDS: u64 = 60;
 
 pub(crate) fn create_tables(tx: &WriteTransaction) -> std::result::Result<(), MetaError> {
-    tx.open_table(GC_LEASE)?;
     tx.open_table(GC_SWEEPS)?;
     Ok(())
-}
-
-#[derive(Clone, Debug, Serialize, Deserialize)]
-struct GcLease {
-    token: String,
-    holder: String,
-    /// Unix seconds.
-    until: u64,
 }
 
 /// The sweep sequence when a request began to rely on blob bytes.
@@ -73,78 +62,6 @@ pub enum SinceMark {
 }
 
 impl MetaStore {
-    /// Takes the store-wide GC lease for `holder`: its token, or the
-    /// holder of the live lease that keeps it.
-    pub fn acquire_gc_lease(
-        &self,
-        holder: &str,
-        now: u64,
-        ttl: u64,
-    ) -> crate::meta::Result<std::result::Result<String, String>> {
-        let tx = self.db.begin_write()?;
-        let answer = {
-            let mut t = tx.open_table(GC_LEASE)?;
-            let live = match t.get(LEASE)? {
-                Some(v) => Some(serde_json::from_slice::<GcLease>(v.value())?),
-                None => None,
-            }
-            .filter(|l| l.until > now);
-            match live {
-                Some(l) => Err(l.holder),
-                None => {
-                    let lease = GcLease {
-                        token: uuid::Uuid::new_v4().to_string(),
-                        holder: holder.to_string(),
-                        until: now + ttl,
-                    };
-                    t.insert(LEASE, serde_json::to_vec(&lease)?.as_slice())?;
-                    Ok(lease.token)
-                }
-            }
-        };
-        tx.commit()?;
-        Ok(answer)
-    }
-
-    /// Extends the lease `token` holds; false when it lapsed or is
-    /// another's.
-    pub fn renew_gc_lease(&self, token: &str, now: u64, ttl: u64) -> crate::meta::Result<bool> {
-        let tx = self.db.begin_write()?;
-        let renewed = {
-            let mut t = tx.open_table(GC_LEASE)?;
-            let held = match t.get(LEASE)? {
-                Some(v) => Some(serde_json::from_slice::<GcLease>(v.value())?),
-                None => None,
-            };
-            match held.filter(|l| l.token == token && l.until > now) {
-                Some(mut l) => {
-                    l.until = now + ttl;
-                    t.insert(LEASE, serde_json::to_vec(&l)?.as_slice())?;
-                    true
-                }
-                None => false,
-            }
-        };
-        tx.commit()?;
-        Ok(renewed)
-    }
-
-    pub fn release_gc_lease(&self, token: &str) -> crate::meta::Result<()> {
-        let tx = self.db.begin_write()?;
-        {
-            let mut t = tx.open_table(GC_LEASE)?;
-            let mine = match t.get(LEASE)? {
-                Some(v) => serde_json::from_slice::<GcLease>(v.value())?.token == token,
-                None => false,
-            };
-            if mine {
-                t.remove(LEASE)?;
-            }
-        }
-        tx.commit()?;
-        Ok(())
-    }
-
     /// Reads the sweep sequence: call before relying on blob bytes.
     pub fn sweep_mark(&self) -> crate::meta::Result<SweepMark> {
         let tx = self.db.begin_read()?;
@@ -165,10 +82,7 @@ impl MetaStore {
         if n == mark.0 && n % 2 == 0 {
             return Ok(SinceMark::Untouched);
         }
-        let live = match tx.open_table(GC_LEASE)?.get(LEASE)? {
-            Some(v) => serde_json::from_slice::<GcLease>(v.value())?.until > now,
-            None => false,
-        };
+        let live = crate::claims::live(&tx, GC_CLAIM, now)?;
         Ok(if n % 2 == 1 && live {
             SinceMark::Sweeping
         } else if n == mark.0 {
@@ -232,12 +146,14 @@ impl HeldLease {
             .unwrap_or_else(|| "this registry".to_string());
         let now = app.now();
         let taken = app
-            .meta(move |m| m.acquire_gc_lease(&holder, now, GC_LEASE_SECONDS))
+            .meta(move |m| m.acquire_claim(GC_CLAIM, &holder, now, GC_LEASE_SECONDS))
             .await?;
-        Ok(taken.map(|token| HeldLease {
-            token,
-            renewed_at: std::sync::Mutex::new(std::time::Instant::now()),
-        }))
+        Ok(taken
+            .map(|c| HeldLease {
+                token: c.token,
+                renewed_at: std::sync::Mutex::new(std::time::Instant::now()),
+            })
+            .map_err(|held| held.holder))
     }
 
     /// Whether the lease is still this pass's, renewing it when a tenth
@@ -250,8 +166,9 @@ impl HeldLease {
         }
         let (t, now) = (self.token.clone(), app.now());
         let held = app
-            .meta(move |m| m.renew_gc_lease(&t, now, GC_LEASE_SECONDS))
-            .await?;
+            .meta(move |m| m.renew_claim(GC_CLAIM, &t, now, GC_LEASE_SECONDS))
+            .await?
+            .is_some();
         if held {
             *self.renewed_at.lock().expect("lease lock") = std::time::Instant::now();
         }
@@ -260,7 +177,7 @@ impl HeldLease {
 
     pub(crate) async fn release(self, app: &App) {
         let token = self.token;
-        if let Err(e) = app.meta(move |m| m.release_gc_lease(&token)).await {
+        if let Err(e) = app.meta(move |m| m.release_claim(GC_CLAIM, &token)).await {
             tracing::warn!(error = %e, "could not release the GC lease");
         }
     }
@@ -322,29 +239,17 @@ mod tests {
     }
 
     #[test]
-    fn one_pass_at_a_time_until_release_or_lapse() {
-        let (_dir, m) = store();
-        let a = m.acquire_gc_lease("a", 100, 60).unwrap().unwrap();
-        assert_eq!(m.acquire_gc_lease("b", 150, 60).unwrap().unwrap_err(), "a");
-        assert!(m.renew_gc_lease(&a, 150, 60).unwrap());
-        assert!(m.acquire_gc_lease("b", 200, 60).unwrap().is_err());
-        // Lapsed at 210: b takes it, and a can neither renew nor release it.
-        let b = m.acquire_gc_lease("b", 210, 60).unwrap().unwrap();
-        assert!(!m.renew_gc_lease(&a, 211, 60).unwrap());
-        m.release_gc_lease(&a).unwrap();
-        assert!(m.acquire_gc_lease("c", 212, 60).unwrap().is_err());
-        m.release_gc_lease(&b).unwrap();
-        assert!(m.acquire_gc_lease("c", 212, 60).unwrap().is_ok());
-    }
-
-    #[test]
     fn a_mark_tells_whether_a_sweep_overlapped() {
         let (_dir, m) = store();
         let before = m.sweep_mark().unwrap();
         assert_eq!(m.since_mark(before, 100).unwrap(), SinceMark::Untouched);
 
         // A sweep under a live lease: in progress, then over.
-        let token = m.acquire_gc_lease("a", 100, 60).unwrap().unwrap();
+        let token = m
+            .acquire_claim(GC_CLAIM, "a", 100, 60)
+            .unwrap()
+            .unwrap()
+            .token;
         sweep(&m);
         assert_eq!(m.since_mark(before, 100).unwrap(), SinceMark::Sweeping);
         let during = m.sweep_mark().unwrap();
@@ -354,16 +259,16 @@ mod tests {
         assert_eq!(m.since_mark(during, 100).unwrap(), SinceMark::Swept);
         let after = m.sweep_mark().unwrap();
         assert_eq!(m.since_mark(after, 100).unwrap(), SinceMark::Untouched);
-        m.release_gc_lease(&token).unwrap();
+        m.release_claim(GC_CLAIM, &token).unwrap();
 
         // A pass whose replica died mid-sweep: odd, lease lapsed.
-        m.acquire_gc_lease("a", 200, 60).unwrap().unwrap();
+        m.acquire_claim(GC_CLAIM, "a", 200, 60).unwrap().unwrap();
         sweep(&m);
         let dead = m.sweep_mark().unwrap();
         assert_eq!(m.since_mark(after, 300).unwrap(), SinceMark::Swept);
         assert_eq!(m.since_mark(dead, 300).unwrap(), SinceMark::Untouched);
         // The next sweep moves on to the next odd number.
-        m.acquire_gc_lease("b", 300, 60).unwrap().unwrap();
+        m.acquire_claim(GC_CLAIM, "b", 300, 60).unwrap().unwrap();
         sweep(&m);
         assert_eq!(m.since_mark(dead, 300).unwrap(), SinceMark::Sweeping);
         assert_eq!(m.sweeps_begun(), 3);
