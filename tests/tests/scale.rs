@@ -24,6 +24,16 @@ fn s3_config(moto: &Moto, dir: &Path) -> String {
     )
 }
 
+/// A replica's `registry.toml`: `top` (top-level fields), the bucket's
+/// `[storage]` and PostgreSQL as `[metadata]`.
+fn replica_config(top: &str, moto: &Moto, dir: &Path, pg: &sealvol_tests::Postgres) -> String {
+    format!(
+        "{top}{}[metadata]\nkind = \"postgres\"\nurl = \"{}\"\n",
+        s3_config(moto, dir),
+        pg.url()
+    )
+}
+
 fn sha256(bytes: &[u8]) -> String {
     format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
 }
@@ -760,11 +770,7 @@ fn two_replicas_on_one_bucket_and_one_postgres_serve_the_same_volumes() {
     let moto = Moto::start();
     moto.create_bucket(BUCKET);
     let pg = sealvol_tests::Postgres::start();
-    let config = format!(
-        "{}[metadata]\nkind = \"postgres\"\nurl = \"{}\"\n",
-        s3_config(&moto, sb.path()),
-        pg.url()
-    );
+    let config = replica_config("", &moto, sb.path(), &pg);
     let a = Server::start_config_env(&sb.path().join("replica-a"), &config, &[]);
     let b = Server::start_config_env(&sb.path().join("replica-b"), &config, &[]);
     let (ra, rb) = (host(&a), host(&b));
@@ -916,11 +922,7 @@ fn concurrent_pushes_of_one_volume_across_replicas_each_seal_or_are_refused_clea
     let moto = Moto::start();
     moto.create_bucket(BUCKET);
     let pg = sealvol_tests::Postgres::start();
-    let config = format!(
-        "{}[metadata]\nkind = \"postgres\"\nurl = \"{}\"\n",
-        s3_config(&moto, sb.path()),
-        pg.url()
-    );
+    let config = replica_config("", &moto, sb.path(), &pg);
     let a = Server::start_config_env(&sb.path().join("replica-a"), &config, &[]);
     let b = Server::start_config_env(&sb.path().join("replica-b"), &config, &[]);
     let hosts = [host(&a), host(&b)];
@@ -1049,10 +1051,11 @@ fn a_sync_whose_replica_dies_is_finished_by_another_with_the_same_version() {
     }
     let slow = sealvol_tests::HfHub::start(hub_root.path(), Some(1 << 20), 0);
     let env = [("HF_ENDPOINT", slow.url())];
-    let config = format!(
-        "sync_lease_seconds = 2\nclaim_ttl_seconds = 4\n{}[metadata]\nkind = \"postgres\"\nurl = \"{}\"\n",
-        s3_config(&moto, sb.path()),
-        pg.url()
+    let config = replica_config(
+        "sync_lease_seconds = 2\nclaim_ttl_seconds = 4\n",
+        &moto,
+        sb.path(),
+        &pg,
     );
     // Only A runs at first, so the job is A's.
     let a = Server::start_config_env(&sb.path().join("replica-a"), &config, &env);
@@ -1249,11 +1252,7 @@ fn migrate_copies_a_whole_registry_from_the_data_folder_to_a_bucket_and_postgres
     let to = sealvol_tests::write_config(
         &new_root,
         "127.0.0.1:0",
-        &format!(
-            "{}[metadata]\nkind = \"postgres\"\nurl = \"{}\"\n",
-            s3_config(&moto, sb.path()),
-            pg.url()
-        ),
+        &replica_config("", &moto, sb.path(), &pg),
     );
     let out = sealvol_tests::ok(
         sb.command(sealvol_tests::sealvol_bin())
@@ -1416,11 +1415,9 @@ fn a_token_from_one_replica_is_honoured_by_another_with_the_same_signing_key() {
     std::fs::write(&htpasswd, sealvol_tests::htpasswd_line("writer", PASSWORD)).unwrap();
     let config = |key: &str| {
         format!(
-            "{}[metadata]\nkind = \"postgres\"\nurl = \"{}\"\n\
-             [auth]\nhtpasswd = {:?}\npublic_url = \"http://registry.example.test\"\nsigning_key_file = {:?}\n\
+            "{}[auth]\nhtpasswd = {:?}\npublic_url = \"http://registry.example.test\"\nsigning_key_file = {:?}\n\
              [[auth.access]]\nrepositories = [\"weights/**\"]\nusers = [\"writer\"]\nactions = [\"pull\", \"push\"]\n",
-            s3_config(&moto, sb.path()),
-            pg.url(),
+            replica_config("", &moto, sb.path(), &pg),
             s(&htpasswd),
             s(&sb.path().join(key))
         )
@@ -1471,10 +1468,11 @@ fn garbage_collection_on_both_replicas_with_pushes_in_flight_deletes_no_reachabl
     let moto = Moto::start();
     moto.create_bucket(BUCKET);
     let pg = sealvol_tests::Postgres::start();
-    let config = format!(
-        "gc_grace_seconds = 0\nretention_seconds = 0\ngc_interval_seconds = 1\n{}[metadata]\nkind = \"postgres\"\nurl = \"{}\"\n",
-        s3_config(&moto, sb.path()),
-        pg.url()
+    let config = replica_config(
+        "gc_grace_seconds = 0\nretention_seconds = 0\ngc_interval_seconds = 1\n",
+        &moto,
+        sb.path(),
+        &pg,
     );
     let a = Server::start_config_env(&sb.path().join("replica-a"), &config, &[]);
     let b = Server::start_config_env(&sb.path().join("replica-b"), &config, &[]);
