@@ -218,7 +218,7 @@ fn print_entries(entries: &[EntryInfo]) {
     for e in entries {
         let suffix = match (&e.target, e.kind) {
             (Some(t), _) => format!(" -> {t}"),
-            (None, "dir") => "/".to_string(),
+            (None, inspect::EntryKind::Dir) => "/".to_string(),
             _ => String::new(),
         };
         let _ = writeln!(out, "{} {:>12} {}{suffix}", e.mode, e.size, e.path);

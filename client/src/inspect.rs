@@ -5,13 +5,13 @@
 //! registry has the volume API (SPEC.md §7), version lists come from it,
 //! with sequence numbers and deleted versions, and tags may expire.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::BTreeMap;
 use std::io::Write;
 
 use futures_util::{stream, StreamExt, TryStreamExt};
 use sealvol_spec::oci::VersionIndex;
 use sealvol_spec::reference::{Tag, VolumeRef, HEAD};
-use sealvol_spec::tree::{Entry, EntryData, TreeIndex};
+use sealvol_spec::tree::{EntryData, TreeIndex};
 use sealvol_spec::{B3Digest, Sha256Digest};
 use serde::Serialize;
 
@@ -52,41 +52,8 @@ pub async fn volumes(remote: &Remote, namespace: &str) -> Result<Vec<String>, Er
     Ok(out)
 }
 
-/// One entry as `ls` and `stat` show it.
-#[derive(Clone, Debug, Serialize)]
-pub struct EntryInfo {
-    pub path: String,
-    pub kind: &'static str,
-    pub mode: String,
-    pub size: u64,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub blake3: Option<B3Digest>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub chunks: Option<usize>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub target: Option<String>,
-}
-
-impl From<&Entry> for EntryInfo {
-    fn from(e: &Entry) -> EntryInfo {
-        let (kind, blake3, chunks, target) = match &e.data {
-            EntryData::Dir => ("dir", None, None, None),
-            EntryData::File { blake3, chunks, .. } => {
-                ("file", Some(*blake3), Some(chunks.len()), None)
-            }
-            EntryData::Symlink { target } => ("symlink", None, None, Some(target.clone())),
-        };
-        EntryInfo {
-            path: e.path.clone(),
-            kind,
-            mode: format!("{:04o}", e.mode),
-            size: e.data.size(),
-            blake3,
-            chunks,
-            target,
-        }
-    }
-}
+/// One entry as `ls` and `stat` show it (the registry's wire type).
+pub use sealvol_spec::api::{EntryInfo, EntryKind};
 
 /// A version with its tree, resolved from a ref.
 pub struct Opened {
@@ -463,106 +430,6 @@ pub struct VersionInfoShort {
     pub expires_at: Option<String>,
 }
 
-/// What changed from version A to version B.
-#[derive(Clone, Debug, Serialize)]
-pub struct Diff {
-    pub from: String,
-    pub to: String,
-    pub added: Vec<EntryInfo>,
-    pub removed: Vec<EntryInfo>,
-    /// Entries whose content, kind, mode or target changed.
-    pub changed: Vec<Changed>,
-    pub unchanged_files: u64,
-    pub bytes_added: u64,
-    pub bytes_removed: u64,
-    /// Bytes of B's distinct chunks that A does not have: what a pull of B
-    /// over a cache of A transfers.
-    pub new_chunk_bytes: u64,
-    /// Share of B's distinct chunk bytes that A already has (0..1).
-    pub shared_chunk_fraction: f64,
-}
-
-#[derive(Clone, Debug, Serialize)]
-pub struct Changed {
-    pub path: String,
-    pub from: EntryInfo,
-    pub to: EntryInfo,
-}
-
-pub fn diff(a_name: String, a: &TreeIndex, b_name: String, b: &TreeIndex) -> Diff {
-    let a_map: HashMap<&str, &Entry> = a.entries().iter().map(|e| (e.path.as_str(), e)).collect();
-    let b_map: HashMap<&str, &Entry> = b.entries().iter().map(|e| (e.path.as_str(), e)).collect();
-    let mut d = Diff {
-        from: a_name,
-        to: b_name,
-        added: Vec::new(),
-        removed: Vec::new(),
-        changed: Vec::new(),
-        unchanged_files: 0,
-        bytes_added: 0,
-        bytes_removed: 0,
-        new_chunk_bytes: 0,
-        shared_chunk_fraction: 1.0,
-    };
-    for e in b.entries() {
-        match a_map.get(e.path.as_str()) {
-            None => {
-                d.bytes_added += e.data.size();
-                d.added.push(e.into());
-            }
-            Some(old) if old.mode != e.mode || !same_content(&old.data, &e.data) => {
-                d.changed.push(Changed {
-                    path: e.path.clone(),
-                    from: (*old).into(),
-                    to: e.into(),
-                });
-            }
-            Some(_) => {
-                if matches!(e.data, EntryData::File { .. }) {
-                    d.unchanged_files += 1;
-                }
-            }
-        }
-    }
-    for e in a.entries() {
-        if !b_map.contains_key(e.path.as_str()) {
-            d.bytes_removed += e.data.size();
-            d.removed.push(e.into());
-        }
-    }
-    let a_chunks: HashSet<Sha256Digest> = chunks_of(a).map(|(d, _)| d).collect();
-    let mut seen = HashSet::new();
-    let (mut total, mut new) = (0u64, 0u64);
-    for (digest, len) in chunks_of(b) {
-        if seen.insert(digest) {
-            total += len;
-            if !a_chunks.contains(&digest) {
-                new += len;
-            }
-        }
-    }
-    d.new_chunk_bytes = new;
-    if total > 0 {
-        d.shared_chunk_fraction = (total - new) as f64 / total as f64;
-    }
-    d
-}
-
-fn same_content(a: &EntryData, b: &EntryData) -> bool {
-    match (a, b) {
-        (EntryData::Dir, EntryData::Dir) => true,
-        (EntryData::File { blake3: x, .. }, EntryData::File { blake3: y, .. }) => x == y,
-        (EntryData::Symlink { target: x }, EntryData::Symlink { target: y }) => x == y,
-        _ => false,
-    }
-}
-
-fn chunks_of(t: &TreeIndex) -> impl Iterator<Item = (Sha256Digest, u64)> + '_ {
-    t.entries().iter().flat_map(|e| match &e.data {
-        EntryData::File { chunks, .. } => chunks
-            .iter()
-            .map(|c| (c.sha256, u64::from(c.length)))
-            .collect::<Vec<_>>(),
-        _ => Vec::new(),
-    })
-}
+/// What changed from version A to version B, computed as the registry
+/// computes it.
+pub use sealvol_spec::diff::{diff, Changed, Diff};

@@ -69,9 +69,11 @@ pub fn need(method: &Method, path: &str) -> Need {
             R::SyncCancel(_) => Need::SyncJob(Push),
             R::Gc | R::Secrets | R::Secret(_) | R::Keys | R::Key(_) => Need::Admin,
             R::Namespaces | R::Volumes => Need::Nothing,
+            R::WhoAmI => Need::Base,
             R::Volume(n) | R::Versions(n) | R::Version(n, _) | R::Tag(n, _) if read => {
                 repo(n, Pull)
             }
+            R::Entries(n, _) | R::Diff(n, _, _) | R::Stats(n) => repo(n, Pull),
             R::Volume(n) | R::Version(n, _) | R::Restore(n, _) => repo(n, Delete),
             R::Tag(n, _) if *method == Method::DELETE => repo(n, Delete),
             R::Tag(n, _) | R::Claim(n) | R::ClaimToken(n, _) => repo(n, Push),

@@ -58,6 +58,8 @@ pub struct App {
     checks: Mutex<Vec<(String, tokio::sync::oneshot::Sender<bool>)>>,
     /// Held by the request writing the waiting checks.
     checks_writer: tokio::sync::Mutex<()>,
+    /// Trees the API read lately (`crate::trees`).
+    pub(crate) trees: crate::trees::TreeCache,
 }
 
 impl App {
@@ -78,6 +80,7 @@ impl App {
             gc_running: tokio::sync::Mutex::new(()),
             syncs: Default::default(),
             upstream: None,
+            trees: Default::default(),
             checks: Mutex::new(Vec::new()),
             checks_writer: tokio::sync::Mutex::new(()),
         }
@@ -135,10 +138,19 @@ impl App {
         &self,
         f: impl FnOnce(&MetaStore) -> crate::meta::Result<T> + Send + 'static,
     ) -> Result<T> {
+        self.lifecycle(f).await
+    }
+
+    /// [`App::meta`] for an operation with an error of its own (volumes,
+    /// keys), answered as that error maps.
+    pub(crate) async fn lifecycle<T: Send + 'static, E: Into<RegistryError> + Send + 'static>(
+        &self,
+        f: impl FnOnce(&MetaStore) -> std::result::Result<T, E> + Send + 'static,
+    ) -> Result<T> {
         let m = Arc::clone(&self.meta);
         tokio::task::spawn_blocking(move || f(&m))
             .await
             .map_err(RegistryError::internal)?
-            .map_err(RegistryError::from)
+            .map_err(Into::into)
     }
 }

@@ -200,6 +200,12 @@ impl Caller {
         self.auth.policy.is_admin(&self.subject)
     }
 
+    /// Whether the registry checks credentials at all (else everyone is
+    /// anonymous and the open policy decides).
+    pub fn registry_authenticates(&self) -> bool {
+        self.auth.users.is_some() || self.auth.issuer.is_some() || self.auth.external.is_some()
+    }
+
     /// `Ok` when the caller may do `action` to `repository`, else the
     /// answer that says so (logged).
     pub fn check(&self, repository: &str, action: Action) -> Result<(), RegistryError> {

@@ -21,6 +21,7 @@ fn default_status(code: Code) -> StatusCode {
         | Code::VersionUnknown
         | Code::TagUnknown
         | Code::ClaimUnknown
+        | Code::PathUnknown
         | Code::SyncUnknown
         | Code::SecretUnknown
         | Code::KeyUnknown => StatusCode::NOT_FOUND,

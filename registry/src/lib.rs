@@ -6,7 +6,8 @@
 //! in redb ([`meta::MetaStore`]). It speaks the distribution spec
 //! to any OCI client, and knows volumes: each repository's versions, head,
 //! tags with expiry, deletes restorable for a retention window
-//! ([`volumes`], served as JSON by [`volume_api`]), push claims
+//! ([`volumes`], with what deduplication saves in [`stats`], served as
+//! JSON by [`volume_api`]), push claims
 //! ([`claims`]), online garbage collection ([`gc`]) and durable sync jobs
 //! that copy a Hugging Face repository or a bucket into a new version
 //! ([`sync_jobs`], run by [`sync_runner`] through `sealvol-sync`, served by
@@ -42,12 +43,14 @@ pub mod pull_through;
 mod query;
 pub mod secrets;
 pub mod server;
+pub mod stats;
 pub mod store;
 pub mod sweeps;
 pub mod sync_api;
 pub mod sync_jobs;
 pub mod sync_runner;
 pub mod token;
+pub mod trees;
 pub mod uploads;
 pub mod volume_api;
 pub mod volumes;

@@ -183,6 +183,7 @@ pub(crate) async fn store_manifest(
             Ok(ix) => Some(crate::volumes::Sealed::new(
                 &ix,
                 tree_format(app, &ix).await,
+                crate::stats::chunk_sizes(app, &ix).await,
             )),
             Err(_) => None,
         },

@@ -195,6 +195,7 @@ impl MetaStore {
         n += copy_rows(&r, &w, crate::volumes::VERSION_OF_INDEX)?;
         n += copy_rows(&r, &w, crate::volumes::TAG_EXPIRY)?;
         n += copy_rows(&r, &w, crate::volumes::HIDDEN)?;
+        n += copy_rows(&r, &w, crate::stats::VOLUME_CHUNKS)?;
         n += copy_rows(&r, &w, crate::sync_jobs::SYNC_JOBS)?;
         n += copy_rows(&r, &w, crate::sync_jobs::SYNC_FILES)?;
         n += copy_rows(&r, &w, crate::keys::API_KEYS)?;

@@ -25,10 +25,134 @@ pub(crate) fn decode(s: &str) -> String {
         .into_owned()
 }
 
+/// Encodes a value for a query string: everything but unreserved
+/// characters escaped, so that a name or path holding `&`, `#` or `+`
+/// comes back as it was.
+pub(crate) fn encode(s: &str) -> String {
+    const SAFE: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+        .remove(b'-')
+        .remove(b'.')
+        .remove(b'_')
+        .remove(b'~')
+        .remove(b'/')
+        .remove(b':');
+    percent_encoding::utf8_percent_encode(s, SAFE).to_string()
+}
+
+/// The most items one page of an `/api/v1` list holds, whatever `n` asks.
+pub(crate) const MAX_PAGE: usize = 10_000;
+
+/// `?n=&last=` of a paginated `/api/v1` list (SPEC.md §7.2): at most `n`
+/// items (all without it, at most [`MAX_PAGE`]) after the one `last`
+/// names.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Page {
+    pub n: Option<usize>,
+    pub last: Option<String>,
+}
+
+impl Page {
+    /// From a query; `n` that is not a number is refused.
+    pub fn of(query: Option<&str>) -> Result<Page, String> {
+        let n = match param(query, "n") {
+            Some(v) => Some(
+                v.parse::<usize>()
+                    .map_err(|_| format!("n={v:?} is not a number"))?
+                    .min(MAX_PAGE),
+            ),
+            None => None,
+        };
+        Ok(Page {
+            n,
+            last: param(query, "last").filter(|l| !l.is_empty()),
+        })
+    }
+
+    /// The page of `items` after the one whose `key` is `last`, and the
+    /// key of its last item when more follow. In a list `sorted` by key, a
+    /// `last` that is gone (removed meanwhile) starts after where it would
+    /// be; in another order it ends the list.
+    pub fn take<T>(
+        &self,
+        items: Vec<T>,
+        key: impl Fn(&T) -> String,
+        sorted: bool,
+    ) -> (Vec<T>, Option<String>) {
+        let start = match &self.last {
+            None => 0,
+            Some(last) if sorted => items.partition_point(|i| key(i) <= *last),
+            Some(last) => items
+                .iter()
+                .position(|i| key(i) == *last)
+                .map_or(items.len(), |p| p + 1),
+        };
+        let mut rest = items.into_iter().skip(start);
+        let Some(n) = self.n else {
+            return (rest.collect(), None);
+        };
+        let page: Vec<T> = rest.by_ref().take(n).collect();
+        let next = match rest.next() {
+            Some(_) => page.last().map(&key),
+            None => None,
+        };
+        (page, next)
+    }
+}
+
+/// The `Link` header of a next page: `path?{extra&}n=N&last=LAST`.
+pub(crate) fn next_link(path: &str, extra: &[(&str, &str)], n: usize, last: &str) -> String {
+    let mut q: Vec<String> = extra
+        .iter()
+        .map(|(k, v)| format!("{k}={}", encode(v)))
+        .collect();
+    q.push(format!("n={n}"));
+    q.push(format!("last={}", encode(last)));
+    format!("<{path}?{}>; rel=\"next\"", q.join("&"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn pages_follow_last_and_say_what_comes_next() {
+        let items: Vec<String> = ["a", "b", "c", "d", "e"].map(String::from).to_vec();
+        let page = |q: &str| {
+            Page::of(Some(q))
+                .unwrap()
+                .take(items.clone(), |s| s.clone(), true)
+        };
+        assert_eq!(
+            page("n=2"),
+            (vec!["a".into(), "b".into()], Some("b".into()))
+        );
+        assert_eq!(
+            page("n=2&last=b"),
+            (vec!["c".into(), "d".into()], Some("d".into()))
+        );
+        assert_eq!(page("n=2&last=d"), (vec!["e".into()], None));
+        assert_eq!(page("n=3&last=c").1, None);
+        assert_eq!(page("last=a").0.len(), 4);
+        assert_eq!(page("n=0").0.len(), 0);
+        // Gone from a sorted list: after where it was; from another, the end.
+        assert_eq!(page("n=1&last=bb").0, vec!["c".to_string()]);
+        let unsorted = Page::of(Some("n=1&last=bb")).unwrap();
+        assert!(unsorted
+            .take(items.clone(), |s| s.clone(), false)
+            .0
+            .is_empty());
+        assert!(Page::of(Some("n=x")).is_err());
+        assert_eq!(Page::of(Some("n=99999999")).unwrap().n, Some(MAX_PAGE));
+        assert_eq!(
+            next_link("/api/v1/volumes", &[("namespace", "w")], 2, "w/a&b c"),
+            "</api/v1/volumes?namespace=w&n=2&last=w/a%26b%20c>; rel=\"next\""
+        );
+        assert_eq!(
+            decode(&encode("<img src=x onerror=alert(1)>")),
+            "<img src=x onerror=alert(1)>"
+        );
+    }
 
     #[test]
     fn decoding_query_values() {

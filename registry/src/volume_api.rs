@@ -17,7 +17,7 @@ use serde::Deserialize;
 use crate::app::App;
 use crate::auth::Caller;
 use crate::error::{Code, RegistryError, Result};
-use crate::query::{flag as query_flag, param as query_value};
+use crate::query::{flag as query_flag, next_link, param as query_value, Page};
 use crate::volumes::rfc3339;
 
 use crate::limits::MAX_API_BODY as MAX_BODY;
@@ -34,6 +34,9 @@ pub(crate) enum Route {
     Versions(String),
     Version(String, String),
     Restore(String, String),
+    Entries(String, String),
+    Diff(String, String, String),
+    Stats(String),
     Tag(String, String),
     Claim(String),
     ClaimToken(String, String),
@@ -44,6 +47,7 @@ pub(crate) enum Route {
     Secret(String),
     Keys,
     Key(String),
+    WhoAmI,
 }
 
 pub(crate) fn route(path: &str) -> Option<Route> {
@@ -58,6 +62,7 @@ pub(crate) fn route(path: &str) -> Option<Route> {
         "syncs" => Route::Syncs,
         "secrets" => Route::Secrets,
         "keys" => Route::Keys,
+        "whoami" => Route::WhoAmI,
         _ if rest.starts_with("syncs/") => {
             let sub = &rest["syncs/".len()..];
             match sub.split_once('/') {
@@ -90,6 +95,9 @@ pub(crate) fn route(path: &str) -> Option<Route> {
                 RawSub::Versions => Route::Versions(name),
                 RawSub::Version(d) => Route::Version(name, d),
                 RawSub::Restore(d) => Route::Restore(name, d),
+                RawSub::Entries(d) => Route::Entries(name, d),
+                RawSub::Diff(a, b) => Route::Diff(name, a, b),
+                RawSub::Stats => Route::Stats(name),
                 RawSub::Tag(t) => Route::Tag(name, t),
                 RawSub::Claim => Route::Claim(name),
                 RawSub::ClaimToken(t) => Route::ClaimToken(name, t),
@@ -150,6 +158,21 @@ fn ok(v: impl serde::Serialize) -> Result<Response> {
     json_response(StatusCode::OK, v)
 }
 
+/// A page of a list, with the `Link` to the next one when there is one
+/// (SPEC.md §7.2).
+fn ok_page(v: impl serde::Serialize, link: Option<String>) -> Result<Response> {
+    let mut resp = ok(v)?;
+    if let Some(link) = link {
+        let value = header::HeaderValue::from_str(&link).map_err(RegistryError::internal)?;
+        resp.headers_mut().insert(header::LINK, value);
+    }
+    Ok(resp)
+}
+
+fn page_of(q: Option<&str>) -> Result<Page> {
+    Page::of(q).map_err(invalid)
+}
+
 async fn body<T: for<'de> Deserialize<'de>>(req_body: Body) -> Result<T> {
     let bytes = axum::body::to_bytes(req_body, MAX_BODY)
         .await
@@ -189,6 +212,7 @@ pub fn router() -> Router<Arc<App>> {
         .route("/api/v1/gc", r(post(gc)))
         .route("/api/v1/keys", r(get(list_keys).post(create_key)))
         .route("/api/v1/keys/{id}", r(delete(revoke_key)))
+        .route("/api/v1/whoami", r(get(whoami)))
         .route("/api/v1/syncs", r(get(list_syncs).post(create_sync)))
         .route("/api/v1/syncs/{id}", r(get(describe_sync)))
         .route("/api/v1/syncs/{id}/cancel", r(post(cancel_sync)))
@@ -247,6 +271,9 @@ pub(crate) enum VolumeSub {
     Versions,
     Version(VersionDigest),
     Restore(VersionDigest),
+    Entries(VersionDigest),
+    Diff(VersionDigest, VersionDigest),
+    Stats,
     Tag(sealvol_spec::Tag),
     Claim,
     ClaimToken(String),
@@ -275,6 +302,9 @@ impl<S: Send + Sync> FromRequestParts<S> for VolumePath {
             RawSub::Versions => VolumeSub::Versions,
             RawSub::Version(d) => VolumeSub::Version(d.parse()?),
             RawSub::Restore(d) => VolumeSub::Restore(d.parse()?),
+            RawSub::Entries(d) => VolumeSub::Entries(d.parse()?),
+            RawSub::Diff(a, b) => VolumeSub::Diff(a.parse()?, b.parse()?),
+            RawSub::Stats => VolumeSub::Stats,
             RawSub::Tag(t) => VolumeSub::Tag(
                 t.parse()
                     .map_err(|e: sealvol_spec::reference::RefError| invalid(e.to_string()))?,
@@ -295,6 +325,9 @@ pub(crate) enum RawSub {
     Versions,
     Version(String),
     Restore(String),
+    Entries(String),
+    Diff(String, String),
+    Stats,
     Tag(String),
     Claim,
     ClaimToken(String),
@@ -311,6 +344,9 @@ pub(crate) fn split_volume_path(path: &str) -> Option<(String, RawSub)> {
         ["versions"] => RawSub::Versions,
         ["versions", d] => RawSub::Version(d.to_string()),
         ["versions", d, "restore"] => RawSub::Restore(d.to_string()),
+        ["versions", d, "entries"] => RawSub::Entries(d.to_string()),
+        ["versions", a, "diff", b] => RawSub::Diff(a.to_string(), b.to_string()),
+        ["stats"] => RawSub::Stats,
         ["tags", t] => RawSub::Tag(t.to_string()),
         ["claim"] => RawSub::Claim,
         ["claim", t] => RawSub::ClaimToken(t.to_string()),
@@ -331,7 +367,9 @@ async fn api_info(State(app): State<Arc<App>>) -> Result<Response> {
 
 /// `GET /api/v1/namespaces`: those holding a volume the caller may pull.
 async fn namespaces(State(app): State<Arc<App>>, caller: Caller) -> Result<Response> {
-    let namespaces = lifecycle(&app, move |m| m.namespaces(|v| caller.sees(v))).await?;
+    let namespaces = app
+        .lifecycle(move |m| m.namespaces(|v| caller.sees(v)))
+        .await?;
     ok(api::NamespaceList { namespaces })
 }
 
@@ -341,10 +379,35 @@ async fn volumes(
     caller: Caller,
     RawQuery(q): RawQuery,
 ) -> Result<Response> {
+    let page = page_of(q.as_deref())?;
     let ns = query_value(q.as_deref(), "namespace");
-    let mut volumes = lifecycle(&app, move |m| m.volumes(ns.as_deref())).await?;
+    let filter = ns.clone();
+    let mut volumes = app.lifecycle(move |m| m.volumes(filter.as_deref())).await?;
     volumes.retain(|v| caller.sees(&v.name));
-    ok(api::VolumeList { volumes })
+    let (volumes, next) = page.take(volumes, |v| v.name.clone(), true);
+    let extra: Vec<(&str, &str)> = ns.iter().map(|n| ("namespace", n.as_str())).collect();
+    let link = next.map(|last| next_link("/api/v1/volumes", &extra, page.n.unwrap_or(0), &last));
+    ok_page(api::VolumeList { volumes }, link)
+}
+
+/// `GET /api/v1/whoami[?repository=NAME]`.
+async fn whoami(caller: Caller, RawQuery(q): RawQuery) -> Result<Response> {
+    let repository = query_value(q.as_deref(), "repository").filter(|r| !r.is_empty());
+    let actions = match &repository {
+        Some(r) => api::Action::ALL
+            .into_iter()
+            .filter(|a| caller.may(r, *a))
+            .collect(),
+        None => Vec::new(),
+    };
+    ok(api::WhoAmI {
+        subject: caller.subject.name().to_string(),
+        anonymous: matches!(caller.subject, crate::authz::Subject::Anonymous),
+        admin: caller.is_admin(),
+        authentication: caller.registry_authenticates(),
+        repository,
+        actions,
+    })
 }
 
 /// `POST /api/v1/gc[?dry_run=true]`.
@@ -367,44 +430,86 @@ async fn volume(
     let now = app.now();
     let name = name.0;
     match (sub, method) {
-        (VolumeSub::Volume, Method::GET) => ok(lifecycle(app, move |m| m.volume(&name)).await?),
+        (VolumeSub::Volume, Method::GET) => ok(app.lifecycle(move |m| m.volume(&name)).await?),
         (VolumeSub::Volume, Method::PATCH) => {
             let b: api::VolumePatch = body(req_body).await?;
             let at = parse_time(b.expires_at.as_deref())?;
-            ok(lifecycle(app, move |m| m.set_volume_expiry(&name, at, now)).await?)
+            ok(app
+                .lifecycle(move |m| m.set_volume_expiry(&name, at, now))
+                .await?)
         }
         (VolumeSub::Volume, Method::DELETE) => {
-            let tombstoned =
-                lifecycle(app, move |m| m.delete_volume(&name, now, retention)).await?;
+            let tombstoned = app
+                .lifecycle(move |m| m.delete_volume(&name, now, retention))
+                .await?;
             ok(api::Tombstoned { tombstoned })
         }
         (VolumeSub::Versions, Method::GET) => {
+            let page = page_of(q.as_deref())?;
             let all = query_flag(q.as_deref(), "include_tombstoned");
-            let versions = lifecycle(app, move |m| m.versions(&name, all, retention)).await?;
-            ok(api::VersionList { versions })
+            let path = format!("/api/v1/volumes/{name}/-/versions");
+            let versions = app
+                .lifecycle(move |m| m.versions(&name, all, retention))
+                .await?;
+            let (versions, next) = page.take(versions, |v| v.digest.to_string(), false);
+            let extra: &[(&str, &str)] = if all {
+                &[("include_tombstoned", "true")]
+            } else {
+                &[]
+            };
+            let link = next.map(|last| next_link(&path, extra, page.n.unwrap_or(0), &last));
+            ok_page(api::VersionList { versions }, link)
         }
-        (VolumeSub::Version(d), Method::GET) => {
-            ok(lifecycle(app, move |m| m.version(&name, &d.0, retention)).await?)
+        (VolumeSub::Entries(d), Method::GET) => {
+            let page = page_of(q.as_deref())?;
+            let dir = query_value(q.as_deref(), "path").unwrap_or_default();
+            let tree = crate::trees::tree_of(app, &name, &d.0).await?;
+            let (entries, next) = page.take(entries_in(&tree, &dir)?, |e| e.path.clone(), false);
+            let path = format!("/api/v1/volumes/{name}/-/versions/{}/entries", d.0);
+            let link = next.map(|last| {
+                next_link(&path, &[("path", dir.as_str())], page.n.unwrap_or(0), &last)
+            });
+            ok_page(api::EntryList { path: dir, entries }, link)
         }
-        (VolumeSub::Version(d), Method::DELETE) => {
-            ok(lifecycle(app, move |m| m.delete_version(&name, &d.0, now, retention)).await?)
+        (VolumeSub::Diff(a, b), Method::GET) => {
+            let (ta, tb) = futures_util::try_join!(
+                crate::trees::tree_of(app, &name, &a.0),
+                crate::trees::tree_of(app, &name, &b.0)
+            )?;
+            let (na, nb) = (format!("{name}@{}", a.0), format!("{name}@{}", b.0));
+            let d = tokio::task::spawn_blocking(move || sealvol_spec::diff::diff(na, &ta, nb, &tb))
+                .await
+                .map_err(RegistryError::internal)?;
+            ok(d)
         }
+        (VolumeSub::Stats, Method::GET) => ok(crate::stats::volume_stats(app, &name).await?),
+        (VolumeSub::Version(d), Method::GET) => ok(app
+            .lifecycle(move |m| m.version(&name, &d.0, retention))
+            .await?),
+        (VolumeSub::Version(d), Method::DELETE) => ok(app
+            .lifecycle(move |m| m.delete_version(&name, &d.0, now, retention))
+            .await?),
         (VolumeSub::Restore(d), Method::POST) => {
             // Restoring puts manifests back that garbage collection may be
             // sweeping; wait for it.
             let _sweep = app.sweep.read().await;
-            ok(lifecycle(app, move |m| m.restore_version(&name, &d.0, now, retention)).await?)
+            ok(app
+                .lifecycle(move |m| m.restore_version(&name, &d.0, now, retention))
+                .await?)
         }
         (VolumeSub::Tag(tag), Method::PUT) => {
             let b: api::TagRequest = body(req_body).await?;
             check_digest(&b.digest)?;
             let at = parse_time(b.expires_at.as_deref())?;
             let tag = tag.to_string();
-            ok(lifecycle(app, move |m| m.set_tag(&name, &tag, &b.digest, at, now)).await?)
+            ok(app
+                .lifecycle(move |m| m.set_tag(&name, &tag, &b.digest, at, now))
+                .await?)
         }
         (VolumeSub::Tag(tag), Method::DELETE) => {
             let tag = tag.to_string();
-            lifecycle(app, move |m| m.remove_user_tag(&name, &tag, now)).await?;
+            app.lifecycle(move |m| m.remove_user_tag(&name, &tag, now))
+                .await?;
             Ok(StatusCode::NO_CONTENT.into_response())
         }
         (VolumeSub::Claim, Method::POST) => {
@@ -452,17 +557,38 @@ async fn volume(
         }
         (VolumeSub::ClaimToken(token), Method::DELETE) => {
             let repo = name.clone();
-            app.meta(move |m| m.release_claim(&repo, &token)).await?;
+            app.lifecycle(move |m| m.release_claim(&repo, &token))
+                .await?;
             Ok(StatusCode::NO_CONTENT.into_response())
         }
         _ => Err(method_not_supported().await),
     }
 }
 
+/// The entries directly inside directory `dir` of `tree` ("" for the
+/// root), in canonical order; a file or symlink lists itself, as `ls`
+/// does.
+fn entries_in(tree: &sealvol_spec::TreeIndex, dir: &str) -> Result<Vec<api::EntryInfo>> {
+    let dir = dir.trim_matches('/');
+    if dir.is_empty() {
+        return Ok(tree.children(None).map(api::EntryInfo::from).collect());
+    }
+    let e = tree.get(dir).ok_or_else(|| {
+        RegistryError::new(
+            Code::PathUnknown,
+            format!("{dir}: no such file or directory in this version"),
+        )
+    })?;
+    if !e.is_dir() {
+        return Ok(vec![api::EntryInfo::from(e)]);
+    }
+    Ok(tree.children(Some(dir)).map(api::EntryInfo::from).collect())
+}
+
 /// `GET /api/v1/keys`.
 async fn list_keys(State(app): State<Arc<App>>) -> Result<Response> {
     ok(api::ApiKeyList {
-        keys: lifecycle(&app, |m| m.keys()).await?,
+        keys: app.lifecycle(|m| m.keys()).await?,
     })
 }
 
@@ -476,13 +602,15 @@ async fn create_key(
     let b: api::ApiKeyRequest = body(req_body).await?;
     let expires = parse_time(b.expires_at.as_deref())?;
     let now = app.now();
-    let key = lifecycle(&app, move |m| m.create_key(&b, expires, &by, now)).await?;
+    let key = app
+        .lifecycle(move |m| m.create_key(&b, expires, &by, now))
+        .await?;
     json_response(StatusCode::CREATED, key)
 }
 
 /// `DELETE /api/v1/keys/ID`.
 async fn revoke_key(State(app): State<Arc<App>>, Path(id): Path<String>) -> Result<Response> {
-    lifecycle(&app, move |m| m.delete_key(&id)).await?;
+    app.lifecycle(move |m| m.delete_key(&id)).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
@@ -575,18 +703,6 @@ fn claim_view(c: crate::claims::Claim, ttl: u64) -> api::Claim {
         expires_at: Some(rfc3339(c.expires_at)),
         ttl_seconds: ttl,
     }
-}
-
-/// Runs a metadata operation (volumes, keys) off the async threads.
-async fn lifecycle<T: Send + 'static, E: Into<RegistryError> + Send + 'static>(
-    app: &App,
-    f: impl FnOnce(&crate::meta::MetaStore) -> std::result::Result<T, E> + Send + 'static,
-) -> Result<T> {
-    let m = Arc::clone(&app.meta);
-    tokio::task::spawn_blocking(move || f(&m))
-        .await
-        .map_err(RegistryError::internal)?
-        .map_err(Into::into)
 }
 
 #[cfg(test)]

@@ -38,6 +38,7 @@ pub(crate) fn create_tables(tx: &WriteTransaction) -> Result<(), MetaError> {
     tx.open_table(VERSION_OF_INDEX)?;
     tx.open_table(TAG_EXPIRY)?;
     tx.open_table(HIDDEN)?;
+    tx.open_table(crate::stats::VOLUME_CHUNKS)?;
     Ok(())
 }
 
@@ -47,6 +48,24 @@ pub struct VolumeRecord {
     pub updated_at: u64,
     #[serde(default)]
     pub expires_at: Option<u64>,
+    /// The totals of the volume's chunk set (`crate::stats`); `None` while
+    /// unknown (after a purge, or sealed by an earlier release).
+    #[serde(default)]
+    pub stats: Option<crate::stats::ChunkTotals>,
+    /// Moves on every purge, so that a rebuild of the totals that read
+    /// the versions before it does not store them.
+    #[serde(default)]
+    pub stats_epoch: u64,
+}
+
+impl VolumeRecord {
+    /// A volume's first record: no versions, so an empty chunk set.
+    fn first() -> VolumeRecord {
+        VolumeRecord {
+            stats: Some(Default::default()),
+            ..Default::default()
+        }
+    }
 }
 
 /// A stored version's lifecycle is written as the API writes it (`ALIVE`,
@@ -86,16 +105,24 @@ pub struct Sealed {
     /// The format of the tree index its tree manifest holds, by the tree
     /// blob's media type; `None` when the registry cannot tell.
     pub tree: Option<TreeFormat>,
+    /// Its distinct chunks and their sizes, from its chunk manifests;
+    /// `None` when the registry could not read them.
+    pub chunks: Option<crate::stats::ChunkSizes>,
 }
 
 impl Sealed {
     /// What a parsed version index says, its tree being of format `tree`.
-    pub fn new(ix: &sealvol_spec::oci::VersionIndex, tree: Option<TreeFormat>) -> Sealed {
+    pub fn new(
+        ix: &sealvol_spec::oci::VersionIndex,
+        tree: Option<TreeFormat>,
+        chunks: Option<crate::stats::ChunkSizes>,
+    ) -> Sealed {
         Sealed {
             version: ix.digest.to_string(),
             size: ix.size,
             files: ix.files,
             tree,
+            chunks,
         }
     }
 }
@@ -327,9 +354,10 @@ pub(crate) fn seal(
         )?;
         return Ok(current);
     }
-    let mut vol = volume_row(&tx.open_table(VOLUMES)?, repo)?.unwrap_or_default();
+    let mut vol = volume_row(&tx.open_table(VOLUMES)?, repo)?.unwrap_or_else(VolumeRecord::first);
     vol.sequence += 1;
     vol.updated_at = now;
+    crate::stats::add_sealed(tx, repo, &mut vol, sealed.chunks.as_ref())?;
     rec.sequence = vol.sequence;
     rec.lifecycle = Lifecycle::Alive;
     rec.tombstoned_at = None;
@@ -540,7 +568,50 @@ pub(crate) fn purge(
     }
     tx.open_table(VERSIONS)?
         .remove(key(&[repo, version]).as_str())?;
+    if let Some(mut vol) = volume_record_rw(tx, repo)? {
+        crate::stats::purged(&mut vol);
+        put_volume_record(tx, repo, &vol)?;
+    }
     Ok(Some(rec.indexes))
+}
+
+/// `repo`'s volume record, read in a read transaction.
+pub(crate) fn volume_record(
+    tx: &ReadTransaction,
+    repo: &str,
+) -> Result<Option<VolumeRecord>, MetaError> {
+    volume_row(&tx.open_table(VOLUMES)?, repo)
+}
+
+/// `repo`'s volume record, read in a write transaction.
+pub(crate) fn volume_record_rw(
+    tx: &WriteTransaction,
+    repo: &str,
+) -> Result<Option<VolumeRecord>, MetaError> {
+    volume_row(&tx.open_table(VOLUMES)?, repo)
+}
+
+pub(crate) fn put_volume_record(
+    tx: &WriteTransaction,
+    repo: &str,
+    vol: &VolumeRecord,
+) -> Result<(), MetaError> {
+    tx.open_table(VOLUMES)?
+        .insert(repo, serde_json::to_vec(vol)?.as_slice())?;
+    Ok(())
+}
+
+/// Every version record of `repo`, in no particular order.
+pub(crate) fn version_records(
+    tx: &ReadTransaction,
+    repo: &str,
+) -> Result<Vec<VersionRecord>, MetaError> {
+    let (lo, hi) = prefix(&[repo]);
+    let mut out = Vec::new();
+    for row in tx.open_table(VERSIONS)?.range(lo.as_str()..hi.as_str())? {
+        out.push(serde_json::from_slice(row?.1.value())?);
+    }
+    Ok(out)
 }
 
 // ---- what the API shows ------------------------------------------------------

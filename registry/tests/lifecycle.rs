@@ -1204,3 +1204,203 @@ fn unknown_paths_methods_and_malformed_path_values_are_clear_errors() {
         }
     });
 }
+
+impl Reg {
+    /// `GET /api/v1{path}`: status, body and the `Link` to the next page.
+    async fn get_page(&self, path: &str) -> (StatusCode, Value, Option<String>) {
+        let req = Request::builder()
+            .uri(format!("/api/v1{path}"))
+            .body(Body::empty())
+            .unwrap();
+        let resp = self.router.clone().oneshot(req).await.unwrap();
+        let status = resp.status();
+        let link = resp
+            .headers()
+            .get("link")
+            .map(|l| l.to_str().unwrap().to_string());
+        let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        (
+            status,
+            serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+            link,
+        )
+    }
+
+    async fn get_ok<T: serde::de::DeserializeOwned>(&self, path: &str) -> T {
+        let (s, v, _) = self.get_page(path).await;
+        assert_eq!(s, StatusCode::OK, "{path}: {v}");
+        serde_json::from_value(v.clone()).unwrap_or_else(|e| panic!("{path}: {e}: {v}"))
+    }
+}
+
+/// The path and query of a `Link: <…>; rel="next"` header.
+fn next_of(link: &str) -> String {
+    let inner = link.strip_prefix('<').unwrap().split_once('>').unwrap().0;
+    assert!(link.ends_with("rel=\"next\""), "{link}");
+    inner.strip_prefix("/api/v1").unwrap().to_string()
+}
+
+#[test]
+fn entries_diffs_and_stats_of_a_volumes_versions() {
+    rt().block_on(async {
+        let reg = Reg::new(policy()).await;
+        let (a, b, c, d) = (
+            vec![1u8; 1000],
+            vec![2u8; 2000],
+            vec![3u8; 3000],
+            vec![4u8; 4000],
+        );
+        // v2 keeps f0, changes f1 and adds f2.
+        let v1 = build(&[a.clone(), b.clone()]);
+        let v2 = build(&[a.clone(), c.clone(), d.clone()]);
+        reg.push(&v1).await;
+        reg.push(&v2).await;
+
+        // Entries: the root of v1, a page at a time, following `Link`.
+        let root = format!("/volumes/{REPO}/-/versions/{}/entries", v1.b3);
+        let all: api::EntryList = reg.get_ok(&root).await;
+        let paths: Vec<&str> = all.entries.iter().map(|e| e.path.as_str()).collect();
+        assert_eq!(paths, ["f0", "f1"]);
+        assert_eq!(all.entries[1].kind, api::EntryKind::File);
+        assert_eq!(
+            (all.entries[1].size, all.entries[1].mode.as_str()),
+            (2000, "0644")
+        );
+        let (s, first, link) = reg.get_page(&format!("{root}?n=1")).await;
+        assert_eq!(s, StatusCode::OK);
+        assert_eq!(first["entries"][0]["path"], "f0");
+        let next = next_of(&link.expect("a next page"));
+        assert!(next.ends_with("n=1&last=f0"), "{next}");
+        let (_, second, link) = reg.get_page(&next).await;
+        assert_eq!(second["entries"][0]["path"], "f1");
+        assert_eq!(link, None, "the last page has no Link");
+        // A file lists itself; a path the version lacks is PATH_UNKNOWN.
+        let one: api::EntryList = reg.get_ok(&format!("{root}?path=f1")).await;
+        assert_eq!(one.entries.len(), 1);
+        let (s, e, _) = reg.get_page(&format!("{root}?path=nope")).await;
+        assert_eq!(
+            (s, e["errors"][0]["code"].as_str()),
+            (StatusCode::NOT_FOUND, Some("PATH_UNKNOWN"))
+        );
+
+        // The diff, computed as `sealvol diff` computes it.
+        let diff: sealvol_spec::diff::Diff = reg
+            .get_ok(&format!(
+                "/volumes/{REPO}/-/versions/{}/diff/{}",
+                v1.b3, v2.b3
+            ))
+            .await;
+        let names = |v: &[api::EntryInfo]| v.iter().map(|e| e.path.clone()).collect::<Vec<_>>();
+        assert_eq!(names(&diff.added), ["f2"]);
+        assert!(diff.removed.is_empty());
+        assert_eq!(diff.changed.len(), 1);
+        assert_eq!(diff.changed[0].path, "f1");
+        assert_eq!(diff.unchanged_files, 1);
+        assert_eq!(diff.new_chunk_bytes, 7000);
+        assert!((diff.shared_chunk_fraction - 1000.0 / 8000.0).abs() < 1e-9);
+        // By index digest too; an unknown version is VERSION_UNKNOWN.
+        let (s, _, _) = reg
+            .get_page(&format!(
+                "/volumes/{REPO}/-/versions/{}/diff/{}",
+                v2.index, v1.b3
+            ))
+            .await;
+        assert_eq!(s, StatusCode::OK);
+        let (s, e, _) = reg
+            .get_page(&format!(
+                "/volumes/{REPO}/-/versions/{}/diff/b3:{}",
+                v1.b3,
+                "0".repeat(64)
+            ))
+            .await;
+        assert_eq!(
+            (s, e["errors"][0]["code"].as_str()),
+            (StatusCode::NOT_FOUND, Some("VERSION_UNKNOWN"))
+        );
+
+        // Stats: two versions of 3000 and 8000 bytes, four distinct
+        // chunks (a is shared).
+        let stats_path = format!("/volumes/{REPO}/-/stats");
+        let st: api::VolumeStats = reg.get_ok(&stats_path).await;
+        assert_eq!(
+            (st.versions, st.logical_bytes, st.stored_bytes, st.chunks),
+            (2, 11_000, 10_000, 4)
+        );
+        // A delete keeps the bytes while the version can be restored.
+        reg.api(
+            Method::DELETE,
+            &format!("/volumes/{REPO}/-/versions/{}", v1.b3),
+            None,
+        )
+        .await;
+        let st: api::VolumeStats = reg.get_ok(&stats_path).await;
+        assert_eq!((st.versions, st.stored_bytes), (2, 10_000));
+        // Past the retention, the purge takes b out: rebuilt on read.
+        reg.app.clock.advance(8 * DAY);
+        assert_eq!(reg.gc(false).await["versions_purged"], 1);
+        let st: api::VolumeStats = reg.get_ok(&stats_path).await;
+        assert_eq!(
+            (st.versions, st.logical_bytes, st.stored_bytes, st.chunks),
+            (1, 8000, 8000, 3)
+        );
+        // A new seal grows the rebuilt set by its new chunks only.
+        let v3 = build(&[a.clone(), b.clone(), c.clone()]);
+        reg.push(&v3).await;
+        let st: api::VolumeStats = reg.get_ok(&stats_path).await;
+        assert_eq!(
+            (st.versions, st.logical_bytes, st.stored_bytes, st.chunks),
+            (2, 14_000, 10_000, 4)
+        );
+        let (s, e, _) = reg.get_page("/volumes/ns/none/-/stats").await;
+        assert_eq!(
+            (s, e["errors"][0]["code"].as_str()),
+            (StatusCode::NOT_FOUND, Some("VOLUME_UNKNOWN"))
+        );
+    });
+}
+
+#[test]
+fn version_and_volume_lists_page_with_link_headers() {
+    rt().block_on(async {
+        let reg = Reg::new(policy()).await;
+        let vs: Vec<Built> = (0..5u8).map(|i| build(&[vec![i; 100]])).collect();
+        for v in &vs {
+            reg.push(v).await;
+        }
+        // Newest first, two at a time.
+        let mut path = format!("/volumes/{REPO}/-/versions?n=2");
+        let mut seen = Vec::new();
+        loop {
+            let (s, v, link) = reg.get_page(&path).await;
+            assert_eq!(s, StatusCode::OK, "{v}");
+            let page: api::VersionList = serde_json::from_value(v).unwrap();
+            assert!(page.versions.len() <= 2);
+            seen.extend(page.versions.iter().map(|v| v.digest.to_string()));
+            match link {
+                Some(l) => path = next_of(&l),
+                None => break,
+            }
+        }
+        let newest_first: Vec<String> = vs.iter().rev().map(|v| v.b3.clone()).collect();
+        assert_eq!(seen, newest_first);
+        // Without n, everything and no Link.
+        let (_, v, link) = reg.get_page(&format!("/volumes/{REPO}/-/versions")).await;
+        assert_eq!(v["versions"].as_array().unwrap().len(), 5);
+        assert_eq!(link, None);
+        // The volume list pages by name, its Link keeping the filter.
+        let (_, v, link) = reg.get_page("/volumes?namespace=ns&n=1").await;
+        assert_eq!(v["volumes"][0]["name"], REPO);
+        assert_eq!(link, None, "one volume, one page");
+        let (s, e, _) = reg.get_page("/volumes?n=lots").await;
+        assert_eq!(
+            (s, e["errors"][0]["code"].as_str()),
+            (StatusCode::BAD_REQUEST, Some("INVALID"))
+        );
+        // whoami on the open loopback registry: anonymous, allowed all.
+        let me: api::WhoAmI = reg.get_ok(&format!("/whoami?repository={REPO}")).await;
+        assert!(me.anonymous && !me.authentication, "{me:?}");
+        assert_eq!(me.actions, api::Action::ALL.to_vec());
+    });
+}

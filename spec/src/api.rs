@@ -205,6 +205,122 @@ pub struct VersionList {
     pub versions: Vec<Version>,
 }
 
+/// What kind of entry a tree holds (SPEC.md §2.3).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EntryKind {
+    Dir,
+    File,
+    Symlink,
+}
+
+impl EntryKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EntryKind::Dir => "dir",
+            EntryKind::File => "file",
+            EntryKind::Symlink => "symlink",
+        }
+    }
+}
+
+impl fmt::Display for EntryKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// `Entry`: one entry of a version's tree, as `sealvol ls` and `stat` show
+/// it and `GET …/versions/D/entries` answers it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EntryInfo {
+    pub path: String,
+    pub kind: EntryKind,
+    /// Permission bits in octal, four digits (`0644`).
+    pub mode: String,
+    /// A file's size; 0 for the rest.
+    pub size: u64,
+    /// A file's BLAKE3.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blake3: Option<B3Digest>,
+    /// How many chunk references a file has.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chunks: Option<usize>,
+    /// A symlink's target.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
+}
+
+impl From<&crate::tree::Entry> for EntryInfo {
+    fn from(e: &crate::tree::Entry) -> EntryInfo {
+        use crate::tree::EntryData;
+        let (kind, blake3, chunks, target) = match &e.data {
+            EntryData::Dir => (EntryKind::Dir, None, None, None),
+            EntryData::File { blake3, chunks, .. } => {
+                (EntryKind::File, Some(*blake3), Some(chunks.len()), None)
+            }
+            EntryData::Symlink { target } => (EntryKind::Symlink, None, None, Some(target.clone())),
+        };
+        EntryInfo {
+            path: e.path.clone(),
+            kind,
+            mode: format!("{:04o}", e.mode),
+            size: e.data.size(),
+            blake3,
+            chunks,
+            target,
+        }
+    }
+}
+
+/// `GET /api/v1/volumes/NAME/-/versions/DIGEST/entries?path=P`: the
+/// entries directly inside directory `P` (the root when absent) in
+/// canonical order, a page at a time (SPEC.md §7.2, pagination).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EntryList {
+    /// The directory listed, `""` for the root.
+    #[serde(default)]
+    pub path: String,
+    pub entries: Vec<EntryInfo>,
+}
+
+/// `GET /api/v1/volumes/NAME/-/stats`: what a volume's versions hold and
+/// what storing them costs after deduplication, over its alive versions
+/// and the deleted ones still restorable (those garbage collection keeps).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VolumeStats {
+    pub name: String,
+    /// Versions counted.
+    pub versions: u64,
+    /// The sum of their sizes: what a copy of each would take.
+    pub logical_bytes: u64,
+    /// The sum of the sizes of their distinct chunks: what the registry
+    /// stores for them (tree indexes and manifests aside).
+    pub stored_bytes: u64,
+    /// Their distinct chunks.
+    pub chunks: u64,
+}
+
+/// `GET /api/v1/whoami[?repository=NAME]`: who the registry takes the
+/// caller for, and what it may do, so that a client (the web view) shows
+/// only what will be allowed. The API still decides every request itself.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WhoAmI {
+    /// The user or key id, or `anonymous`.
+    pub subject: String,
+    pub anonymous: bool,
+    pub admin: bool,
+    /// Whether the registry checks credentials at all (SPEC.md §7.5).
+    #[serde(default)]
+    pub authentication: bool,
+    /// The repository asked about, if any.
+    #[serde(default)]
+    pub repository: Option<String>,
+    /// What the subject may do to it: empty without one.
+    #[serde(default)]
+    pub actions: Vec<Action>,
+}
+
 /// `DELETE /api/v1/volumes/NAME`: the versions it deleted.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Tombstoned {
@@ -617,6 +733,7 @@ pub enum ErrorCode {
     VersionUnknown,
     TagUnknown,
     ClaimUnknown,
+    PathUnknown,
     PushInProgress,
     NotDeleted,
     RetentionExpired,
@@ -629,7 +746,7 @@ pub enum ErrorCode {
 
 impl ErrorCode {
     /// Every code, for parsing and tests.
-    pub const ALL: [ErrorCode; 26] = [
+    pub const ALL: [ErrorCode; 27] = [
         ErrorCode::BlobUnknown,
         ErrorCode::BlobUploadInvalid,
         ErrorCode::BlobUploadUnknown,
@@ -650,6 +767,7 @@ impl ErrorCode {
         ErrorCode::VersionUnknown,
         ErrorCode::TagUnknown,
         ErrorCode::ClaimUnknown,
+        ErrorCode::PathUnknown,
         ErrorCode::PushInProgress,
         ErrorCode::NotDeleted,
         ErrorCode::RetentionExpired,
@@ -681,6 +799,7 @@ impl ErrorCode {
             ErrorCode::VersionUnknown => "VERSION_UNKNOWN",
             ErrorCode::TagUnknown => "TAG_UNKNOWN",
             ErrorCode::ClaimUnknown => "CLAIM_UNKNOWN",
+            ErrorCode::PathUnknown => "PATH_UNKNOWN",
             ErrorCode::PushInProgress => "PUSH_IN_PROGRESS",
             ErrorCode::NotDeleted => "NOT_DELETED",
             ErrorCode::RetentionExpired => "RETENTION_EXPIRED",

@@ -22,6 +22,7 @@
 pub mod api;
 pub mod chain;
 pub mod chunking;
+pub mod diff;
 pub mod digest;
 pub mod filter;
 pub mod oci;

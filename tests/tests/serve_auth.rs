@@ -174,6 +174,9 @@ fn authorization_matrix_over_every_endpoint() {
             ("GET", format!("/api/v1/volumes/{repo}"), None, "pull", 200),
             ("GET", format!("/api/v1/volumes/{repo}/-/versions"), None, "pull", 200),
             ("GET", format!("/api/v1/volumes/{repo}/-/versions/{v}"), None, "pull", 200),
+            ("GET", format!("/api/v1/volumes/{repo}/-/versions/{v}/entries"), None, "pull", 200),
+            ("GET", format!("/api/v1/volumes/{repo}/-/versions/{v}/diff/{v}"), None, "pull", 200),
+            ("GET", format!("/api/v1/volumes/{repo}/-/stats"), None, "pull", 200),
             ("PUT", format!("/api/v1/volumes/{repo}/-/tags/t"), Some(json!({"digest": v})), "push", 200),
             ("DELETE", format!("/api/v1/volumes/{repo}/-/tags/nosuch"), None, "delete", 404),
             ("POST", format!("/api/v1/volumes/{repo}/-/versions/{v}/restore"), None, "delete", 409),
@@ -182,6 +185,7 @@ fn authorization_matrix_over_every_endpoint() {
             ("GET", "/v2/".into(), None, "any", 200),
             ("GET", "/v2/_catalog".into(), None, "any", 200),
             ("GET", "/api/v1".into(), None, "any", 200),
+            ("GET", "/api/v1/whoami?repository=weights/a".into(), None, "any", 200),
             ("GET", "/api/v1/volumes".into(), None, "any", 200),
             ("GET", "/api/v1/syncs".into(), None, "any", 200),
             ("POST", "/api/v1/gc?dry_run=true".into(), None, "admin", 200),
@@ -289,6 +293,32 @@ fn authorization_matrix_over_every_endpoint() {
         list(&r, "/api/v1/namespaces")["namespaces"],
         json!(["weights"])
     );
+    // What each may do, as a web view asks before it shows a button.
+    for (who, auth, admin, actions) in [
+        ("reader", &r, false, json!(["pull"])),
+        (
+            "writer",
+            &basic("writer", PASSWORD),
+            false,
+            json!(["pull", "push", "delete"]),
+        ),
+        ("admin", &a, true, json!(["pull", "push", "delete"])),
+    ] {
+        let me = list(auth, "/api/v1/whoami?repository=weights/a");
+        assert_eq!(me["subject"], who, "{me}");
+        assert_eq!(me["admin"], admin, "{me}");
+        assert_eq!(me["authentication"], true, "{me}");
+        assert_eq!(me["actions"], actions, "{who}: {me}");
+        assert_eq!(
+            list(auth, "/api/v1/whoami?repository=other/b")["actions"],
+            if who == "admin" {
+                actions.clone()
+            } else {
+                json!([])
+            },
+            "{who} on other/b"
+        );
+    }
     let syncs = names(list(&r, "/api/v1/syncs"), "syncs");
     assert!(
         !syncs.is_empty() && syncs.iter().all(|d| d == "weights/a"),
