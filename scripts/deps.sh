@@ -11,8 +11,9 @@ set -euo pipefail
 # openssl makes the certificates of the TLS tests; containerd (1.6, with
 # ctr) pulls from the registry as a GPU node's runtime would; postgresql
 # (15) is the shared metadata store of the registry-replica tests, which
-# start their own server on a private port and folder.
-APT_PACKAGES=(gcc libc6-dev pkg-config python3 python3-venv time curl openssl docker-registry skopeo fuse3 containerd postgresql)
+# start their own server on a private port and folder; chromium is the
+# browser the web view's tests drive (with playwright-core from npm).
+APT_PACKAGES=(gcc libc6-dev pkg-config python3 python3-venv time curl openssl docker-registry skopeo fuse3 containerd postgresql chromium)
 sealvol_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 VENV="${SEALVOL_VENV:-$sealvol_root/.venv}"
 # The sync tests read from emulated object stores: moto's server (S3; boto3
@@ -22,6 +23,11 @@ VENV="${SEALVOL_VENV:-$sealvol_root/.venv}"
 PIP_PACKAGES=(blake3==1.0.11 oras==0.2.43 bcrypt==5.0.0 "moto[server]==5.2.5" gcp-storage-emulator==2026.7.19)
 AZURITE_VERSION=3.35.0
 AZURITE_DIR=$sealvol_root/.deps/azurite
+# The web view's browser tests: playwright-core drives Debian's chromium
+# (1.56 is the newest that runs on Debian 12's nodejs 18) and axe-core
+# checks each page's accessibility. Both into .deps/browser.
+BROWSER_PACKAGES=(playwright-core@1.56.1 axe-core@4.10.3)
+BROWSER_DIR=$sealvol_root/.deps/browser
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
@@ -79,4 +85,12 @@ if ! grep -qs "\"version\": \"$AZURITE_VERSION\"" "$AZURITE_DIR/node_modules/azu
   echo "installing: azurite@$AZURITE_VERSION into $AZURITE_DIR" >&2
   npm install --prefix "$AZURITE_DIR" --no-audit --no-fund --loglevel=error "azurite@$AZURITE_VERSION" >/dev/null
 fi
+for pkg in "${BROWSER_PACKAGES[@]}"; do
+  if ! grep -qs "\"version\": \"${pkg##*@}\"" "$BROWSER_DIR/node_modules/${pkg%@*}/package.json"; then
+    echo "installing: ${BROWSER_PACKAGES[*]} into $BROWSER_DIR" >&2
+    npm install --prefix "$BROWSER_DIR" --no-audit --no-fund --loglevel=error "${BROWSER_PACKAGES[@]}" >/dev/null
+    break
+  fi
+done
 export SEALVOL_VENV="$VENV"
+export SEALVOL_BROWSER_DEPS="$BROWSER_DIR"

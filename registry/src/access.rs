@@ -33,6 +33,9 @@ pub enum Need {
     Admin,
     /// A path no handler serves: let it through to its 404.
     Nothing,
+    /// Not a need: the web view page at `path`, which a browser that must
+    /// log in is sent back to (the auth layer's redirect).
+    Web { path: String },
 }
 
 /// What `method path` needs. Pure, so the auth layer and the tests agree
@@ -43,6 +46,9 @@ pub fn need(method: &Method, path: &str) -> Need {
     let repo = |name: String, action: Action| Need::Repository { name, action };
     if path == "/metrics" {
         return Need::Base;
+    }
+    if let Some(need) = crate::ui::need(method, path) {
+        return need;
     }
     if let Some(r) = api::route(path) {
         use api::Route as R;

@@ -200,6 +200,11 @@ impl Caller {
         self.auth.policy.is_admin(&self.subject)
     }
 
+    /// The registry's authentication state.
+    pub fn auth(&self) -> &Auth {
+        &self.auth
+    }
+
     /// Whether the registry checks credentials at all (else everyone is
     /// anonymous and the open policy decides).
     pub fn registry_authenticates(&self) -> bool {
@@ -347,7 +352,18 @@ impl Auth {
     async fn identify(
         &self,
         headers: &HeaderMap,
+        web: bool,
     ) -> Result<(Subject, Option<Grant>), &'static str> {
+        // The web view's pages send the session cookie instead of a
+        // header; an expired or forged one is no one (the page then asks
+        // to log in).
+        if web && !headers.contains_key(header::AUTHORIZATION) {
+            if let (Some(token), Some(issuer)) =
+                (crate::ui::session::token_of(headers), &self.issuer)
+            {
+                return Ok((self.session_subject(issuer, token).await, None));
+            }
+        }
         let bearer = headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
@@ -435,6 +451,41 @@ impl Auth {
 }
 
 impl Auth {
+    /// Who a web session token names, if it checks out (a key's session
+    /// ends with the key).
+    async fn session_subject(&self, issuer: &Issuer, token: &str) -> Subject {
+        match issuer.verify_session(token, unix_now()) {
+            Some(Subject::User(id)) if id.starts_with(API_KEY_PREFIX) => {
+                match self.key(&id, None).await {
+                    Some(k) => Subject::Key(k),
+                    None => Subject::Anonymous,
+                }
+            }
+            Some(s) => s,
+            None => Subject::Anonymous,
+        }
+    }
+
+    /// A web session for `user` with `password` (checked as Basic
+    /// credentials are): the signed token and its lifetime in seconds;
+    /// `None` when the registry has no users to log in as.
+    pub(crate) async fn session_for(
+        &self,
+        user: &str,
+        password: &str,
+    ) -> Result<Option<(String, u64)>, &'static str> {
+        let (Some(_), Some(issuer)) = (&self.users, &self.issuer) else {
+            return Ok(None);
+        };
+        let basic = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+        let mut headers = HeaderMap::new();
+        let value = HeaderValue::from_str(&format!("Basic {basic}"))
+            .map_err(|_| "malformed user name or password")?;
+        headers.insert(header::AUTHORIZATION, value);
+        let subject = self.authenticate(&headers).await?;
+        issuer.session(&subject, unix_now()).map(Some)
+    }
+
     /// Counts, logs (the user name only) and delays a failed login.
     async fn failed(&self, user: &str) -> &'static str {
         metrics::counter!("sealvol_auth_failed_logins_total").increment(1);
@@ -491,6 +542,15 @@ impl Auth {
     /// 401 with the challenge a client answers by logging in: the token
     /// flow where the registry issues tokens, else Basic.
     fn unauthorized(&self, why: &str, need: &Need) -> Response {
+        if let Need::Web { path } = need {
+            // A page asks the browser to log in, not for a Basic dialog.
+            let mut resp = StatusCode::SEE_OTHER.into_response();
+            let to = format!("/ui/login?next={}", crate::query::encode(path));
+            if let Ok(v) = HeaderValue::from_str(&to) {
+                resp.headers_mut().insert(header::LOCATION, v);
+            }
+            return resp;
+        }
         let mut resp = RegistryError::new(Code::Unauthorized, why).into_response();
         let challenge = match &self.issuer {
             Some(i) => i.challenge(scope_of(need).as_deref()),
@@ -524,10 +584,15 @@ impl Auth {
 /// The auth layer: authenticate, decide what the route needs, hand the
 /// caller on.
 pub async fn authorize(State(auth): State<Arc<Auth>>, mut req: Request, next: Next) -> Response {
-    let need = access::need(req.method(), req.uri().path());
-    let (subject, grant) = match auth.identify(req.headers()).await {
+    let path = req.uri().path().to_string();
+    let web = crate::ui::need(req.method(), &path).is_some();
+    let get = req.method() == Method::GET;
+    let need = access::need(req.method(), &path);
+    // Where a page that needs a login sends the browser back to.
+    let login = Need::Web { path };
+    let (subject, grant) = match auth.identify(req.headers(), web).await {
         Ok(s) => s,
-        Err(why) => return auth.unauthorized(why, &need),
+        Err(why) => return auth.unauthorized(why, if web { &login } else { &need }),
     };
     let policy = &auth.policy;
     // Anonymous callers are asked to log in, and so is a token that lacks
@@ -535,6 +600,9 @@ pub async fn authorize(State(auth): State<Arc<Auth>>, mut req: Request, next: Ne
     let refuse = |repository: &str, action: &str, retry: bool| -> Response {
         denied_line(&subject, repository, action);
         match subject {
+            Subject::Anonymous if web && get => {
+                auth.unauthorized("authentication required", &login)
+            }
             Subject::Anonymous => auth.unauthorized("authentication required", &need),
             _ if retry => auth.unauthorized("the token does not grant this", &need),
             _ => auth.forbidden(
@@ -544,7 +612,7 @@ pub async fn authorize(State(auth): State<Arc<Auth>>, mut req: Request, next: Ne
         }
     };
     match &need {
-        Need::Nothing => {}
+        Need::Nothing | Need::Web { .. } => {}
         Need::Base | Need::Listing | Need::SyncJob(_) | Need::NewSync => {
             if !policy.knows(&subject) {
                 return refuse("", "use", false);
@@ -686,6 +754,23 @@ pub async fn token(State(auth): State<Arc<Auth>>, req: Request) -> Response {
 /// another origin.
 pub async fn csrf(State(auth): State<Arc<Auth>>, req: Request, next: Next) -> Response {
     let path = req.uri().path();
+    if crate::ui::need(req.method(), path).is_some() {
+        // A form post of the web view comes from one of its own pages:
+        // browsers send the page's Origin with every POST.
+        let read = req.method() == Method::GET || req.method() == Method::HEAD;
+        let own = req
+            .headers()
+            .get(header::ORIGIN)
+            .is_some_and(|o| auth.origins.iter().any(|a| a.as_bytes() == o.as_bytes()));
+        if !read && !own {
+            return RegistryError::new(
+                Code::Denied,
+                "a form of the web view is posted from its own pages only",
+            )
+            .into_response();
+        }
+        return next.run(req).await;
+    }
     if path != "/api/v1" && !path.starts_with("/api/v1/") {
         return next.run(req).await;
     }

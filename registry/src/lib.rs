@@ -51,6 +51,7 @@ pub mod sync_jobs;
 pub mod sync_runner;
 pub mod token;
 pub mod trees;
+pub mod ui;
 pub mod uploads;
 pub mod volume_api;
 pub mod volumes;

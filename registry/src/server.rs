@@ -380,7 +380,7 @@ pub fn router(
     // A pull-through cache serves /v2 only: its /api/v1 answers 404.
     let volumes = match app.upstream {
         Some(_) => Router::new(),
-        None => crate::volume_api::router(),
+        None => crate::volume_api::router().merge(crate::ui::router()),
     };
     Router::new()
         .route(

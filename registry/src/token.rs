@@ -25,6 +25,9 @@ use crate::authz::{Policy, Subject};
 
 /// Most scopes one token request may name, and longest scope string.
 const MAX_SCOPES: usize = 32;
+/// How long a web view session lasts: a working day.
+pub const SESSION_SECONDS: u64 = 8 * 3600;
+
 /// Most cached verified tokens.
 const MAX_CACHED: usize = 10_000;
 
@@ -270,6 +273,45 @@ impl Issuer {
             expires_in: self.ttl,
             issued_at: crate::volumes::rfc3339(now),
         })
+    }
+
+    /// The audience of web view sessions: not the service's, so a session
+    /// is no bearer token and a bearer token no session.
+    fn session_audience(&self) -> String {
+        format!("{}/ui", self.service)
+    }
+
+    /// A web view session token for `subject`, and its lifetime: it names
+    /// the subject and grants nothing itself (the policy decides each
+    /// request).
+    pub fn session(&self, subject: &Subject, now: u64) -> Result<(String, u64), &'static str> {
+        let sub = match subject {
+            Subject::Anonymous => return Err("log in as a user"),
+            Subject::User(u) => u.clone(),
+            Subject::Key(k) => k.id.clone(),
+        };
+        let claims = Claims {
+            iss: self.service.clone(),
+            sub,
+            aud: self.session_audience(),
+            exp: now + SESSION_SECONDS,
+            nbf: now.saturating_sub(1),
+            iat: now,
+            jti: uuid::Uuid::new_v4().to_string(),
+            access: Vec::new(),
+        };
+        let token = jsonwebtoken::encode(&Header::new(Algorithm::HS256), &claims, &self.encoding)
+            .map_err(|_| "cannot sign a session")?;
+        Ok((token, SESSION_SECONDS))
+    }
+
+    /// The subject of a web view session token, if it checks out
+    /// (signature, issuer, the sessions' audience, times).
+    pub fn verify_session(&self, token: &str, _now: u64) -> Option<Subject> {
+        let mut validation = self.validation.clone();
+        validation.set_audience(&[self.session_audience()]);
+        let data = jsonwebtoken::decode::<Claims>(token, &self.decoding, &validation).ok()?;
+        (!data.claims.sub.is_empty()).then(|| Subject::User(data.claims.sub))
     }
 
     /// Checks a bearer token (signature, issuer, audience, times), once per

@@ -16,7 +16,9 @@ use sealvol_spec::tree::{TreeIndex, MAX_TREE_BYTES};
 use sealvol_spec::Sha256Digest;
 
 use crate::app::App;
-use crate::error::{RegistryError, Result};
+use sealvol_spec::api;
+
+use crate::error::{Code, RegistryError, Result};
 
 /// How many decoded trees stay in memory: a web view pages through one
 /// version or compares two, and a tree of 100,000 files decodes to some
@@ -91,6 +93,26 @@ pub(crate) async fn tree_of(app: &App, repo: &str, digest: &str) -> Result<Arc<T
     let tree = Arc::new(tree);
     app.trees.put(blob, tree.clone());
     Ok(tree)
+}
+
+/// The entries directly inside directory `dir` of `tree` ("" for the
+/// root), in canonical order; a file or symlink lists itself, as `ls`
+/// does.
+pub(crate) fn entries_in(tree: &sealvol_spec::TreeIndex, dir: &str) -> Result<Vec<api::EntryInfo>> {
+    let dir = dir.trim_matches('/');
+    if dir.is_empty() {
+        return Ok(tree.children(None).map(api::EntryInfo::from).collect());
+    }
+    let e = tree.get(dir).ok_or_else(|| {
+        RegistryError::new(
+            Code::PathUnknown,
+            format!("{dir}: no such file or directory in this version"),
+        )
+    })?;
+    if !e.is_dir() {
+        return Ok(vec![api::EntryInfo::from(e)]);
+    }
+    Ok(tree.children(Some(dir)).map(api::EntryInfo::from).collect())
 }
 
 #[cfg(test)]

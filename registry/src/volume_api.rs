@@ -256,6 +256,12 @@ impl std::ops::Deref for VolumeName {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct VersionDigest(String);
 
+impl VersionDigest {
+    pub(crate) fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
 impl std::str::FromStr for VersionDigest {
     type Err = RegistryError;
     fn from_str(d: &str) -> Result<VersionDigest> {
@@ -464,7 +470,11 @@ async fn volume(
             let page = page_of(q.as_deref())?;
             let dir = query_value(q.as_deref(), "path").unwrap_or_default();
             let tree = crate::trees::tree_of(app, &name, &d.0).await?;
-            let (entries, next) = page.take(entries_in(&tree, &dir)?, |e| e.path.clone(), false);
+            let (entries, next) = page.take(
+                crate::trees::entries_in(&tree, &dir)?,
+                |e| e.path.clone(),
+                false,
+            );
             let path = format!("/api/v1/volumes/{name}/-/versions/{}/entries", d.0);
             let link = next.map(|last| {
                 next_link(&path, &[("path", dir.as_str())], page.n.unwrap_or(0), &last)
@@ -563,26 +573,6 @@ async fn volume(
         }
         _ => Err(method_not_supported().await),
     }
-}
-
-/// The entries directly inside directory `dir` of `tree` ("" for the
-/// root), in canonical order; a file or symlink lists itself, as `ls`
-/// does.
-fn entries_in(tree: &sealvol_spec::TreeIndex, dir: &str) -> Result<Vec<api::EntryInfo>> {
-    let dir = dir.trim_matches('/');
-    if dir.is_empty() {
-        return Ok(tree.children(None).map(api::EntryInfo::from).collect());
-    }
-    let e = tree.get(dir).ok_or_else(|| {
-        RegistryError::new(
-            Code::PathUnknown,
-            format!("{dir}: no such file or directory in this version"),
-        )
-    })?;
-    if !e.is_dir() {
-        return Ok(vec![api::EntryInfo::from(e)]);
-    }
-    Ok(tree.children(Some(dir)).map(api::EntryInfo::from).collect())
 }
 
 /// `GET /api/v1/keys`.
