@@ -2,8 +2,8 @@
 //! playwright-core (`tests/ui/browser.mjs`) against the real `sealvol
 //! serve` with authentication on. A writer logs in, opens the volume and
 //! a version, copies the mount command (checked against `sealvol stat`),
-//! opens the diff of two versions, starts a sync and watches it reach
-//! READY; a reader sees no delete button and a delete it crafts is
+//! opens the diff of two versions, points a tag, deletes a version and
+//! restores it, starts a sync and watches it reach READY; a reader sees no delete button and a delete it crafts is
 //! refused. A file named like markup renders as text. axe-core checks
 //! every page; screenshots go to `target/tmp/ui-screenshots/`.
 
@@ -147,9 +147,10 @@ fn a_writer_and_a_reader_use_the_web_view_in_a_browser() {
         "02-volume",
         "03-version",
         "04-diff",
-        "05-sync",
-        "06-syncs",
-        "07-version-reader",
+        "05-confirm-delete",
+        "06-sync",
+        "07-syncs",
+        "08-version-reader",
     ] {
         let p = out_dir.join(format!("{shot}.png"));
         let len = std::fs::metadata(&p).map(|m| m.len()).unwrap_or(0);

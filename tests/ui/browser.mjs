@@ -136,6 +136,24 @@ await page.getByText("tokenizer.json").waitFor();
 assert.ok(Number(await page.locator("meter#shared").getAttribute("value")) > 0);
 await check(page, "04-diff");
 
+// Actions: point a tag at v1, delete v1 (after the confirmation page),
+// then restore it from the volume's timeline.
+await page.goto(`${URL}/ui/volumes/${VOLUME}/-/versions/${V1}`);
+await page.getByLabel("Point tag").fill("prod");
+await page.getByRole("button", { name: "at this version" }).click();
+await page.waitForURL(`${URL}/ui/volumes/${VOLUME}`);
+await page.getByRole("rowheader", { name: "prod" }).waitFor();
+await page.goto(`${URL}/ui/volumes/${VOLUME}/-/versions/${V1}`);
+await page.getByRole("link", { name: "Delete this version…" }).click();
+await page.getByRole("heading", { name: /^Delete version/ }).waitFor();
+await check(page, "05-confirm-delete");
+await page.getByRole("button", { name: "Delete the version" }).click();
+await page.waitForURL(`${URL}/ui/volumes/${VOLUME}`);
+await page.locator("ol.timeline li.deleted").getByText(/restorable for/).waitFor();
+await page.getByRole("button", { name: "Restore" }).click();
+await page.waitForURL(`${URL}/ui/volumes/${VOLUME}`);
+assert.equal(await page.locator("ol.timeline li.deleted").count(), 0);
+
 // A sync from a folder, watched until READY (the page refreshes itself).
 await page.goto(`${URL}/ui/syncs`);
 await page.getByText("Start a sync").click();
@@ -144,10 +162,10 @@ await page.getByLabel("Destination volume").fill("weights/synced");
 await page.getByRole("button", { name: "Start" }).click();
 await page.waitForURL(/\/ui\/syncs\/sync-/);
 await page.locator("#state", { hasText: "READY" }).waitFor({ timeout: 60_000 });
-await check(page, "05-sync");
+await check(page, "06-sync");
 await page.goto(`${URL}/ui/syncs`);
 await page.getByRole("cell", { name: "READY" }).first().waitFor();
-await check(page, "06-syncs");
+await check(page, "07-syncs");
 
 // ---- the reader ----------------------------------------------------------
 const reader = await browser.newContext();
@@ -157,7 +175,7 @@ await page.goto(`${URL}/ui/volumes/${VOLUME}/-/versions/${V1}`);
 await page.locator("#pinned").waitFor();
 assert.equal(await page.getByRole("link", { name: "Delete this version…" }).count(), 0);
 assert.equal(await page.getByLabel("Point tag").count(), 0);
-await check(page, "07-version-reader");
+await check(page, "08-version-reader");
 // A delete the reader crafts, from the view's own origin with its
 // session: refused.
 const forged = await page.evaluate(async (path) => {

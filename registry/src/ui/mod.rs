@@ -217,11 +217,16 @@ async fn volumes(State(app): State<Arc<App>>, caller: Caller, RawQuery(q): RawQu
     let result = app.lifecycle(|m| m.volumes(None)).await;
     match result {
         Ok(mut all) => {
-            all.retain(|v| caller.sees(&v.name) && v.name.contains(filter.as_str()));
+            all.retain(|v| caller.sees(&v.name));
+            // By name, so each namespace's volumes are together.
+            let mut namespaces: Vec<String> = all.iter().map(|v| v.namespace.clone()).collect();
+            namespaces.sort();
+            namespaces.dedup();
+            all.retain(|v| v.name.contains(filter.as_str()));
             let (shown, next) = page.take(all, |v| v.name.clone(), true);
             html(
                 StatusCode::OK,
-                pages::volumes(&who, &filter, &shown, next.as_deref()),
+                pages::volumes(&who, &filter, &namespaces, &shown, next.as_deref()),
             )
         }
         Err(e) => error_page(&who, e),

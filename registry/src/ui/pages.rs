@@ -159,6 +159,7 @@ pub(crate) fn login(who: &Who, next: &str, message: Option<&str>) -> Markup {
 pub(crate) fn volumes(
     who: &Who,
     filter: &str,
+    namespaces: &[String],
     volumes: &[api::Volume],
     next: Option<&str>,
 ) -> Markup {
@@ -171,6 +172,14 @@ pub(crate) fn volumes(
                 label for="q" { "Filter by name" }
                 input id="q" name="q" type="search" value=(filter);
                 button type="submit" { "Filter" }
+            }
+            @if !namespaces.is_empty() {
+                nav.namespaces aria-label="Namespaces" {
+                    "Namespaces: "
+                    @for ns in namespaces {
+                        a href={ "/ui/?q=" (crate::query::encode(&format!("{ns}/"))) } { (ns) } " "
+                    }
+                }
             }
             @if volumes.is_empty() {
                 p { "No volume to show." @if who.anonymous && who.logins { " " a href="/ui/login" { "Log in" } " to see yours." } }
@@ -363,7 +372,7 @@ pub(crate) fn version(v: &VersionView<'_>) -> Markup {
                     form.inline method="post" action={ (volume_href(v.name)) "/-/tags" } {
                         input type="hidden" name="digest" value=(digest);
                         label for="tag" { "Point tag" }
-                        input id="tag" name="tag" type="text" required pattern="[A-Za-z0-9_][A-Za-z0-9._-]{0,127}";
+                        input id="tag" name="tag" type="text" required pattern="[A-Za-z0-9_][A-Za-z0-9._\\-]{0,127}";
                         button type="submit" { "at this version" }
                     }
                 }
