@@ -306,8 +306,9 @@ impl Issuer {
     }
 
     /// The subject of a web view session token, if it checks out
-    /// (signature, issuer, the sessions' audience, times).
-    pub fn verify_session(&self, token: &str, _now: u64) -> Option<Subject> {
+    /// (signature, issuer, the sessions' audience, times, against the
+    /// system clock as for bearer tokens).
+    pub fn verify_session(&self, token: &str) -> Option<Subject> {
         let mut validation = self.validation.clone();
         validation.set_audience(&[self.session_audience()]);
         let data = jsonwebtoken::decode::<Claims>(token, &self.decoding, &validation).ok()?;
@@ -622,6 +623,36 @@ gdUN+aiDEAsK0j1KWXeGCDXYj8nc88kpUL/XTWd0aSUfiKnTZWTxFyMd
         )
         .unwrap();
         assert!(ext.verify(&hs, now).is_none());
+    }
+
+    #[test]
+    fn sessions_and_bearer_tokens_are_not_each_other() {
+        let now = jsonwebtoken::get_current_timestamp();
+        let i = Issuer::new(
+            &[7; 32],
+            "reg:5000".into(),
+            "http://reg:5000/token".into(),
+            300,
+        );
+        let w = Subject::User("w".into());
+        let (session, ttl) = i.session(&w, now).unwrap();
+        assert_eq!(ttl, SESSION_SECONDS);
+        assert!(matches!(i.verify_session(&session), Some(Subject::User(u)) if u == "w"));
+        // A session is no bearer token, and a bearer token no session.
+        assert!(i.verify(&session, now).is_none());
+        let bearer = i.issue(&Policy::default(), &w, &[], now).unwrap().token;
+        assert!(i.verify_session(&bearer).is_none());
+        // Another key's session, and anonymous ones, are refused.
+        let other = Issuer::new(
+            &[8; 32],
+            "reg:5000".into(),
+            "http://reg:5000/token".into(),
+            300,
+        );
+        assert!(i
+            .verify_session(&other.session(&w, now).unwrap().0)
+            .is_none());
+        assert!(i.session(&Subject::Anonymous, now).is_err());
     }
 
     #[test]
