@@ -56,15 +56,25 @@ pub(crate) fn add_sealed(
         vol.stats = None;
         return Ok(());
     };
+    // The volume's set in one read, then the new chunks in one write: on
+    // a shared engine a row at a time would hold every writer off for a
+    // round trip per chunk of the version.
     let mut t = tx.open_table(VOLUME_CHUNKS)?;
+    let (lo, hi) = prefix(&[repo]);
+    let mut known = std::collections::HashSet::new();
+    for row in t.range(lo.as_str()..hi.as_str())? {
+        known.insert(row?.0.value().to_string());
+    }
+    let mut new = Vec::new();
     for (digest, size) in chunks {
         let k = key(&[repo, &digest.to_string()]);
-        if t.get(k.as_str())?.is_none() {
-            t.insert(k.as_str(), *size)?;
+        if !known.contains(&k) {
             totals.stored_bytes += size;
             totals.chunks += 1;
+            new.push((k, *size));
         }
     }
+    t.insert_many(new)?;
     Ok(())
 }
 
@@ -155,15 +165,15 @@ impl MetaStore {
                 stale.push(k.value().to_string());
             }
         }
-        for k in stale {
-            t.remove(k.as_str())?;
-        }
+        t.remove_many(&stale)?;
         let mut totals = ChunkTotals::default();
+        let mut rows = Vec::with_capacity(set.len());
         for (digest, size) in set {
-            t.insert(key(&[repo, &digest.to_string()]).as_str(), *size)?;
+            rows.push((key(&[repo, &digest.to_string()]), *size));
             totals.stored_bytes += size;
             totals.chunks += 1;
         }
+        t.insert_many(rows)?;
         drop(t);
         vol.stats = Some(totals);
         crate::volumes::put_volume_record(&tx, repo, &vol)?;

@@ -839,6 +839,26 @@ fn two_replicas_on_one_bucket_and_one_postgres_serve_the_same_volumes() {
         assert_eq!(head.len(), 1);
         assert_eq!(head[0]["digest"], pushed2["digest"], "{r}");
     }
+    // Storage statistics kept in PostgreSQL, the same from both: the
+    // distinct chunks of both versions, as their manifests list them.
+    let mut distinct = std::collections::BTreeMap::new();
+    for tag in ["v1", "v2"] {
+        distinct.extend(sealvol_tests::chunk_blobs(&ra, "weights/m", tag));
+    }
+    let stored: u64 = distinct.values().sum();
+    for r in [&ra, &rb] {
+        let stats: Value = client()
+            .get(format!("http://{r}/api/v1/volumes/weights/m/-/stats"))
+            .send()
+            .unwrap()
+            .json()
+            .unwrap();
+        assert_eq!(stats["versions"], 2, "{r}: {stats}");
+        assert_eq!(stats["stored_bytes"], stored, "{r}: {stats}");
+        assert_eq!(stats["chunks"], distinct.len(), "{r}: {stats}");
+        let logical = pushed["bytes"].as_u64().unwrap() + pushed2["bytes"].as_u64().unwrap();
+        assert_eq!(stats["logical_bytes"], logical, "{r}: {stats}");
+    }
     let out2 = sb.path().join("v2-from-a");
     json(
         sb.sealvol(

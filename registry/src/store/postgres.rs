@@ -155,6 +155,11 @@ pub struct PgTx {
 
 type Rows = Vec<(Vec<u8>, Vec<u8>)>;
 
+/// Rows per statement of `put_many` and `delete_many`: large enough that
+/// a version of a million chunks takes a few hundred round trips, small
+/// enough to stay far below PostgreSQL's parameter and message limits.
+const MANY: usize = 5_000;
+
 impl PgTx {
     fn begin(pool: &r2d2::Pool<Manager>, sql: &str) -> Result<PgTx> {
         blocking(|| {
@@ -199,6 +204,33 @@ impl PgTx {
             &[&tbl, &k, &v],
         )?;
         Ok(rows.first().map(|r| r.get(0)))
+    }
+
+    /// Stores every row of `rows`, a few thousand per statement.
+    pub fn put_many(&self, tbl: &str, rows: &[(Vec<u8>, Vec<u8>)]) -> Result<()> {
+        for batch in rows.chunks(MANY) {
+            let (ks, vs): (Vec<&[u8]>, Vec<&[u8]>) =
+                batch.iter().map(|(k, v)| (&k[..], &v[..])).unzip();
+            self.query(
+                "INSERT INTO sealvol_tables (tbl, k, v) \
+                 SELECT $1, k, v FROM unnest($2::bytea[], $3::bytea[]) AS r(k, v) \
+                 ON CONFLICT (tbl, k) DO UPDATE SET v = EXCLUDED.v",
+                &[&tbl, &ks, &vs],
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Removes every key of `keys` that is there, a few thousand per
+    /// statement.
+    pub fn delete_many(&self, tbl: &str, keys: &[&[u8]]) -> Result<()> {
+        for batch in keys.chunks(MANY) {
+            self.query(
+                "DELETE FROM sealvol_tables WHERE tbl = $1 AND k = ANY($2::bytea[])",
+                &[&tbl, &batch],
+            )?;
+        }
+        Ok(())
     }
 
     pub fn delete(&self, tbl: &str, k: &[u8]) -> Result<Option<Vec<u8>>> {

@@ -348,6 +348,42 @@ impl<V: Val> Table<'_, V> {
         }
     }
 
+    /// Stores every `(key, value)` of `rows`, replacing what was there: on
+    /// a shared engine in a few statements, not one round trip a row.
+    pub fn insert_many<'v>(&mut self, rows: Vec<(String, V::In<'v>)>) -> Result<()> {
+        match self {
+            Table::Redb(t) => {
+                for (k, v) in rows {
+                    t.insert(k.as_str(), V::to_redb(v))?;
+                }
+                Ok(())
+            }
+            Table::Postgres(tx, def) => {
+                let rows: Vec<(Vec<u8>, Vec<u8>)> = rows
+                    .into_iter()
+                    .map(|(k, v)| (k.into_bytes(), V::encode(v)))
+                    .collect();
+                tx.put_many(def.name, &rows)
+            }
+        }
+    }
+
+    /// Removes every key of `keys` that is there.
+    pub fn remove_many(&mut self, keys: &[String]) -> Result<()> {
+        match self {
+            Table::Redb(t) => {
+                for k in keys {
+                    t.remove(k.as_str())?;
+                }
+                Ok(())
+            }
+            Table::Postgres(tx, def) => {
+                let keys: Vec<&[u8]> = keys.iter().map(|k| k.as_bytes()).collect();
+                tx.delete_many(def.name, &keys)
+            }
+        }
+    }
+
     /// Removes `key`; the value it had, if any.
     pub fn remove(&mut self, key: &str) -> Result<Option<Guard<V>>> {
         match self {
