@@ -22,11 +22,12 @@ use serde::{Deserialize, Serialize};
 
 use crate::app::App;
 use crate::error::{RegistryError, Result};
-
-type MetaResult<T, E = MetaError> = std::result::Result<T, E>;
 use crate::meta::{key, prefix, MetaError, MetaStore};
 use crate::store::tables::{TableDefinition, WriteTransaction, U64};
 use crate::volumes::{Lifecycle, VolumeRecord};
+
+/// The metadata layer's results (the module's `Result` is the API's).
+type MetaResult<T, E = MetaError> = std::result::Result<T, E>;
 
 /// `repo \0 sha256:<hex>` → the chunk's size: the distinct chunks of the
 /// volume's kept versions, while its record's `stats` is known.
