@@ -172,9 +172,7 @@ mod tests {
     use super::*;
 
     fn store() -> (tempfile::TempDir, MetaStore) {
-        let dir = tempfile::tempdir().unwrap();
-        let m = MetaStore::open(&dir.path().join("meta.redb")).unwrap();
-        (dir, m)
+        MetaStore::temporary()
     }
 
     #[test]

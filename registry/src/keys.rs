@@ -222,8 +222,7 @@ mod tests {
 
     #[test]
     fn a_key_logs_in_with_its_secret_until_it_expires_or_is_revoked() {
-        let dir = tempfile::tempdir().unwrap();
-        let meta = MetaStore::open(&dir.path().join("meta.redb")).unwrap();
+        let (_dir, meta) = MetaStore::temporary();
         let req = api::ApiKeyRequest {
             repositories: vec!["weights/**".into()],
             actions: vec![Action::Pull],

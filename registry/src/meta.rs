@@ -148,6 +148,15 @@ pub(crate) fn drop_manifest(
 }
 
 impl MetaStore {
+    /// A store in a new temporary folder, for tests: the folder goes
+    /// when the returned guard is dropped.
+    #[cfg(test)]
+    pub(crate) fn temporary() -> (tempfile::TempDir, MetaStore) {
+        let dir = tempfile::tempdir().expect("a temporary folder");
+        let m = MetaStore::open(&dir.path().join("meta.redb")).expect("a new metadata store");
+        (dir, m)
+    }
+
     pub fn open(path: &Path) -> Result<MetaStore> {
         let db = Database::Redb(redb::Database::create(path)?);
         // Create every table once so that readers never see a missing one.
@@ -608,8 +617,7 @@ mod tests {
 
     #[test]
     fn tags_paginate_in_order_and_manifest_delete_drops_its_tags() {
-        let dir = tempfile::tempdir().unwrap();
-        let m = MetaStore::open(&dir.path().join("meta.redb")).unwrap();
+        let (_dir, m) = MetaStore::temporary();
         let rec = ManifestRecord {
             media_type: "application/vnd.oci.image.manifest.v1+json".into(),
             size: 10,

@@ -590,8 +590,7 @@ mod tests {
 
     #[test]
     fn records_of_another_version_are_not_done() {
-        let dir = tempfile::tempdir().unwrap();
-        let m = MetaStore::open(&dir.path().join("meta.redb")).unwrap();
+        let (_dir, m) = MetaStore::temporary();
         let big: Vec<u8> = (0..(chain::PIECE as usize * 2 + 9))
             .map(|i| (i * 7 % 251) as u8)
             .collect();

@@ -628,12 +628,7 @@ gdUN+aiDEAsK0j1KWXeGCDXYj8nc88kpUL/XTWd0aSUfiKnTZWTxFyMd
     #[test]
     fn sessions_and_bearer_tokens_are_not_each_other() {
         let now = jsonwebtoken::get_current_timestamp();
-        let i = Issuer::new(
-            &[7; 32],
-            "reg:5000".into(),
-            "http://reg:5000/token".into(),
-            300,
-        );
+        let i = Issuer::new(&[7; 32], "reg:5000".into(), String::new(), 300);
         let w = Subject::User("w".into());
         let (session, ttl) = i.session(&w, now).unwrap();
         assert_eq!(ttl, SESSION_SECONDS);
@@ -643,12 +638,7 @@ gdUN+aiDEAsK0j1KWXeGCDXYj8nc88kpUL/XTWd0aSUfiKnTZWTxFyMd
         let bearer = i.issue(&Policy::default(), &w, &[], now).unwrap().token;
         assert!(i.verify_session(&bearer).is_none());
         // Another key's session, and anonymous ones, are refused.
-        let other = Issuer::new(
-            &[8; 32],
-            "reg:5000".into(),
-            "http://reg:5000/token".into(),
-            300,
-        );
+        let other = Issuer::new(&[8; 32], "reg:5000".into(), String::new(), 300);
         assert!(i
             .verify_session(&other.session(&w, now).unwrap().0)
             .is_none());
