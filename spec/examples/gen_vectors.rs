@@ -175,6 +175,95 @@ fn main() {
     write(&out.join("trees.json"), &trees);
     std::fs::write(out.join("basic.tree"), &encoded).unwrap();
 
+    let p = ChunkingParams::default();
+    // Validation (§2.3): trees a reader accepts and trees it refuses, with
+    // the rule each breaks. Written as entries, since `TreeIndex::new`
+    // refuses the invalid ones.
+    let blob = |size: u32, sha: &Sha256Digest| EntryData::File {
+        size: u64::from(size),
+        blake3: sealvol_spec::B3Digest(*blake3::hash(&vec![0u8; size as usize]).as_bytes()),
+        chunks: vec![sealvol_spec::tree::ChunkRef {
+            offset: 0,
+            length: size,
+            sha256: *sha,
+        }],
+        pieces: vec![],
+    };
+    let one = Sha256Digest::of(b"x");
+    let clash = vec![
+        Entry {
+            path: "a.bin".into(),
+            mode: 0o644,
+            data: blob(1, &one),
+        },
+        Entry {
+            path: "b.bin".into(),
+            mode: 0o644,
+            data: blob(2, &one),
+        },
+    ];
+    let valid = [
+        (
+            "links through directories and links",
+            vec![
+                dir("m"),
+                link("m/cur", "v2"),
+                dir("m/v2"),
+                file("m/v2/w.bin", 0o644, b"w", &p),
+                link("w", "m/cur/w.bin"),
+                link("x", "m/../m/cur/./w.bin"),
+                link("y", "missing/../w"),
+                link("z", "m/cur"),
+            ],
+        ),
+        ("a link to the root", vec![link("root", ".")]),
+    ];
+    let invalid = [
+        (
+            "climbs out through a link to the root",
+            5,
+            vec![link("l", "."), link("up", "l/..")],
+        ),
+        (
+            "reads /etc/passwd through a chain of links",
+            5,
+            vec![link("l", "."), link("passwd", "l/l/../../etc/passwd")],
+        ),
+        (
+            "climbs out through a link that climbs",
+            5,
+            vec![dir("d"), link("d/x", ".."), link("y", "d/x/..")],
+        ),
+        (
+            "goes up after a link that goes down",
+            5,
+            vec![
+                dir("d"),
+                dir("d/e"),
+                link("deep", "d/e"),
+                link("up", "deep/../.."),
+            ],
+        ),
+        (
+            "climbs above the root lexically",
+            5,
+            vec![link("up", "../x")],
+        ),
+        ("one blob at two lengths", 9, clash),
+    ];
+    for (name, entries) in &valid {
+        TreeIndex::new(p, entries.clone()).unwrap_or_else(|e| panic!("{name}: {e}"));
+    }
+    for (name, _, entries) in &invalid {
+        assert!(TreeIndex::new(p, entries.clone()).is_err(), "{name}");
+    }
+    let validation = json!({
+        "params": p,
+        "valid": valid.iter().map(|(name, entries)| json!({"name": name, "entries": entries})).collect::<Vec<_>>(),
+        "invalid": invalid.iter().map(|(name, rule, entries)| json!({"name": name, "rule": rule, "entries": entries})).collect::<Vec<_>>(),
+    });
+    write(&out.join("validation.json"), &validation);
+
     // Chunking.
     let mut chunking = Vec::new();
     for (params, context, len) in [

@@ -22,7 +22,7 @@ pub use oci_spec::image::Descriptor as OciDescriptor;
 use thiserror::Error;
 
 use crate::digest::{B3Digest, Sha256Digest};
-use crate::tree::{EntryData, TreeIndex};
+use crate::tree::{Entry, EntryData, TreeIndex};
 
 /// `artifactType` of a version's top-level index.
 pub const MT_VERSION: &str = "application/vnd.sealvol.version.v1";
@@ -268,8 +268,26 @@ pub fn build_version_with_blob(
     media_type: &str,
     meta: &VersionMeta,
 ) -> Result<BuiltVersion, OciError> {
-    let digest = tree.version_digest();
-    let stats = tree.stats();
+    build_layout(tree.entries(), blob, media_type, meta)
+}
+
+/// Lays out `entries`, valid or not, around `blob`, claiming their own
+/// digest ([`crate::version::digest_of`]): a self-consistent version of
+/// whatever they say, as a hostile publisher could make one. Only tests of
+/// readers call this directly.
+pub fn build_layout(
+    entries_in: &[Entry],
+    blob: Vec<u8>,
+    media_type: &str,
+    meta: &VersionMeta,
+) -> Result<BuiltVersion, OciError> {
+    let digest = crate::version::digest_of(entries_in);
+    let (files, bytes) = entries_in
+        .iter()
+        .fold((0u64, 0u64), |(n, b), e| match &e.data {
+            EntryData::File { size, .. } => (n + 1, b.saturating_add(*size)),
+            _ => (n, b),
+        });
     let mut blobs = Vec::new();
     let mut manifests = Vec::new();
     let mut entries = Vec::new();
@@ -340,7 +358,7 @@ pub fn build_version_with_blob(
     // Chunk shards: each distinct chunk blob once, in first-use order.
     let mut seen = HashSet::new();
     let mut chunk_descs = Vec::new();
-    for e in tree.entries() {
+    for e in entries_in {
         if let EntryData::File { chunks, .. } = &e.data {
             for c in chunks {
                 if seen.insert(c.sha256) {
@@ -369,8 +387,8 @@ pub fn build_version_with_blob(
     let mut annotations = HashMap::from([
         (ANN_CREATED.to_string(), meta.created.clone()),
         (ANN_VERSION.to_string(), digest.to_string()),
-        (ANN_SIZE.to_string(), stats.bytes.to_string()),
-        (ANN_FILES.to_string(), stats.files.to_string()),
+        (ANN_SIZE.to_string(), bytes.to_string()),
+        (ANN_FILES.to_string(), files.to_string()),
     ]);
     if let Some(src) = &meta.source {
         annotations.insert(ANN_SOURCE.to_string(), src.clone());

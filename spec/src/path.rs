@@ -1,6 +1,7 @@
 //! Paths inside a version: the normal form every entry path and ref path
-//! takes, the canonical order of entries, and the rule that keeps symlinks
-//! inside the volume (SPEC.md §2.2).
+//! takes, the canonical order of entries, and the lexical half of the rule
+//! that keeps symlinks inside the volume (SPEC.md §2.2, §2.3 rule 5; the
+//! half that needs the tree's other symlinks is in `tree`).
 
 use std::cmp::Ordering;
 
@@ -104,6 +105,22 @@ pub fn symlink_target_stays_inside(link: &str, target: &str) -> bool {
     true
 }
 
+/// Whether a target goes up (`..`) after going down a component: only then
+/// can it pass through one of the tree's symlinks and climb out of where
+/// that link led (SPEC.md §2.3 rule 5), so only such targets need the tree.
+pub fn climbs_after_descending(target: &str) -> bool {
+    let mut descended = false;
+    for c in target.split('/') {
+        match c {
+            "" | "." => {}
+            ".." if descended => return true,
+            ".." => {}
+            _ => descended = true,
+        }
+    }
+    false
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -123,6 +140,10 @@ mod tests {
         assert!(!symlink_target_stays_inside("a/link", "x/../../../c"));
         assert!(!symlink_target_stays_inside("a/link", "/etc/passwd"));
         assert!(symlink_target_stays_inside("link", "./x/./y"));
+        assert!(climbs_after_descending("l/.."));
+        assert!(climbs_after_descending("../a/../b"));
+        assert!(!climbs_after_descending("../../a/b"));
+        assert!(!climbs_after_descending("./a/./b"));
     }
 
     #[test]

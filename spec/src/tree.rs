@@ -5,7 +5,7 @@
 //! [`TreeIndex::decode`] are the only ways to make one and both check every
 //! rule, so code that holds one never re-checks paths or sizes.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
@@ -190,6 +190,18 @@ pub enum TreeError {
     ParentNotDir { path: String, parent: String },
     #[error("symlink {path:?} -> {target:?} points outside the volume")]
     SymlinkEscapes { path: String, target: String },
+    #[error("symlink {path:?} -> {target:?} goes up ('..') after passing through the symlink {through:?}, which may leave the volume")]
+    SymlinkDotDot {
+        path: String,
+        target: String,
+        through: String,
+    },
+    #[error("chunk {sha256} is listed with length {first} and with length {second}; one blob has one length")]
+    ChunkLength {
+        sha256: Sha256Digest,
+        first: u32,
+        second: u32,
+    },
     #[error("file {path:?}: chunk sizes do not add up: {detail}")]
     Sizes { path: String, detail: String },
     #[error("{path:?} has mode {mode:#o}; only permission bits (at most 0o7777) are allowed")]
@@ -256,7 +268,12 @@ impl TreeIndex {
         params.validate()?;
         let mut dirs: HashSet<&str> = HashSet::new();
         let mut prev: Option<&str> = None;
-        for e in &entries {
+        // Symlinks whose target goes up after going down: rule 5's second
+        // half needs the whole tree, so they are checked after the scan.
+        let mut climbing: Vec<usize> = Vec::new();
+        // Rule 9: one length per blob.
+        let mut lengths: HashMap<Sha256Digest, u32> = HashMap::new();
+        for (i, e) in entries.iter().enumerate() {
             path::validate(&e.path)?;
             if let Some(p) = prev {
                 match path::canonical_cmp(p, &e.path) {
@@ -303,6 +320,9 @@ impl TreeIndex {
                             target: target.clone(),
                         });
                     }
+                    if path::climbs_after_descending(target) {
+                        climbing.push(i);
+                    }
                 }
                 EntryData::File {
                     size,
@@ -312,7 +332,23 @@ impl TreeIndex {
                 } => {
                     check_chunks(&e.path, *size, chunks, &params)?;
                     check_chain(&e.path, *size, blake3, pieces, format)?;
+                    for c in chunks {
+                        let first = *lengths.entry(c.sha256).or_insert(c.length);
+                        if first != c.length {
+                            return Err(TreeError::ChunkLength {
+                                sha256: c.sha256,
+                                first,
+                                second: c.length,
+                            });
+                        }
+                    }
                 }
+            }
+        }
+        if !climbing.is_empty() {
+            let lookup = Lookup::new(&entries);
+            for i in climbing {
+                lookup.check_no_dotdot_after_symlink(&entries[i])?;
             }
         }
         Ok(TreeIndex {
@@ -403,12 +439,7 @@ impl TreeIndex {
 
     /// The version digest (SPEC.md §3): BLAKE3 over the canonical encoding.
     pub fn version_digest(&self) -> B3Digest {
-        let mut h = blake3::Hasher::new();
-        h.update(crate::version::CANONICAL_MAGIC);
-        for e in &self.entries {
-            crate::version::canonical_entry(&mut h, e);
-        }
-        h.finalize().into()
+        crate::version::digest_of(&self.entries)
     }
 
     /// The binary encoding of SPEC.md §2.4 (format 2). A format 1 index
@@ -492,6 +523,92 @@ impl TreeIndex {
             return Err(r.err("trailing bytes after the last entry"));
         }
         Self::checked(params, entries, format)
+    }
+}
+
+/// Children by (parent, name), for walking a symlink's target through the
+/// tree (rule 5): built only for trees with a target that climbs, in one
+/// pass, so the check costs the targets' length, not their count times the
+/// tree's depth.
+struct Lookup<'a> {
+    entries: &'a [Entry],
+    /// (index of the parent directory entry, `ROOT` for the root; name) →
+    /// entry index.
+    children: HashMap<(usize, &'a str), usize>,
+}
+
+const ROOT: usize = usize::MAX;
+
+impl<'a> Lookup<'a> {
+    fn new(entries: &'a [Entry]) -> Lookup<'a> {
+        let mut dirs: HashMap<&str, usize> = HashMap::new();
+        let mut children = HashMap::with_capacity(entries.len());
+        for (i, e) in entries.iter().enumerate() {
+            // Valid so far: every parent is a directory entry seen earlier.
+            let (parent, name) = match e.path.rsplit_once('/') {
+                Some((d, n)) => (dirs[d], n),
+                None => (ROOT, e.path.as_str()),
+            };
+            children.insert((parent, name), i);
+            if e.is_dir() {
+                dirs.insert(&e.path, i);
+            }
+        }
+        Lookup { entries, children }
+    }
+
+    fn entry(&self, i: usize) -> &'a Entry {
+        &self.entries[i]
+    }
+
+    fn path_of(&self, i: usize) -> &'a str {
+        &self.entries[i].path
+    }
+
+    /// Rule 5, second half: resolving `link`'s target from its directory,
+    /// no `..` follows a component that is one of the tree's symlinks.
+    fn check_no_dotdot_after_symlink(&self, link: &Entry) -> Result<(), TreeError> {
+        let EntryData::Symlink { target } = &link.data else {
+            return Ok(());
+        };
+        // Where the walk is: the directories from the root down (`None`
+        // past a name the tree does not hold, which the kernel could not
+        // resolve either), or the symlink it passed through.
+        let mut at: Vec<Option<usize>> = vec![Some(ROOT)];
+        if let Some(dir) = path::parent(&link.path) {
+            for name in dir.split('/') {
+                let here = at.last().copied().flatten();
+                at.push(here.and_then(|d| self.children.get(&(d, name)).copied()));
+            }
+        }
+        let mut through: Option<usize> = None;
+        for c in target.split('/') {
+            match c {
+                "" | "." => {}
+                ".." => {
+                    if let Some(s) = through {
+                        return Err(TreeError::SymlinkDotDot {
+                            path: link.path.clone(),
+                            target: target.clone(),
+                            through: self.path_of(s).to_string(),
+                        });
+                    }
+                    // Rule 5's first half keeps this above the root.
+                    at.pop();
+                }
+                name if through.is_none() => {
+                    let here = at.last().copied().flatten();
+                    let child = here.and_then(|d| self.children.get(&(d, name)).copied());
+                    match child.map(|i| (i, &self.entry(i).data)) {
+                        Some((i, EntryData::Symlink { .. })) => through = Some(i),
+                        Some((i, EntryData::Dir)) => at.push(Some(i)),
+                        _ => at.push(None),
+                    }
+                }
+                _ => {}
+            }
+        }
+        Ok(())
     }
 }
 

@@ -10,6 +10,19 @@ use crate::tree::{Entry, EntryData};
 /// Domain separation for the version digest, format version 1.
 pub const CANONICAL_MAGIC: &[u8] = b"sealvol.version.v1\n";
 
+/// The version digest of `entries` as given, in their order, valid or
+/// not: what [`crate::TreeIndex::version_digest`] is over a valid tree,
+/// and what a hostile publisher computes over an invalid one (which is why
+/// readers validate the tree and do not trust the digest alone).
+pub fn digest_of(entries: &[Entry]) -> crate::B3Digest {
+    let mut h = blake3::Hasher::new();
+    h.update(CANONICAL_MAGIC);
+    for e in entries {
+        canonical_entry(&mut h, e);
+    }
+    h.finalize().into()
+}
+
 /// Feeds one entry's canonical record to `h`:
 /// `kind u8 | path_len u32le | path | mode u32le | size u64le | blake3 (files) or target (symlinks)`.
 pub(crate) fn canonical_entry(h: &mut blake3::Hasher, e: &Entry) {

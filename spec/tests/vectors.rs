@@ -161,3 +161,40 @@ fn oci_layout() {
         .count();
     assert_eq!(idx.chunk_manifests.len(), usize::from(n_chunks > 0));
 }
+
+/// §2.3 as `validation.json` fixes it: every valid tree is accepted built
+/// and decoded, every invalid one refused both ways, for the rule it names.
+#[test]
+fn validation() {
+    use sealvol_spec::tree::{encode_entries, TreeError, TreeFormat};
+    let v = load("validation.json");
+    let params: ChunkingParams = serde_json::from_value(v["params"].clone()).unwrap();
+    let entries_of = |case: &Value| -> Vec<Entry> {
+        let mut e: Vec<Entry> = serde_json::from_value(case["entries"].clone()).unwrap();
+        e.sort_by(|a, b| sealvol_spec::path::canonical_cmp(&a.path, &b.path));
+        e
+    };
+    let encoded =
+        |entries: &[Entry]| encode_entries(TreeFormat::V2, params, entries, &|_, _| unreachable!());
+    for case in v["valid"].as_array().unwrap() {
+        let name = case["name"].as_str().unwrap();
+        let entries = entries_of(case);
+        TreeIndex::new(params, entries.clone()).unwrap_or_else(|e| panic!("{name}: {e}"));
+        TreeIndex::decode(&encoded(&entries)).unwrap_or_else(|e| panic!("{name}: {e}"));
+    }
+    for case in v["invalid"].as_array().unwrap() {
+        let name = case["name"].as_str().unwrap();
+        let entries = entries_of(case);
+        for got in [
+            TreeIndex::new(params, entries.clone()),
+            TreeIndex::decode(&encoded(&entries)),
+        ] {
+            let rule = match got {
+                Err(TreeError::SymlinkEscapes { .. } | TreeError::SymlinkDotDot { .. }) => 5,
+                Err(TreeError::ChunkLength { .. }) => 9,
+                other => panic!("{name}: refused for another reason or accepted: {other:?}"),
+            };
+            assert_eq!(rule, case["rule"].as_u64().unwrap(), "{name}");
+        }
+    }
+}

@@ -220,6 +220,61 @@ def encode(params, entries, version, chunk_blake3=None):
     return out
 
 
+def validation_error(params, entries):
+    """The first rule of §2.3 (1-6, 9; 7 and 8 are checked above) that
+    `entries`, in the order given, break, or None."""
+    seen, kinds, lengths = [], {}, {}
+    for e in entries:
+        path = e["path"]
+        parts = path.split("/")
+        if (not path or "\0" in path or path.startswith("/") or len(path.encode()) > 4096
+                or any(c in ("", ".", "..") or len(c.encode()) > 255 for c in parts)):
+            return 1
+        if seen and canonical_key(seen[-1]) >= canonical_key(path):
+            return 2
+        if len(parts) > 1 and kinds.get("/".join(parts[:-1])) != "dir":
+            return 3
+        if e["mode"] > 0o7777:
+            return 4
+        seen.append(path)
+        kinds[path] = e["kind"]
+    for e in entries:
+        if e["kind"] == "symlink" and not symlink_ok(e["path"], e["target"], kinds):
+            return 5
+        if e["kind"] == "file":
+            offset = 0
+            for c in e["chunks"]:
+                if c["offset"] != offset or not 1 <= c["length"] <= params["max"]:
+                    return 6
+                offset += c["length"]
+                if lengths.setdefault(c["sha256"], c["length"]) != c["length"]:
+                    return 9
+            if offset != e["size"]:
+                return 6
+    return None
+
+
+def symlink_ok(link, target, kinds):
+    """Rule 5: walked lexically from the link's directory, the target never
+    climbs above the root, and no `..` follows a component that names one
+    of the tree's symlinks."""
+    if not target or target.startswith("/") or "\0" in target:
+        return False
+    at = link.split("/")[:-1]
+    through = False
+    for c in target.split("/"):
+        if c in ("", "."):
+            continue
+        if c == "..":
+            if through or not at:
+                return False
+            at.pop()
+        else:
+            at.append(c)
+            through = through or kinds.get("/".join(at)) == "symlink"
+    return True
+
+
 def xof(context, length):
     return blake3.blake3(derive_key_context=context).digest(length=length)
 
@@ -313,6 +368,14 @@ def main(argv):
             checks.append((name, what, got, want))
         for what, got, want in file_data_checks("f", data, e, []):
             checks.append((name, what, got, want))
+    # Validation (§2.3): what it accepts and what it refuses, by rule.
+    validation = json.loads((vectors / "validation.json").read_text())
+    for case in validation["valid"]:
+        entries = sorted(case["entries"], key=lambda e: canonical_key(e["path"]))
+        checks.append(("validation", f"valid: {case['name']}", validation_error(validation["params"], entries), None))
+    for case in validation["invalid"]:
+        entries = sorted(case["entries"], key=lambda e: canonical_key(e["path"]))
+        checks.append(("validation", f"invalid: {case['name']}", validation_error(validation["params"], entries), case["rule"]))
     failures = 0
     for name, what, got, want in checks:
         if got != want:
