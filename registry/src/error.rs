@@ -57,6 +57,11 @@ pub enum RegistryError {
     /// Something went wrong on our side; logged, answered 500.
     #[error("internal error: {0}")]
     Internal(String),
+    /// Something the registry stores is not what it should be (a version
+    /// sealed by an earlier release whose tree no longer reads): answered
+    /// 500 with the message, which names what is damaged and what to do.
+    #[error("{0}")]
+    Damaged(String),
     /// The upstream of a pull-through cache failed or sent bad bytes:
     /// answered 502 with the message (it names the upstream, never a
     /// credential).
@@ -83,6 +88,17 @@ impl RegistryError {
 
     pub fn internal(e: impl std::fmt::Display) -> Self {
         RegistryError::Internal(e.to_string())
+    }
+
+    /// The status it is answered with.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            RegistryError::Oci { code, status, .. } => status.unwrap_or(default_status(*code)),
+            RegistryError::Internal(_) | RegistryError::Damaged(_) => {
+                StatusCode::INTERNAL_SERVER_ERROR
+            }
+            RegistryError::Upstream(_) => StatusCode::BAD_GATEWAY,
+        }
     }
 
     /// Whether it is the given spec code.
@@ -167,6 +183,10 @@ impl IntoResponse for RegistryError {
             RegistryError::Internal(m) => {
                 tracing::error!("{m}");
                 return unknown("internal error; the registry's log says more");
+            }
+            RegistryError::Damaged(m) => {
+                tracing::error!("{m}");
+                return unknown(&m);
             }
             RegistryError::Upstream(m) => {
                 tracing::warn!("{m}");

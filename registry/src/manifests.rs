@@ -176,18 +176,16 @@ pub(crate) async fn store_manifest(
     });
     // A version index seals a version of the volume (SPEC.md §7.1), or
     // re-publishes one the volume holds, whose tree's format decides which
-    // index stays current.
-    let sealed = match parsed.children.is_empty() {
-        true => None,
-        false => match sealvol_spec::oci::VersionIndex::parse(&bytes) {
-            Ok(ix) => Some(crate::volumes::Sealed::new(
-                &ix,
-                tree_format(app, &ix).await,
-                crate::stats::chunk_sizes(app, &ix).await,
-            )),
-            Err(_) => None,
-        },
+    // index stays current. It is checked as a reader would check it before
+    // anything is stored: an index that claims a version it is not would
+    // otherwise move that version's tags onto bytes no client can pull.
+    let sealed = match claims_version(&parsed) {
+        true => Some(check_version(app, name, &bytes).await?),
+        false => None,
     };
+    if let Some(t) = &tag {
+        check_digest_tag(t, sealed.as_ref())?;
+    }
     let refs = References {
         blobs: parsed.blobs.iter().map(ToString::to_string).collect(),
         children: parsed.children.iter().map(ToString::to_string).collect(),
@@ -236,6 +234,108 @@ pub(crate) async fn store_manifest(
         ));
     }
     Ok((digest, parsed.subject))
+}
+
+/// Whether a manifest says it is a sealvol version index: an index with
+/// the version's `artifactType` or its `dev.sealvol.version` annotation,
+/// either of which makes a reader take it for one (SPEC.md §5.7). (Every
+/// manifest of a version carries the annotation; only its index is the
+/// version.)
+fn claims_version(p: &Parsed) -> bool {
+    use sealvol_spec::oci::{ANN_VERSION, MT_VERSION};
+    let index = p.media_type == OCI_INDEX || p.media_type == DOCKER_LIST;
+    let annotated = (p.annotations.as_ref()).is_some_and(|a| a.get(ANN_VERSION).is_some());
+    index && (annotated || p.artifact_type.as_deref() == Some(MT_VERSION))
+}
+
+/// Checks a version index of `name` before it is stored, as a reader
+/// checks one (SPEC.md §5.7): its tree manifest is in the repository, its
+/// tree index decodes and its version digest is the one the index claims,
+/// and its chunk manifests list every chunk the tree names (garbage
+/// collection keeps what they list, and nothing else). Answers what
+/// sealing it records; refuses it with `MANIFEST_INVALID` (or
+/// `MANIFEST_BLOB_UNKNOWN` for what was not pushed yet) otherwise.
+async fn check_version(app: &App, name: &str, bytes: &[u8]) -> Result<crate::volumes::Sealed> {
+    use crate::trees::Unreadable;
+    use sealvol_spec::oci::sha256_of;
+    let invalid =
+        |why: String| RegistryError::new(Code::ManifestInvalid, format!("not a version: {why}"));
+    let ix = sealvol_spec::oci::VersionIndex::parse(bytes).map_err(|e| invalid(e.to_string()))?;
+    let claimed = ix.digest.to_string();
+    let invalid = |why: String| {
+        RegistryError::new(
+            Code::ManifestInvalid,
+            format!("the index claims version {claimed}, but {why}"),
+        )
+    };
+    // `parse_manifest` refused children that are not sha256.
+    for m in std::iter::once(&ix.tree_manifest).chain(&ix.chunk_manifests) {
+        let d = sha256_of(m).ok_or_else(|| invalid(format!("{} is not sha256", m.digest())))?;
+        let (repo, key) = (name.to_string(), d.to_string());
+        if app.meta(move |m| m.manifest(&repo, &key)).await?.is_none() {
+            return Err(RegistryError::new(
+                Code::ManifestBlobUnknown,
+                format!("manifest {d} is not in repository {name}; push it first"),
+            ));
+        }
+    }
+    let refused = |e: Unreadable| match e {
+        Unreadable::Missing(what) => RegistryError::new(
+            Code::ManifestBlobUnknown,
+            format!("{what} is not in repository {name}; push it first"),
+        ),
+        Unreadable::Invalid(why) => invalid(why),
+        Unreadable::Store(e) => e,
+    };
+    let found = crate::trees::read_tree(app, &ix).await.map_err(refused)?;
+    let tree = found.tree.clone();
+    let (digest, named) = tokio::task::spawn_blocking(move || {
+        let named: std::collections::BTreeSet<Sha256Digest> = tree
+            .entries()
+            .iter()
+            .flat_map(|e| match &e.data {
+                sealvol_spec::EntryData::File { chunks, .. } => chunks.as_slice(),
+                _ => &[],
+            })
+            .map(|c| c.sha256)
+            .collect();
+        (tree.version_digest(), named)
+    })
+    .await
+    .map_err(RegistryError::internal)?;
+    if digest != ix.digest {
+        return Err(invalid(format!("its tree's version digest is {digest}")));
+    }
+    let chunks = crate::stats::chunk_sizes(app, &ix).await.map_err(refused)?;
+    let listed: std::collections::HashSet<&Sha256Digest> = chunks.iter().map(|(d, _)| d).collect();
+    if let Some(missing) = named.iter().find(|c| !listed.contains(c)) {
+        return Err(invalid(format!(
+            "chunk {missing} of its tree is in none of its chunk manifests"
+        )));
+    }
+    Ok(crate::volumes::Sealed::new(
+        &ix,
+        Some(found.format),
+        Some(chunks),
+    ))
+}
+
+/// A `b3-<hex>` tag names the version of that digest (SPEC.md §5.3), and
+/// the registry keeps it on the version's current index: a manifest
+/// stored under it must be that version's index.
+fn check_digest_tag(tag: &str, sealed: Option<&crate::volumes::Sealed>) -> Result<()> {
+    let Some(hex) = tag.strip_prefix("b3-") else {
+        return Ok(());
+    };
+    if sealed.is_some_and(|s| s.version.strip_prefix("b3:") == Some(hex)) {
+        return Ok(());
+    }
+    Err(RegistryError::new(
+        Code::ManifestInvalid,
+        format!(
+            "tag {tag} is the digest tag of version b3:{hex}; only that version's index may be stored under it"
+        ),
+    ))
 }
 
 /// The format of the tree index a version index's tree manifest holds, by

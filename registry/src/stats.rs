@@ -24,6 +24,7 @@ use crate::app::App;
 use crate::error::{RegistryError, Result};
 use crate::meta::{key, prefix, MetaError, MetaStore};
 use crate::store::tables::{TableDefinition, WriteTransaction, U64};
+use crate::trees::Unreadable;
 use crate::volumes::{Lifecycle, VolumeRecord};
 
 /// The metadata layer's results (the module's `Result` is the API's).
@@ -184,20 +185,30 @@ impl MetaStore {
 }
 
 /// The distinct chunks of a version index, with their sizes, from its
-/// chunk manifests; `None` when one cannot be read or parsed.
+/// chunk manifests; why not when one is not stored or not a chunk
+/// manifest.
 pub(crate) async fn chunk_sizes(
     app: &App,
     ix: &sealvol_spec::oci::VersionIndex,
-) -> Option<ChunkSizes> {
+) -> std::result::Result<ChunkSizes, Unreadable> {
     use sealvol_spec::oci::{artifact_layers, sha256_of, MT_CHUNKS_MANIFEST};
     let mut out = BTreeMap::new();
     for m in &ix.chunk_manifests {
-        let bytes = app.blobs.get(&sha256_of(m)?).await.ok()??;
-        for layer in artifact_layers(&bytes, MT_CHUNKS_MANIFEST).ok()? {
-            out.insert(sha256_of(&layer)?, layer.size());
+        let d = sha256_of(m).ok_or_else(|| {
+            Unreadable::Invalid(format!("chunk manifest {} is not sha256", m.digest()))
+        })?;
+        let bytes = (app.blobs.get(&d).await?)
+            .ok_or_else(|| Unreadable::Missing(format!("chunk manifest {d}")))?;
+        let layers = artifact_layers(&bytes, MT_CHUNKS_MANIFEST)
+            .map_err(|e| Unreadable::Invalid(format!("{d} is not a chunk manifest: {e}")))?;
+        for layer in layers {
+            let chunk = sha256_of(&layer).ok_or_else(|| {
+                Unreadable::Invalid(format!("chunk {} of {d} is not sha256", layer.digest()))
+            })?;
+            out.insert(chunk, layer.size());
         }
     }
-    Some(out.into_iter().collect())
+    Ok(out.into_iter().collect())
 }
 
 /// `GET /api/v1/volumes/NAME/-/stats`: the totals as recorded, rebuilt
@@ -211,19 +222,32 @@ pub(crate) async fn volume_stats(app: &App, repo: &str) -> Result<api::VolumeSta
     if read.totals.is_some() {
         return Ok(read.stats);
     }
+    // A version that cannot be read (sealed by an earlier release that
+    // did not check it) leaves the totals short; they are answered, so the
+    // rest of the volume stays readable, but not kept, and the next read
+    // tries again.
     let mut set = BTreeMap::new();
+    let mut unread = Vec::new();
     for index in &read.indexes {
-        let ix = read_index(app, index).await?;
-        let chunks = chunk_sizes(app, &ix).await.ok_or_else(|| {
-            RegistryError::internal(format!(
-                "the chunk manifests of {index} in {repo} cannot be read"
-            ))
-        })?;
-        set.extend(chunks);
+        let chunks = match read_index(app, index).await {
+            Ok(ix) => chunk_sizes(app, &ix).await.map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        match chunks {
+            Ok(chunks) => set.extend(chunks),
+            Err(why) => unread.push(format!("{index}: {why}")),
+        }
     }
     let mut stats = read.stats;
     stats.stored_bytes = set.values().sum();
     stats.chunks = set.len() as u64;
+    if !unread.is_empty() {
+        tracing::warn!(
+            "the stats of {repo} leave out versions whose chunk manifests cannot be read: {}",
+            unread.join("; ")
+        );
+        return Ok(stats);
+    }
     let (name, stamp) = (repo.to_string(), read.stamp);
     app.meta(move |m| m.store_stats(&name, stamp, &set)).await?;
     Ok(stats)

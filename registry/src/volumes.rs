@@ -75,8 +75,8 @@ pub use sealvol_spec::api::Lifecycle;
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub struct VersionRecord {
     /// The version's current index, which `head`, `b3-<hex>`, its tags and
-    /// restores point at: the last stored, except that an index with a
-    /// format 1 tree never replaces one with a format 2 tree (`seal`).
+    /// restores point at: the last stored, except that an index without a
+    /// format 2 tree never replaces one with a format 2 tree (`seal`).
     pub index_digest: String,
     /// Every index stored for this version (copy tools may re-serialize
     /// one, a client re-publishes one with a format 2 tree); a delete
@@ -296,10 +296,11 @@ pub(crate) fn drop_tags_of(
 ///   moves to it. Nothing else changes: no sequence number moves, `head`
 ///   does not come to it, `created_at` stays. Storing the current index
 ///   again changes nothing.
-/// - Never a downgrade: an index whose tree is format 1 does not replace a
-///   current index whose tree is format 2. It is kept among the indexes
-///   and the tags stay on (or move to) the format 2 one, in both cases
-///   above.
+/// - Never a downgrade: an index whose tree is not known to be format 2
+///   (format 1, or unknown) does not replace a current index whose tree
+///   is format 2. It is kept among the indexes and the tags stay on (or
+///   move to) the format 2 one, in both cases above. (`manifests` refuses
+///   an index whose tree it cannot read before it gets here.)
 pub(crate) fn seal(
     tx: &WriteTransaction,
     repo: &str,
@@ -330,7 +331,7 @@ pub(crate) fn seal(
     if rec.lifecycle == Lifecycle::Tombstoned {
         unhide(tx, repo, &rec.indexes)?;
     }
-    let downgrade = sealed.tree == Some(TreeFormat::V1)
+    let downgrade = sealed.tree != Some(TreeFormat::V2)
         && rec.index_digest != index
         && rec.verifiable.contains(&rec.index_digest);
     if !rec.indexes.iter().any(|i| i == index) {

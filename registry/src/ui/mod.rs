@@ -175,8 +175,8 @@ fn html(status: StatusCode, markup: maud::Markup) -> Response {
 
 /// A failure as a page: the error's message, with its status.
 fn error_page(who: &pages::Who, e: RegistryError) -> Response {
-    let resp = e.clone().into_response();
-    let status = resp.status();
+    // Logged here, once: the page is the answer, not the error's JSON.
+    let status = e.status();
     if status.is_server_error() {
         tracing::error!(error = %e, "web view");
     }
