@@ -45,7 +45,8 @@ enum Command {
         /// sync_workers, sync_dir_roots, sync_endpoints, secrets_key_file, allow_plain_http,
         /// allow_anonymous_writes, test_clock, upstream, upstream_credentials_file,
         /// tag_ttl_seconds, cache_size, sync_lease_seconds; tables [tls], [auth], [storage],
-        /// [metadata])
+        /// [metadata], [http] with read_header_timeout_seconds (10), idle_timeout_seconds (60),
+        /// max_connections (4096))
         #[arg(long, value_name = "FILE")]
         config: Option<PathBuf>,
         /// Address to listen on (default 127.0.0.1:5000; port 0 picks one)
@@ -138,6 +139,10 @@ enum Command {
         /// later pull of the same data downloads it again)
         #[arg(long)]
         no_cache: bool,
+        /// Apply the setuid, setgid and sticky bits the version records
+        /// (by default only the rwx bits are applied)
+        #[arg(long)]
+        keep_special_bits: bool,
         #[command(flatten)]
         verification: volume::Verification,
         #[command(flatten)]
@@ -649,6 +654,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             jobs,
             cache_dir,
             no_cache,
+            keep_special_bits,
             verification,
             conn,
             output,
@@ -658,6 +664,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             includes,
             jobs,
             CacheDir::chosen(cache_dir, no_cache),
+            keep_special_bits,
             verification,
             &conn,
             output,

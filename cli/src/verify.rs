@@ -127,9 +127,13 @@ pub fn verify(
 }
 
 fn describe(p: &Problem) -> String {
-    match &p.path {
+    let what = match &p.path {
         Some(path) => format!("{} {} ({path})", p.kind, p.digest),
         None => format!("{} {}", p.kind, p.digest),
+    };
+    match &p.reason {
+        Some(why) => format!("{what}: {why}"),
+        None => what,
     }
 }
 

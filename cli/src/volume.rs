@@ -174,6 +174,7 @@ pub fn pull(
     includes: Vec<String>,
     jobs: usize,
     cache: CacheDir,
+    keep_special_bits: bool,
     verification: Verification,
     conn: &Conn,
     output: Output,
@@ -185,7 +186,11 @@ pub fn pull(
         jobs,
         cache_dir: cache,
         legacy: verification.legacy(),
+        keep_special_bits,
     };
+    if keep_special_bits {
+        eprintln!("sealvol: keeping the setuid, setgid and sticky bits the version records (--keep-special-bits)");
+    }
     let progress = progress::for_terminal(output == Output::Json);
     // Stopping a pull drops its future, which removes its partial files.
     let report = runtime()?.block_on(until_signal(sealvol_client::pull::pull(

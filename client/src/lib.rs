@@ -23,6 +23,7 @@ pub mod chunker;
 pub mod claim;
 pub mod credentials;
 
+mod dest;
 pub mod filestate;
 pub mod hosts;
 pub mod inspect;
@@ -57,6 +58,10 @@ pub enum Error {
     NotAVersion(String),
     #[error("{0}; the registry holds damaged data or a proxy altered it")]
     Corrupt(String),
+    /// A tree index whose own bytes break SPEC.md §2.3 (its sha256 matched:
+    /// a publisher, or a mirror serving another tree, wrote it so).
+    #[error("the version's tree index is invalid: {0}")]
+    InvalidTree(String),
     #[error("{0}")]
     Usage(String),
     /// A version whose bytes cannot be verified against its digest, refused

@@ -25,6 +25,7 @@ use sealvol_spec::{B3Digest, Sha256Digest};
 use serde::Serialize;
 
 use crate::cache::ChunkCache;
+use crate::dest::{self, Dest};
 use crate::remote::Remote;
 use crate::resolve::{display_ref, load_tree, resolve};
 use crate::walk::Filter;
@@ -41,6 +42,9 @@ pub struct PullOptions {
     pub cache_dir: crate::CacheDir,
     /// What to do with a format 1 tree (SPEC.md §2.6).
     pub legacy: crate::resolve::Legacy,
+    /// Keep the setuid, setgid and sticky bits a version records; by
+    /// default only the `0o777` permission bits are applied.
+    pub keep_special_bits: bool,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -67,7 +71,19 @@ pub struct PullReport {
 /// What one selected entry becomes at the destination.
 struct Target<'a> {
     entry: &'a Entry,
-    dest: PathBuf,
+    /// Its path under the destination: a valid version path (SPEC.md
+    /// §2.2), so no `..`, no leading `/`.
+    rel: String,
+}
+
+impl Target<'_> {
+    fn parent(&self) -> Option<&str> {
+        spath::parent(&self.rel)
+    }
+
+    fn name(&self) -> &str {
+        self.rel.rsplit('/').next().unwrap_or(&self.rel)
+    }
 }
 
 /// The entries `vref`'s path selects, with where each goes under `dir`: a
@@ -77,7 +93,6 @@ fn select<'a>(
     tree: &'a TreeIndex,
     path: Option<&str>,
     includes: &Filter,
-    dir: &Path,
     shown: &str,
 ) -> Result<Vec<Target<'a>>, Error> {
     let (entries, base): (&[Entry], Option<&str>) = match path {
@@ -113,7 +128,7 @@ fn select<'a>(
         }
         out.push(Target {
             entry: e,
-            dest: dir.join(rel),
+            rel: rel.to_string(),
         });
     }
     if out.is_empty() && includes.has_includes() {
@@ -139,28 +154,78 @@ pub async fn pull(
     let tree = load_tree(remote, &version).await?;
     let shown = display_ref(remote, vref);
     let verifiable = crate::resolve::check_legacy(&tree, opts.legacy, &shown)?;
-    let targets = select(&tree, vref.path.as_deref(), &includes, dir, &shown)?;
+    let targets = select(&tree, vref.path.as_deref(), &includes, &shown)?;
     let cache = opts
         .cache_dir
         .chunks()
         .map_err(|e| Error::io(opts.cache_dir.path().unwrap_or(dir), e))?;
+    // Only the permission bits unless asked: downloaded model data has no
+    // business carrying setuid, setgid or sticky bits.
+    let mode_of = |e: &Entry| {
+        if opts.keep_special_bits {
+            e.mode
+        } else {
+            e.mode & 0o777
+        }
+    };
 
-    std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+    let dest = Arc::new(Dest::open(dir)?);
     for t in targets.iter().filter(|t| t.entry.is_dir()) {
-        std::fs::create_dir_all(&t.dest).map_err(|e| Error::io(&t.dest, e))?;
+        dest.dir(Some(&t.rel))?;
     }
 
     // Files already complete at the destination stay; the rest get a
-    // temporary file next to where they go.
-    let staging = Staging::default();
-    let mut swept = std::collections::HashSet::new();
-    let mut files: Vec<FileJob> = Vec::new();
-    // Each distinct chunk once, with every place it goes.
-    let mut wanted: Vec<Vec<ChunkRef>> = Vec::new();
-    let mut places: HashMap<Sha256Digest, Vec<(usize, u64)>> = HashMap::new();
+    // temporary file next to where they go, once there is room for them.
+    let mut todo: Vec<&Target> = Vec::new();
     let mut present = 0u64;
     let mut total_bytes = 0u64;
+    let mut to_write = 0u64;
     for t in &targets {
+        let EntryData::File { size, blake3, .. } = &t.entry.data else {
+            continue;
+        };
+        total_bytes = total_bytes.saturating_add(*size);
+        let parent = dest.dir(t.parent())?;
+        let existing = dest.existing_file(&parent, t.name());
+        let (size, blake3, mode) = (*size, *blake3, mode_of(t.entry));
+        let complete = match existing {
+            None => false,
+            Some(file) => {
+                tokio::task::spawn_blocking(move || is_complete(file, size, &blake3, mode))
+                    .await
+                    .expect("hashing task panicked")
+            }
+        };
+        if complete {
+            present += 1;
+        } else {
+            to_write = to_write.saturating_add(size);
+            todo.push(t);
+        }
+    }
+    // Sizes come from the version: refuse up front what cannot fit rather
+    // than filling the disk.
+    let free = dest.available()?;
+    if to_write > free {
+        return Err(Error::Usage(format!(
+            "{shown} has {to_write} bytes to write and {} has {free} bytes free; free space, pull into another directory, or pull fewer files with --include",
+            dir.display()
+        )));
+    }
+
+    let staging = Staging {
+        dest: dest.clone(),
+        files: Mutex::new(Vec::new()),
+    };
+    let mut swept = std::collections::HashSet::new();
+    let mut files: Vec<FileJob> = Vec::new();
+    // Each distinct chunk once, with every place it goes. Keyed by length
+    // too: the tree's rule 9 (SPEC.md §2.3) already refuses one blob at two
+    // lengths, and a plan keyed by digest alone would otherwise write one
+    // record's length where another's was due.
+    let mut wanted: Vec<Vec<ChunkRef>> = Vec::new();
+    let mut places: HashMap<(Sha256Digest, u32), Vec<(usize, u64)>> = HashMap::new();
+    for t in todo {
         let EntryData::File {
             size,
             blake3,
@@ -170,31 +235,16 @@ pub async fn pull(
         else {
             continue;
         };
-        total_bytes += size;
-        if let Some(parent) = t.dest.parent() {
-            std::fs::create_dir_all(parent).map_err(|e| Error::io(parent, e))?;
+        let parent = dest.dir(t.parent())?;
+        if swept.insert(t.parent().map(str::to_string)) {
+            dest.sweep(&parent);
         }
-        let (dest, size, blake3) = (t.dest.clone(), *size, *blake3);
-        let mode = t.entry.mode;
-        let complete = tokio::task::spawn_blocking({
-            let dest = dest.clone();
-            move || is_complete(&dest, size, &blake3, mode)
-        })
-        .await
-        .expect("hashing task panicked");
-        if complete {
-            present += 1;
-            continue;
-        }
-        if let Some(parent) = dest.parent() {
-            if swept.insert(parent.to_path_buf()) {
-                Staging::sweep(parent);
-            }
-        }
-        let tmp = staging.create(&dest, size)?;
+        let shown_path = dest.shown(&t.rel);
+        let (temp, _) = dest.create_temp(&parent, *size, &shown_path)?;
+        staging.add(t.parent(), &temp);
         let mut own = Vec::new();
         for c in chunks {
-            let p = places.entry(c.sha256).or_default();
+            let p = places.entry((c.sha256, c.length)).or_default();
             if p.is_empty() {
                 own.push(*c);
             }
@@ -202,14 +252,16 @@ pub async fn pull(
         }
         wanted.push(own);
         files.push(FileJob {
-            dest,
-            tmp,
-            size,
-            blake3,
-            mode,
+            dest: dest.clone(),
+            rel: t.rel.clone(),
+            shown: shown_path,
+            temp,
+            size: *size,
+            blake3: *blake3,
+            mode: mode_of(t.entry),
             chunks: chunks.clone(),
             remaining: AtomicUsize::new(chunks.len()),
-            chain: verifiable.then(|| Chain::new(size, pieces, chunks)),
+            chain: verifiable.then(|| Chain::new(*size, pieces, chunks)),
             handle: Mutex::new(None),
             writing: Mutex::new(()),
             cache: cache.clone(),
@@ -228,7 +280,7 @@ pub async fn pull(
     // Empty files have no chunks: finish them now.
     for (i, f) in files.iter().enumerate() {
         if f.remaining.load(Ordering::Relaxed) == 0 {
-            finish_file(&files, i)?;
+            finish_file(&files, i, None)?;
         }
     }
 
@@ -252,7 +304,7 @@ pub async fn pull(
                 let bytes = fetch(remote, &repo, &c, cache.as_ref(), stats, false).await?;
                 progress.advance(u64::from(c.length));
                 tokio::task::spawn_blocking(move || {
-                    let written = write_chunk(&files, &places[&c.sha256], &bytes);
+                    let written = write_chunk(&files, &places[&(c.sha256, c.length)], &bytes);
                     crate::buffers::give(bytes);
                     written
                 })
@@ -266,15 +318,17 @@ pub async fn pull(
     progress.finish();
     result?;
 
-    // Symlinks, then directory modes deepest first (a read-only directory
-    // must not stop files from landing in it).
+    // Symlinks, then the modes of the directories this pull created,
+    // deepest first (a read-only directory must not stop files from
+    // landing in it).
     for t in &targets {
         if let EntryData::Symlink { target } = &t.entry.data {
-            place_symlink(&t.dest, target)?;
+            let parent = dest.dir(t.parent())?;
+            dest.symlink(&parent, t.name(), target, &dest.shown(&t.rel))?;
         }
     }
     for t in targets.iter().rev().filter(|t| t.entry.is_dir()) {
-        set_mode(&t.dest, t.entry.mode)?;
+        dest.set_created_dir_mode(&t.rel, mode_of(t.entry))?;
     }
     drop(staging);
 
@@ -329,10 +383,16 @@ pub struct FetchStats {
 
 /// One file being assembled in a temporary file.
 struct FileJob {
-    dest: PathBuf,
-    tmp: PathBuf,
+    dest: Arc<Dest>,
+    /// Where it goes under the destination.
+    rel: String,
+    /// The same, for messages and the chunk cache.
+    shown: PathBuf,
+    /// The temporary file's name, next to where it goes.
+    temp: String,
     size: u64,
     blake3: B3Digest,
+    /// The mode it is given (special bits already dropped unless kept).
     mode: u32,
     /// The file's chunks, which the cache refers to once it is in place.
     chunks: Vec<ChunkRef>,
@@ -350,6 +410,14 @@ struct FileJob {
 }
 
 impl FileJob {
+    fn parent(&self) -> Option<&str> {
+        spath::parent(&self.rel)
+    }
+
+    fn name(&self) -> &str {
+        self.rel.rsplit('/').next().unwrap_or(&self.rel)
+    }
+
     fn handle(&self) -> Result<Arc<std::fs::File>, Error> {
         let mut h = self.handle.lock().expect("file handle lock");
         if let Some(f) = h.as_ref() {
@@ -357,15 +425,16 @@ impl FileJob {
         }
         // Readable too: a piece that straddles chunks is read back to be
         // checked once its last chunk has landed.
-        let f = Arc::new(
-            std::fs::OpenOptions::new()
-                .read(true)
-                .write(true)
-                .open(&self.tmp)
-                .map_err(|e| Error::io(&self.tmp, e))?,
-        );
+        let f = Arc::new(self.open_temp()?);
         *h = Some(f.clone());
         Ok(f)
+    }
+
+    fn open_temp(&self) -> Result<std::fs::File, Error> {
+        let parent = self.dest.dir(self.parent())?;
+        self.dest
+            .reopen_temp(&parent, &self.temp)
+            .map_err(|e| Error::io(&self.shown, e.into()))
     }
 }
 
@@ -429,6 +498,9 @@ struct Chain {
     size: u64,
     cvs: Vec<PieceCv>,
     pending: Vec<std::sync::atomic::AtomicU32>,
+    /// Pieces checked so far: a file is renamed into place only when this
+    /// is every piece, counted rather than assumed from the chunk list.
+    checked: AtomicUsize,
 }
 
 impl Chain {
@@ -444,7 +516,13 @@ impl Chain {
             size,
             cvs: cvs.to_vec(),
             pending: pending.into_iter().map(Into::into).collect(),
+            checked: AtomicUsize::new(0),
         }
+    }
+
+    /// Whether every piece of the file was checked.
+    fn complete(&self) -> bool {
+        self.checked.load(Ordering::Acquire) == self.pending.len()
     }
 
     /// Counts `bytes`, just written at `offset` of `file`, against the
@@ -470,17 +548,18 @@ impl Chain {
             } else {
                 back.resize((range.end - range.start) as usize, 0);
                 file.read_exact_at(&mut back, range.start)
-                    .map_err(|e| Error::io(&f.tmp, e))?;
+                    .map_err(|e| Error::io(&f.shown, e))?;
                 &back[..]
             };
             if !chain::verify_piece(self.size, &f.blake3, &self.cvs, p, data) {
                 return Err(Error::Corrupt(format!(
                     "{}: bytes {}..{} do not match the version digest (a chunk list or chunk the registry served is wrong)",
-                    f.dest.display(),
+                    f.shown.display(),
                     range.start,
                     range.end
                 )));
             }
+            self.checked.fetch_add(1, Ordering::AcqRel);
         }
         Ok(())
     }
@@ -496,153 +575,115 @@ fn write_chunk(files: &[FileJob], places: &[(usize, u64)], bytes: &[u8]) -> Resu
         {
             let _one_writer = f.writing.lock().expect("file write lock");
             file.write_all_at(bytes, offset)
-                .map_err(|e| Error::io(&f.dest, e))?;
+                .map_err(|e| Error::io(&f.shown, e))?;
         }
         if let Some(chain) = &f.chain {
             chain.landed(f, &file, offset, bytes)?;
         }
         drop(file);
         if f.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
-            f.handle.lock().expect("file handle lock").take();
-            finish_file(files, i)?;
+            let last = f.handle.lock().expect("file handle lock").take();
+            finish_file(files, i, last)?;
         }
     }
     Ok(())
 }
 
 /// Checks a complete temporary file against the version and moves it into
-/// place with its mode.
-fn finish_file(files: &[FileJob], i: usize) -> Result<(), Error> {
+/// place with its mode. `open` is its handle when the last chunk left one.
+fn finish_file(files: &[FileJob], i: usize, open: Option<Arc<std::fs::File>>) -> Result<(), Error> {
     let f = &files[i];
-    let len = std::fs::metadata(&f.tmp)
-        .map_err(|e| Error::io(&f.tmp, e))?
-        .len();
+    let file = match open {
+        Some(h) => h,
+        None => Arc::new(f.open_temp()?),
+    };
+    let len = file.metadata().map_err(|e| Error::io(&f.shown, e))?.len();
     if len != f.size {
         return Err(Error::Corrupt(format!(
             "{}: assembled file has {len} bytes, the version says {}",
-            f.dest.display(),
+            f.shown.display(),
             f.size
         )));
     }
-    // With the chain every piece was checked as it landed; a file without
-    // chunks (empty) has no pieces, so its hash is checked here, cheaply.
-    let whole = f.chain.is_none() || f.size == 0;
-    let actual = if whole {
-        hash_file(&f.tmp).map_err(|e| Error::io(&f.tmp, e))?
-    } else {
-        f.blake3
+    // With the chain every piece was checked as it landed (and counted: a
+    // piece no chunk covered was never checked, so the file is refused);
+    // a format 1 file, or an empty one, is hashed whole here.
+    let actual = match &f.chain {
+        Some(chain) if f.size > 0 => {
+            if !chain.complete() {
+                return Err(Error::Corrupt(format!(
+                    "{}: only {} of its {} pieces were checked against the version digest",
+                    f.shown.display(),
+                    chain.checked.load(Ordering::Acquire),
+                    chain.pending.len()
+                )));
+            }
+            f.blake3
+        }
+        _ => hash_file(&file).map_err(|e| Error::io(&f.shown, e))?,
     };
     if actual != f.blake3 {
         return Err(Error::Corrupt(format!(
             "{}: assembled file has BLAKE3 {actual}, the version says {}",
-            f.dest.display(),
+            f.shown.display(),
             f.blake3
         )));
     }
-    set_mode(&f.tmp, f.mode)?;
-    std::fs::rename(&f.tmp, &f.dest).map_err(|e| Error::io(&f.dest, e))?;
+    let parent = f.dest.dir(f.parent())?;
+    f.dest
+        .place(&parent, &f.temp, &file, f.name(), f.mode, &f.shown)?;
     if let Some(cache) = &f.cache {
-        cache.put_refs(&f.dest, &f.chunks);
+        cache.put_refs(&f.shown, &f.chunks);
     }
     Ok(())
 }
 
-fn hash_file(path: &Path) -> std::io::Result<B3Digest> {
+fn hash_file(file: &std::fs::File) -> std::io::Result<B3Digest> {
+    use std::io::{Seek as _, SeekFrom};
+    let mut file = file;
+    file.seek(SeekFrom::Start(0))?;
     let mut hasher = blake3::Hasher::new();
-    hasher.update_reader(std::fs::File::open(path)?)?;
+    hasher.update_reader(file)?;
     Ok(B3Digest(*hasher.finalize().as_bytes()))
 }
 
-/// A destination file that is already the version's file (a resumed
-/// pull), given the right mode if it lacks it.
-fn is_complete(dest: &Path, size: u64, blake3: &B3Digest, mode: u32) -> bool {
-    let Ok(meta) = std::fs::symlink_metadata(dest) else {
+/// A destination file (opened without following links) that is already
+/// the version's file (a resumed pull), given the right mode if it lacks
+/// it.
+fn is_complete(file: std::fs::File, size: u64, blake3: &B3Digest, mode: u32) -> bool {
+    use std::os::unix::fs::PermissionsExt as _;
+    let Ok(meta) = file.metadata() else {
         return false;
     };
-    if !meta.is_file() || meta.len() != size {
+    if meta.len() != size || hash_file(&file).ok().as_ref() != Some(blake3) {
         return false;
     }
-    if hash_file(dest).ok().as_ref() != Some(blake3) {
-        return false;
-    }
-    set_mode(dest, mode).is_ok()
-}
-
-fn set_mode(path: &Path, mode: u32) -> Result<(), Error> {
-    use std::os::unix::fs::PermissionsExt as _;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
-        .map_err(|e| Error::io(path, e))
-}
-
-fn place_symlink(dest: &Path, target: &str) -> Result<(), Error> {
-    if let Ok(existing) = std::fs::read_link(dest) {
-        if existing == Path::new(target) {
-            return Ok(());
-        }
-    }
-    if let Ok(meta) = std::fs::symlink_metadata(dest) {
-        if meta.is_dir() {
-            return Err(Error::Usage(format!(
-                "{}: a directory is in the way of a symlink of the version; move it away and pull again",
-                dest.display()
-            )));
-        }
-        std::fs::remove_file(dest).map_err(|e| Error::io(dest, e))?;
-    }
-    std::os::unix::fs::symlink(target, dest).map_err(|e| Error::io(dest, e))
+    meta.permissions().mode() & 0o7777 == mode || dest::set_mode(&file, mode, Path::new("")).is_ok()
 }
 
 /// Temporary files of a pull in progress: removed unless the pull finished,
 /// so a failed pull leaves only complete, verified files behind.
-#[derive(Default)]
 struct Staging {
-    files: Mutex<Vec<PathBuf>>,
+    dest: Arc<Dest>,
+    /// (parent directory, temporary name).
+    files: Mutex<Vec<(Option<String>, String)>>,
 }
 
 impl Staging {
-    /// Removes the temporary files a pull that was killed (SIGKILL, power
-    /// loss) left in `dir`: `.<name>.sealvol-<pid>` of a process that no
-    /// longer runs.
-    fn sweep(dir: &Path) {
-        let Ok(entries) = std::fs::read_dir(dir) else {
-            return;
-        };
-        for e in entries.flatten() {
-            let name = e.file_name();
-            let Some(name) = name.to_str() else { continue };
-            let Some((_, pid)) = name.rsplit_once(".sealvol-") else {
-                continue;
-            };
-            let stale = name.starts_with('.')
-                && pid.parse::<u32>().is_ok_and(|pid| {
-                    pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists()
-                });
-            if stale {
-                let _ = std::fs::remove_file(e.path());
-            }
-        }
-    }
-
-    /// `.<name>.sealvol-<pid>` next to `dest`, sized to `size`.
-    fn create(&self, dest: &Path, size: u64) -> Result<PathBuf, Error> {
-        let name = dest
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let tmp = dest.with_file_name(format!(".{name}.sealvol-{}", std::process::id()));
-        let file = std::fs::File::create(&tmp).map_err(|e| Error::io(&tmp, e))?;
-        self.files.lock().expect("staging lock").push(tmp.clone());
-        file.set_len(size).map_err(|e| Error::io(&tmp, e))?;
-        Ok(tmp)
+    fn add(&self, parent: Option<&str>, temp: &str) {
+        self.files
+            .lock()
+            .expect("staging lock")
+            .push((parent.map(str::to_string), temp.to_string()));
     }
 }
 
 impl Drop for Staging {
     fn drop(&mut self) {
-        // Renamed files are gone from their temporary path already; what is
-        // left is partial.
-        for p in self.files.lock().expect("staging lock").iter() {
-            let _ = std::fs::remove_file(p);
+        // Renamed files are gone from their temporary name already; what
+        // is left is partial.
+        for (parent, name) in self.files.lock().expect("staging lock").iter() {
+            self.dest.remove_temp(parent.as_deref(), name);
         }
     }
 }

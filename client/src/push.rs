@@ -154,7 +154,7 @@ async fn head_params(remote: &Remote, vref: &VolumeRef) -> Result<Option<Chunkin
     match found {
         Ok(tree) => Ok(Some(tree.params())),
         Err(Error::NotFound(_)) => Ok(None),
-        Err(e @ (Error::NotAVersion(_) | Error::Corrupt(_))) => {
+        Err(e @ (Error::NotAVersion(_) | Error::Corrupt(_) | Error::InvalidTree(_))) => {
             tracing::warn!(
                 "the volume's head cannot be read ({e}); sealing with the default chunking"
             );

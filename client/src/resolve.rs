@@ -118,8 +118,8 @@ pub async fn load_tree(remote: &Remote, version: &Resolved) -> Result<TreeIndex,
         )));
     }
     let bytes = remote.get_blob(&version.repo, &blob, layer.size()).await?;
-    let tree =
-        TreeIndex::decode(&bytes).map_err(|e| Error::Corrupt(format!("tree index {blob}: {e}")))?;
+    let tree = TreeIndex::decode(&bytes)
+        .map_err(|e| Error::InvalidTree(format!("{e} (tree index {blob})")))?;
     let actual = tree.version_digest();
     if actual != version.index.digest {
         return Err(Error::Corrupt(format!(

@@ -119,7 +119,7 @@ pub async fn upgrade(
     }
     progress.finish();
     let upgraded = TreeIndex::new(tree.params(), entries)
-        .map_err(|e| Error::Corrupt(format!("{shown}: {e}")))?;
+        .map_err(|e| Error::InvalidTree(format!("{e} ({shown})")))?;
     debug_assert_eq!(upgraded.version_digest(), version.index.digest);
     let built = oci::build_version(
         &upgraded,

@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use futures_util::{stream, StreamExt, TryStreamExt};
 use sealvol_spec::oci::{self, OciDescriptor as Descriptor};
 use sealvol_spec::reference::VolumeRef;
-use sealvol_spec::tree::{EntryData, TreeIndex};
+use sealvol_spec::tree::{ChunkRef, EntryData, TreeIndex};
 use sealvol_spec::{B3Digest, Sha256Digest};
 use serde::Serialize;
 
@@ -37,6 +37,9 @@ pub struct Problem {
     pub digest: String,
     /// The file it belongs to, when it belongs to one.
     pub path: Option<String>,
+    /// Why it is corrupt, where more can be said than the kind.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 /// The result of verifying a version on a registry. In JSON:
@@ -84,15 +87,20 @@ pub async fn verify_registry(
                 kind: "tree",
                 digest: version.index.tree_manifest.digest().to_string(),
                 path: None,
+                reason: None,
             });
             return Ok(report);
         }
-        Err(e @ (Error::Corrupt(_) | Error::Transport(TransportError::Corrupt { .. }))) => {
-            tracing::debug!(error = %e, "tree");
+        Err(
+            e @ (Error::Corrupt(_)
+            | Error::InvalidTree(_)
+            | Error::Transport(TransportError::Corrupt { .. })),
+        ) => {
             report.corrupt.push(Problem {
                 kind: "tree",
                 digest: version.index.tree_manifest.digest().to_string(),
                 path: None,
+                reason: Some(e.to_string()),
             });
             return Ok(report);
         }
@@ -152,6 +160,7 @@ pub async fn verify_registry(
                 kind: "unlisted",
                 digest: d.to_string(),
                 path: Some(first_use[d].to_string()),
+                reason: None,
             });
         }
     }
@@ -171,6 +180,7 @@ pub async fn verify_registry(
                 kind: "chunk",
                 digest: d.to_string(),
                 path: Some(first_use[d].to_string()),
+                reason: None,
             });
         }
     }
@@ -184,6 +194,13 @@ pub async fn verify_registry(
 
 /// Every file read again from the registry (not the cache) through the
 /// chain; a file with a missing chunk was reported already and is skipped.
+///
+/// The work is bounded by the tree, not by how it lists its chunks: each
+/// distinct chunk is fetched once (records in flight for the same chunk
+/// wait on one fetch) and kept while later records still need it, up to
+/// [`DEEP_KEEP_BYTES`]; past that a record fetches again, which costs its
+/// own length, so what is fetched never exceeds the bytes the files
+/// declare. Twenty thousand one-byte records of one chunk are one fetch.
 async fn deep_check(
     remote: &Remote,
     repo: &str,
@@ -192,54 +209,164 @@ async fn deep_check(
     jobs: usize,
     report: &mut RegistryReport,
 ) -> Result<(), Error> {
-    let stats = FetchStats::default();
-    for e in tree.entries() {
-        let EntryData::File { chunks, blake3, .. } = &e.data else {
-            continue;
-        };
-        if chunks.iter().any(|c| absent.contains(&c.sha256)) {
-            continue;
-        }
-        let mut check = InOrder::new(&e.path, &e.data, tree.is_verifiable()).expect("a file");
-        let mut fetched = stream::iter(chunks.iter())
-            .map(|c| {
-                let stats = &stats;
-                async move { (c, fetch_chunk(remote, repo, c, None, stats).await) }
-            })
-            .buffered(jobs.max(1));
-        let mut bad: Option<Problem> = None;
-        while let Some((c, got)) = fetched.next().await {
-            let bytes = match got {
-                Ok(b) => b,
-                Err(Error::Transport(TransportError::Corrupt { .. }) | Error::Corrupt(_)) => {
-                    bad = Some(Problem {
-                        kind: "chunk",
-                        digest: c.sha256.to_string(),
-                        path: Some(e.path.clone()),
-                    });
-                    break;
-                }
-                Err(err) => return Err(err),
-            };
-            report.bytes_checked += bytes.len() as u64;
-            if check.push(&bytes, &mut |_| Ok(())).is_err() {
-                bad = Some(file_problem(&e.path, blake3));
-                break;
+    let files: Vec<(&sealvol_spec::Entry, &[ChunkRef])> = tree
+        .entries()
+        .iter()
+        .filter_map(|e| match &e.data {
+            EntryData::File { chunks, .. }
+                if !chunks.iter().any(|c| absent.contains(&c.sha256)) =>
+            {
+                Some((e, chunks.as_slice()))
             }
+            _ => None,
+        })
+        .collect();
+    let fetcher = OnceFetcher::new(remote, repo, files.iter().flat_map(|(_, cs)| cs.iter()));
+    let mut fetched = stream::iter(
+        files
+            .iter()
+            .enumerate()
+            .flat_map(|(i, (_, cs))| cs.iter().map(move |c| (i, c))),
+    )
+    .map(|(i, c)| {
+        let fetcher = &fetcher;
+        async move { (i, c, fetcher.get(c).await) }
+    })
+    .buffered(jobs.max(1));
+
+    // Files in tree order; each checked as its chunks arrive in order.
+    let mut current: Option<(usize, InOrder, Option<Problem>)> = None;
+    let finish = |cur: Option<(usize, InOrder, Option<Problem>)>, report: &mut RegistryReport| {
+        if let Some((i, check, bad)) = cur {
+            let (e, _) = files[i];
+            let bad = bad.or_else(|| check.finish().err().map(|_| file_problem(e)));
+            report.corrupt.extend(bad);
         }
-        if bad.is_none() && check.finish().is_err() {
-            bad = Some(file_problem(&e.path, blake3));
+    };
+    // Empty files have no records: checked here, in order with the rest.
+    let mut next_file = 0usize;
+    while let Some((i, c, got)) = fetched.next().await {
+        if current.as_ref().is_none_or(|(at, _, _)| *at != i) {
+            finish(current.take(), report);
+            for (e, _) in &files[next_file..i] {
+                let check = InOrder::new(&e.path, &e.data, tree.is_verifiable()).expect("a file");
+                if check.finish().is_err() {
+                    report.corrupt.push(file_problem(e));
+                }
+            }
+            next_file = i + 1;
+            let (e, _) = files[i];
+            let check = InOrder::new(&e.path, &e.data, tree.is_verifiable()).expect("a file");
+            current = Some((i, check, None));
         }
-        report.corrupt.extend(bad);
+        let (_, check, bad) = current.as_mut().expect("a current file");
+        if bad.is_some() {
+            continue;
+        }
+        let (e, _) = files[i];
+        match got {
+            Ok(bytes) => {
+                report.bytes_checked += bytes.len() as u64;
+                if check.push(&bytes, &mut |_| Ok(())).is_err() {
+                    *bad = Some(file_problem(e));
+                }
+            }
+            Err(Error::Transport(TransportError::Corrupt { .. }) | Error::Corrupt(_)) => {
+                *bad = Some(Problem {
+                    kind: "chunk",
+                    digest: c.sha256.to_string(),
+                    path: Some(e.path.clone()),
+                    reason: None,
+                });
+            }
+            Err(err) => return Err(err),
+        }
+    }
+    finish(current.take(), report);
+    for (e, _) in &files[next_file..] {
+        let check = InOrder::new(&e.path, &e.data, tree.is_verifiable()).expect("a file");
+        if check.finish().is_err() {
+            report.corrupt.push(file_problem(e));
+        }
     }
     Ok(())
 }
 
-fn file_problem(path: &str, blake3: &B3Digest) -> Problem {
+/// Chunks kept in memory by `verify --deep` for records still to come.
+const DEEP_KEEP_BYTES: u64 = 256 << 20;
+
+/// Fetches each distinct chunk once for [`deep_check`]: a record waits on
+/// the fetch of an earlier record of the same chunk, and a chunk is kept
+/// until its last record took it (or dropped at once when the budget is
+/// spent).
+struct OnceFetcher<'a> {
+    remote: &'a Remote,
+    repo: &'a str,
+    stats: FetchStats,
+    /// Records still to come per chunk, and the chunk's shared fetch.
+    chunks: std::sync::Mutex<HashMap<ChunkRef2, (usize, SharedChunk)>>,
+    kept: std::sync::atomic::AtomicU64,
+}
+
+/// A chunk as a blob: its digest and length (rule 9 of SPEC.md §2.3 gives
+/// one length per digest; keyed by both all the same).
+type ChunkRef2 = (Sha256Digest, u32);
+type SharedChunk = std::sync::Arc<tokio::sync::OnceCell<std::sync::Arc<Vec<u8>>>>;
+
+impl<'a> OnceFetcher<'a> {
+    fn new<'c>(
+        remote: &'a Remote,
+        repo: &'a str,
+        records: impl Iterator<Item = &'c ChunkRef>,
+    ) -> Self {
+        let mut chunks: HashMap<ChunkRef2, (usize, SharedChunk)> = HashMap::new();
+        for c in records {
+            chunks.entry((c.sha256, c.length)).or_default().0 += 1;
+        }
+        OnceFetcher {
+            remote,
+            repo,
+            stats: FetchStats::default(),
+            chunks: std::sync::Mutex::new(chunks),
+            kept: Default::default(),
+        }
+    }
+
+    async fn get(&self, c: &ChunkRef) -> Result<std::sync::Arc<Vec<u8>>, Error> {
+        use std::sync::atomic::Ordering;
+        let key = (c.sha256, c.length);
+        let cell = self.chunks.lock().expect("chunks lock")[&key].1.clone();
+        let bytes = cell
+            .get_or_try_init(|| async {
+                let bytes = fetch_chunk(self.remote, self.repo, c, None, &self.stats).await?;
+                self.kept.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+                Ok::<_, Error>(std::sync::Arc::new(bytes))
+            })
+            .await?
+            .clone();
+        let mut chunks = self.chunks.lock().expect("chunks lock");
+        let (left, cell) = chunks.get_mut(&key).expect("a planned chunk");
+        *left -= 1;
+        if cell.initialized() && (*left == 0 || self.kept.load(Ordering::Relaxed) > DEEP_KEEP_BYTES)
+        {
+            // Fetched again by a later record, if any: a fresh cell.
+            *cell = SharedChunk::default();
+            self.kept.fetch_sub(bytes.len() as u64, Ordering::Relaxed);
+        }
+        Ok(bytes)
+    }
+}
+
+fn file_problem(e: &sealvol_spec::Entry) -> Problem {
+    let blake3 = match &e.data {
+        EntryData::File { blake3, .. } => blake3.to_string(),
+        _ => String::new(),
+    };
     Problem {
         kind: "file",
-        digest: blake3.to_string(),
-        path: Some(path.to_string()),
+        digest: blake3,
+        path: Some(e.path.clone()),
+        reason: None,
     }
 }
 
@@ -248,6 +375,7 @@ fn manifest(d: &Descriptor) -> Problem {
         kind: "manifest",
         digest: d.digest().to_string(),
         path: None,
+        reason: None,
     }
 }
 
@@ -265,6 +393,7 @@ async fn check_blob(
             kind: "blob",
             digest: digest.to_string(),
             path: None,
+            reason: None,
         });
     }
     Ok(())

@@ -332,6 +332,42 @@ impl Mirror {
     }
 }
 
+impl Mirror {
+    /// Publishes `entries` (in the order given, valid or not) to `repo` as
+    /// a self-consistent version: the tree encoded by hand (format 2), the
+    /// index claiming the digest of those very entries, so the trust chain
+    /// has nothing to catch; `chunks` (the bytes of every chunk the entries
+    /// name) uploaded first. Tagged `b3-<hex>`, `head` and `tags`; returns
+    /// the digest's hex.
+    pub fn publish_entries(
+        &self,
+        repo: &str,
+        params: sealvol_spec::ChunkingParams,
+        entries: &[Entry],
+        chunks: &[&[u8]],
+        tags: &[&str],
+    ) -> String {
+        for c in chunks {
+            self.put_blob(repo, c);
+        }
+        let blob = encode_entries(TreeFormat::V2, params, entries, &|_, _| {
+            unreachable!("format 2 has no per-chunk BLAKE3")
+        });
+        let meta = VersionMeta {
+            created: "2026-12-06T00:00:00Z".into(),
+            source: None,
+        };
+        let built = oci::build_layout(entries, blob, MT_TREE_BLOB, &meta)
+            .expect("lay out the hostile tree");
+        let hex = built.digest.hex();
+        let mut all = vec![format!("b3-{hex}"), "head".to_string()];
+        all.extend(tags.iter().map(|t| t.to_string()));
+        let all: Vec<&str> = all.iter().map(String::as_str).collect();
+        self.publish(repo, &built, &all);
+        hex
+    }
+}
+
 /// `tree` re-encoded as format 1, as the previous release wrote it: each
 /// chunk record with the BLAKE3 of the chunk's bytes, read from the files
 /// under `dir` the tree was sealed from.
