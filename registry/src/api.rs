@@ -435,7 +435,9 @@ async fn delete_manifest(app: &App, name: String, reference: String) -> Result<R
 
 /// A single byte range of a `size`-byte blob: `Ok(None)` for no (or an
 /// unsupported multi-range) header, `Err` when it lies past the end.
-fn byte_range(headers: &HeaderMap, size: u64) -> std::result::Result<Option<(u64, u64)>, ()> {
+#[doc(hidden)] // pub for the fuzz targets (fuzz/)
+#[allow(clippy::result_unit_err)]
+pub fn byte_range(headers: &HeaderMap, size: u64) -> std::result::Result<Option<(u64, u64)>, ()> {
     let Some(spec) = headers
         .get(header::RANGE)
         .and_then(|v| v.to_str().ok())
@@ -673,7 +675,8 @@ async fn upload_status(app: &App, name: String, id: String) -> Result<Response> 
 }
 
 /// `Content-Range: <start>-<end>` of a chunk, if given.
-fn chunk_start(headers: &HeaderMap) -> Result<Option<u64>> {
+#[doc(hidden)] // pub for the fuzz targets (fuzz/)
+pub fn chunk_start(headers: &HeaderMap) -> Result<Option<u64>> {
     let Some(v) = headers.get(header::CONTENT_RANGE) else {
         return Ok(None);
     };

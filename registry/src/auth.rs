@@ -653,7 +653,8 @@ pub async fn authorize(State(auth): State<Arc<Auth>>, mut req: Request, next: Ne
 
 /// The user and password of a `Basic` `Authorization` value; `Err` says
 /// what is wrong with it.
-fn basic_credentials(value: &HeaderValue) -> Result<(String, String), &'static str> {
+#[doc(hidden)] // pub for the fuzz targets (fuzz/)
+pub fn basic_credentials(value: &HeaderValue) -> Result<(String, String), &'static str> {
     let value = value
         .to_str()
         .map_err(|_| "malformed Authorization header")?;

@@ -175,7 +175,8 @@ pub fn load_or_create_key(path: &Path) -> Result<Vec<u8>, TokenError> {
 }
 
 /// A scope the client asked for: `repository:NAME:ACTIONS`.
-fn parse_scope(scope: &str) -> Option<(&str, &str, Vec<&str>)> {
+#[doc(hidden)] // pub for the fuzz targets (fuzz/)
+pub fn parse_scope(scope: &str) -> Option<(&str, &str, Vec<&str>)> {
     let (kind, rest) = scope.split_once(':')?;
     let (name, actions) = rest.rsplit_once(':')?;
     if name.is_empty() || name.len() > 512 {
