@@ -160,7 +160,10 @@ fn chained_symlinks_are_refused_by_readers_and_writers() {
             "{name}: pull left {:?}",
             tree(&target)
         );
+        let mp = sb.path().join(format!("mnt-{name}"));
+        std::fs::create_dir_all(&mp).unwrap();
         for args in [
+            vec!["mount", reference.as_str(), s(&mp)],
             vec!["ls", reference.as_str()],
             vec!["cat", &format!("{reference}/x")],
             vec!["diff", reference.as_str(), reference.as_str()],
