@@ -395,9 +395,8 @@ async fn put_manifest(
         .and_then(|v| v.to_str().ok())
         .map(|s| s.split(';').next().unwrap_or(s).trim().to_string())
         .filter(|s| s.starts_with("application/vnd."));
-    let bytes = axum::body::to_bytes(req.into_body(), MAX_MANIFEST)
-        .await
-        .map_err(|_| crate::limits::too_large(MAX_MANIFEST))?;
+    let bytes =
+        crate::limits::read_body(req.into_body(), MAX_MANIFEST, Code::ManifestInvalid).await?;
     let (digest, subject) =
         store_manifest(app, &name, &reference, bytes, content_type.as_deref()).await?;
 

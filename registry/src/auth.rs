@@ -699,9 +699,9 @@ pub async fn token(State(auth): State<Arc<Auth>>, req: Request) -> Response {
         .unwrap_or_default();
     let subject = if req.method() == Method::POST {
         let max = crate::limits::MAX_TOKEN_FORM;
-        let body = match axum::body::to_bytes(req.into_body(), max).await {
+        let body = match crate::limits::read_body(req.into_body(), max, Code::Invalid).await {
             Ok(b) => b,
-            Err(_) => return crate::limits::too_large(max).into_response(),
+            Err(e) => return e.into_response(),
         };
         params.extend(form_urlencoded::parse(&body).into_owned());
         let get = |k: &str| params.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());

@@ -42,6 +42,36 @@ pub fn too_large(max: usize) -> RegistryError {
     )
 }
 
+/// Reads a whole request body of at most `max` bytes. A body over the
+/// limit is answered 413; one that stopped arriving (the server's
+/// `[http] idle_timeout_seconds`) 408; one that broke off 400 with
+/// `code`: each is the client's doing, never the server's.
+pub async fn read_body(body: Body, max: usize, code: Code) -> Result<bytes::Bytes, RegistryError> {
+    axum::body::to_bytes(body, max)
+        .await
+        .map_err(|e| body_error(&e, max, code))
+}
+
+/// What a failed read of a request body is answered with (see
+/// [`read_body`]).
+pub fn body_error(e: &(dyn std::error::Error + 'static), max: usize, code: Code) -> RegistryError {
+    let mut cause = Some(e);
+    while let Some(c) = cause {
+        if c.is::<http_body_util::LengthLimitError>() {
+            return too_large(max);
+        }
+        if c.is::<tower_http::timeout::TimeoutError>() {
+            return RegistryError::with_status(
+                code,
+                StatusCode::REQUEST_TIMEOUT,
+                "the request body stopped arriving",
+            );
+        }
+        cause = c.source();
+    }
+    RegistryError::new(code, format!("the request body broke off: {e}"))
+}
+
 /// How far past its limit a declared body is still read (and dropped)
 /// before the refusal. A client writes its whole body before it reads the
 /// answer; refused while still writing, it sees a reset connection instead

@@ -18,7 +18,7 @@ use sealvol_sync::NetPolicy;
 use serde::Deserialize;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::set_header::SetResponseHeaderLayer;
-use tower_http::timeout::TimeoutLayer;
+use tower_http::timeout::{RequestBodyTimeoutLayer, TimeoutLayer};
 use tower_http::trace::TraceLayer;
 
 use crate::api::dispatch;
@@ -99,6 +99,38 @@ pub struct Config {
     /// Bytes of cached blobs a pull-through cache keeps at most, least
     /// recently used going first; unbounded when unset.
     pub cache_size: Option<u64>,
+    /// How connections are held: timeouts and a cap on how many are open.
+    pub http: HttpConfig,
+}
+
+/// `registry.toml` `[http]`: how long a slow or silent client may hold a
+/// connection, and how many may be open at once (distribution's
+/// `http.timeout`), so that a few hundred clients that open connections
+/// and send nothing cannot hold the registry.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HttpConfig {
+    /// Seconds a client has to send a request's headers, on a new
+    /// connection (its TLS handshake included) or on a kept-alive one
+    /// after the previous answer; then the connection is closed.
+    pub read_header_timeout_seconds: u64,
+    /// Seconds a request body may go without a byte arriving; then the
+    /// request fails (408) and its connection is closed.
+    pub idle_timeout_seconds: u64,
+    /// Connections open at once; further clients wait in the listen
+    /// queue until one closes. At most half the process's open-file
+    /// limit, which the store needs too.
+    pub max_connections: usize,
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        HttpConfig {
+            read_header_timeout_seconds: 10,
+            idle_timeout_seconds: 60,
+            max_connections: 4096,
+        }
+    }
 }
 
 /// `registry.toml` `[tls]`: PEM files.
@@ -136,6 +168,7 @@ impl Default for Config {
             upstream_credentials_file: None,
             tag_ttl_seconds: 60,
             cache_size: None,
+            http: HttpConfig::default(),
         }
     }
 }
@@ -417,6 +450,12 @@ pub fn router(
             axum::http::StatusCode::REQUEST_TIMEOUT,
             Duration::from_secs(config.request_timeout_seconds),
         ))
+        // A body that stops arriving fails its reader (`limits::read_body`
+        // answers 408), rather than holding the request until the timeout
+        // above, an hour by default.
+        .layer(RequestBodyTimeoutLayer::new(Duration::from_secs(
+            config.http.idle_timeout_seconds.max(1),
+        )))
         .layer(SetResponseHeaderLayer::overriding(
             axum::http::HeaderName::from_static("docker-distribution-api-version"),
             HeaderValue::from_static("registry/2.0"),
@@ -433,28 +472,103 @@ pub fn catch_panics() -> CatchPanicLayer<fn(Box<dyn std::any::Any + Send + 'stat
     CatchPanicLayer::custom(crate::error::panicked as fn(_) -> Response)
 }
 
-/// Serves HTTPS on `listener` until `stop`, then lets in-flight requests
-/// finish, as `axum::serve` does for plain HTTP.
-async fn serve_tls(
+/// Serves `router` on `listener` (HTTPS when `tls` is given) until
+/// `stop`, then lets in-flight requests finish. Each connection holds one
+/// of `http.max_connections` slots, taken before it is accepted, so that
+/// past the cap clients wait in the listen queue rather than each costing
+/// a task and a file; headers (and a TLS handshake) must arrive within
+/// `http.read_header_timeout_seconds`.
+async fn serve_connections(
     listener: tokio::net::TcpListener,
-    tls: axum_server::tls_rustls::RustlsConfig,
+    tls: Option<axum_server::tls_rustls::RustlsConfig>,
     router: Router,
+    http: &HttpConfig,
     stop: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
-    let err = |e: std::io::Error| ServeError::Serve(e.to_string());
-    let listener = listener.into_std().map_err(err)?;
-    let handle = axum_server::Handle::new();
-    let on_stop = handle.clone();
-    tokio::spawn(async move {
-        stop.await;
-        on_stop.graceful_shutdown(None);
-    });
-    axum_server::from_tcp_rustls(listener, tls)
-        .map_err(err)?
-        .handle(handle)
-        .serve(router.into_make_service())
-        .await
-        .map_err(err)
+    use axum_server::accept::Accept as _;
+    use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+    use hyper_util::server::conn::auto;
+
+    let header_timeout = Duration::from_secs(http.read_header_timeout_seconds.max(1));
+    let slots = Arc::new(tokio::sync::Semaphore::new(connection_cap(
+        http.max_connections,
+    )));
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(header_timeout);
+    builder.http2().timer(TokioTimer::new());
+    let tls = tls
+        .map(|c| axum_server::tls_rustls::RustlsAcceptor::new(c).handshake_timeout(header_timeout));
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    tokio::pin!(stop);
+    loop {
+        let slot = tokio::select! {
+            slot = Arc::clone(&slots).acquire_owned() => slot.expect("the semaphore is never closed"),
+            () = &mut stop => break,
+        };
+        let (stream, _) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(e) => {
+                    // Out of files or memory, or a connection reset before
+                    // it was taken: wait a little rather than spin.
+                    tracing::warn!("accepting a connection: {e}");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+            () = &mut stop => break,
+        };
+        let _ = stream.set_nodelay(true);
+        let (builder, tls, watcher) = (builder.clone(), tls.clone(), graceful.watcher());
+        let service = hyper_util::service::TowerToHyperService::new(router.clone());
+        tokio::spawn(async move {
+            let _slot = slot;
+            // Errors here are the client's (a reset, a timeout, a bad
+            // handshake or request line) and end only its connection.
+            match tls {
+                None => {
+                    let conn =
+                        builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
+                    let _ = watcher.watch(conn.into_owned()).await;
+                }
+                Some(tls) => {
+                    let Ok((stream, _)) = tls.accept(stream, ()).await else {
+                        return;
+                    };
+                    let conn =
+                        builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
+                    let _ = watcher.watch(conn.into_owned()).await;
+                }
+            }
+        });
+    }
+    drop(listener);
+    graceful.shutdown().await;
+    Ok(())
+}
+
+/// `max` connections, but at most half the process's open-file limit (the
+/// metadata and blob stores open files too), and at least one.
+fn connection_cap(max: usize) -> usize {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes the struct it is given.
+    let files = match unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } {
+        0 => usize::try_from(limit.rlim_cur).unwrap_or(usize::MAX),
+        _ => usize::MAX,
+    };
+    let cap = max.min(files / 2).max(1);
+    if cap < max {
+        tracing::warn!(
+            "[http] max_connections = {max} is over half the open-file limit ({files}); serving {cap} at once"
+        );
+    }
+    cap
 }
 
 /// Waits for SIGTERM or Ctrl+C. The handlers are installed when this is
@@ -604,13 +718,7 @@ pub async fn serve(config: Config, ready: impl FnOnce(SocketAddr)) -> Result<(),
     };
     let workers = crate::sync_runner::spawn_workers(Arc::clone(&app), sync_workers);
     let router = router(Arc::clone(&app), auth, &config, prometheus);
-    let served = match tls {
-        None => axum::serve(listener, router)
-            .with_graceful_shutdown(stop)
-            .await
-            .map_err(|e| ServeError::Serve(e.to_string())),
-        Some(tls) => serve_tls(listener, tls, router, stop).await,
-    };
+    let served = serve_connections(listener, tls, router, &config.http, stop).await;
     if let Some(c) = collector {
         c.abort();
         let _ = c.await;

@@ -213,9 +213,14 @@ pub(crate) async fn set_secret(
 ) -> Result<()> {
     let name = secret_name(name)?;
     secrets::check_binding(&for_sources, &dest).map_err(invalid)?;
-    let value = axum::body::to_bytes(body, MAX_SECRET)
+    let value = crate::limits::read_body(body, MAX_SECRET, Code::Invalid)
         .await
-        .map_err(|_| invalid(format!("a secret is at most {MAX_SECRET} bytes")))?;
+        .map_err(|e| match e.status() {
+            axum::http::StatusCode::PAYLOAD_TOO_LARGE => {
+                invalid(format!("a secret is at most {MAX_SECRET} bytes"))
+            }
+            _ => e,
+        })?;
     let key = app
         .syncs
         .key

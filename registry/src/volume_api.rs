@@ -174,9 +174,7 @@ fn page_of(q: Option<&str>) -> Result<Page> {
 }
 
 async fn body<T: for<'de> Deserialize<'de>>(req_body: Body) -> Result<T> {
-    let bytes = axum::body::to_bytes(req_body, MAX_BODY)
-        .await
-        .map_err(|_| crate::limits::too_large(MAX_BODY))?;
+    let bytes = crate::limits::read_body(req_body, MAX_BODY, Code::Invalid).await?;
     let bytes = if bytes.is_empty() {
         bytes::Bytes::from_static(b"{}")
     } else {

@@ -368,9 +368,7 @@ async fn diff_page(app: &App, who: &pages::Who, name: &str, q: Option<&str>) -> 
 /// The fields of a posted form.
 async fn form(body: Body) -> Result<Vec<(String, String)>> {
     let max = crate::limits::MAX_API_BODY;
-    let bytes = axum::body::to_bytes(body, max)
-        .await
-        .map_err(|_| crate::limits::too_large(max))?;
+    let bytes = crate::limits::read_body(body, max, api::ErrorCode::Invalid).await?;
     Ok(form_urlencoded::parse(&bytes).into_owned().collect())
 }
 
