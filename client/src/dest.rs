@@ -76,7 +76,7 @@ impl Dest {
         let Some(rel) = rel else {
             return self.dup_root();
         };
-        if let Ok(fd) = self.existing_dir(rel) {
+        if let Ok(fd) = self.open_existing(rel) {
             return Ok(fd);
         }
         let mut at = self.dup_root()?;
@@ -133,9 +133,18 @@ impl Dest {
         )))
     }
 
+    /// The directory `rel` (the destination for `None`) if it is there as
+    /// a directory, reached without following a link.
+    pub(crate) fn existing_dir(&self, rel: Option<&str>) -> Option<OwnedFd> {
+        match rel {
+            None => self.dup_root().ok(),
+            Some(rel) => self.open_existing(rel).ok(),
+        }
+    }
+
     /// The directory `rel` as it is, without creating or following
     /// anything.
-    fn existing_dir(&self, rel: &str) -> Result<OwnedFd, Errno> {
+    fn open_existing(&self, rel: &str) -> Result<OwnedFd, Errno> {
         let flags = OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW;
         let resolve =
             ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
@@ -278,7 +287,7 @@ impl Dest {
             return Ok(());
         }
         let fd = self
-            .existing_dir(rel)
+            .open_existing(rel)
             .map_err(|e| Error::io(&self.shown(rel), e.into()))?;
         rfs::fchmod(&fd, Mode::from_raw_mode(mode))
             .map_err(|e| Error::io(&self.shown(rel), e.into()))
@@ -287,11 +296,7 @@ impl Dest {
     /// Removes a temporary file of this pull, if its directory is still
     /// there.
     pub(crate) fn remove_temp(&self, parent_rel: Option<&str>, name: &str) {
-        let parent = match parent_rel {
-            None => self.dup_root().ok(),
-            Some(rel) => self.existing_dir(rel).ok(),
-        };
-        if let Some(parent) = parent {
+        if let Some(parent) = self.existing_dir(parent_rel) {
             let _ = rfs::unlinkat(&parent, name, AtFlags::empty());
         }
     }

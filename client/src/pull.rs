@@ -170,12 +170,10 @@ pub async fn pull(
     };
 
     let dest = Arc::new(Dest::open(dir)?);
-    for t in targets.iter().filter(|t| t.entry.is_dir()) {
-        dest.dir(Some(&t.rel))?;
-    }
 
     // Files already complete at the destination stay; the rest get a
-    // temporary file next to where they go, once there is room for them.
+    // temporary file next to where they go, once there is room for them
+    // (nothing is created before that is known).
     let mut todo: Vec<&Target> = Vec::new();
     let mut present = 0u64;
     let mut total_bytes = 0u64;
@@ -185,8 +183,9 @@ pub async fn pull(
             continue;
         };
         total_bytes = total_bytes.saturating_add(*size);
-        let parent = dest.dir(t.parent())?;
-        let existing = dest.existing_file(&parent, t.name());
+        let existing = dest
+            .existing_dir(t.parent())
+            .and_then(|parent| dest.existing_file(&parent, t.name()));
         let (size, blake3, mode) = (*size, *blake3, mode_of(t.entry));
         let complete = match existing {
             None => false,
@@ -213,6 +212,9 @@ pub async fn pull(
         )));
     }
 
+    for t in targets.iter().filter(|t| t.entry.is_dir()) {
+        dest.dir(Some(&t.rel))?;
+    }
     let staging = Staging {
         dest: dest.clone(),
         files: Mutex::new(Vec::new()),

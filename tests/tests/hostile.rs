@@ -118,10 +118,7 @@ fn chained_symlinks_are_refused_by_readers_and_writers() {
         ),
         (
             "passwd",
-            vec![
-                link("l", "."),
-                link("passwd", "l/l/l/../../../etc/passwd"),
-            ],
+            vec![link("l", "."), link("passwd", "l/l/l/../../../etc/passwd")],
         ),
         (
             "nested",
@@ -483,16 +480,19 @@ fn pull_refuses_what_cannot_fit() {
         .map(|i| Sha256Digest::of(&i.to_le_bytes()).0)
         .collect();
     let blake3 = chain::combine(&pieces, size).expect("pieces merge");
-    let entries = vec![Entry {
-        path: "huge.bin".into(),
-        mode: 0o644,
-        data: EntryData::File {
-            size,
-            blake3,
-            chunks,
-            pieces,
+    let entries = vec![
+        dir("models", 0o755),
+        Entry {
+            path: "models/huge.bin".into(),
+            mode: 0o644,
+            data: EntryData::File {
+                size,
+                blake3,
+                chunks,
+                pieces,
+            },
         },
-    }];
+    ];
     TreeIndex::new(params(), entries.clone()).expect("a valid tree");
     let hex = mirror.publish_entries("hostile/huge", params(), &entries, &[&blob], &[]);
     let proxy = FlipProxy::start_counting(&addr);
