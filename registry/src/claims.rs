@@ -12,7 +12,7 @@ use std::collections::HashSet;
 use serde::{Deserialize, Serialize};
 
 use crate::meta::{MetaError, MetaStore, Result};
-use crate::store::tables::{Bytes, TableDefinition, WriteTransaction};
+use crate::store::tables::{Bytes, ReadableTable, TableDefinition, WriteTransaction};
 
 /// Volume name -> its [`Claim`] (JSON).
 const CLAIMS: TableDefinition<Bytes> = TableDefinition::new("claims");
@@ -22,16 +22,51 @@ pub(crate) fn create_tables(tx: &WriteTransaction) -> std::result::Result<(), Me
     Ok(())
 }
 
-/// Whether `repo` holds a live claim at `now`, in a read transaction.
+/// The live claim on `repo` at `now`, in a read transaction.
 pub(crate) fn live(
     tx: &crate::store::tables::ReadTransaction,
     repo: &str,
     now: u64,
-) -> std::result::Result<bool, MetaError> {
-    Ok(match tx.open_table(CLAIMS)?.get(repo)? {
-        Some(v) => serde_json::from_slice::<Claim>(v.value())?.expires_at > now,
-        None => false,
+) -> std::result::Result<Option<Claim>, MetaError> {
+    live_claim(&tx.open_table(CLAIMS)?, repo, now)
+}
+
+fn live_claim(
+    t: &impl ReadableTable<Bytes>,
+    repo: &str,
+    now: u64,
+) -> std::result::Result<Option<Claim>, MetaError> {
+    Ok(match t.get(repo)? {
+        Some(v) => Some(serde_json::from_slice::<Claim>(v.value())?).filter(|c| c.expires_at > now),
+        None => None,
     })
+}
+
+/// The live claim on `repo` at `now`, in a write transaction.
+pub(crate) fn live_in(
+    tx: &WriteTransaction,
+    repo: &str,
+    now: u64,
+) -> std::result::Result<Option<Claim>, MetaError> {
+    live_claim(&tx.open_table(CLAIMS)?, repo, now)
+}
+
+/// Removes the claim on `repo` if `token` holds it, in a write
+/// transaction; whether it did.
+pub(crate) fn release_in(
+    tx: &WriteTransaction,
+    repo: &str,
+    token: &str,
+) -> std::result::Result<bool, MetaError> {
+    let mut t = tx.open_table(CLAIMS)?;
+    let mine = match t.get(repo)? {
+        Some(v) => serde_json::from_slice::<Claim>(v.value())?.token == token,
+        None => false,
+    };
+    if mine {
+        t.remove(repo)?;
+    }
+    Ok(mine)
 }
 
 /// A claim as the registry holds it; the API shows it as
@@ -56,6 +91,21 @@ impl MetaStore {
         now: u64,
         ttl: u64,
     ) -> Result<std::result::Result<Claim, Claim>> {
+        let token = uuid::Uuid::new_v4().to_string();
+        self.take_claim(repo, holder, &token, now, ttl)
+    }
+
+    /// Takes the claim on `repo` under `token` (chosen by the caller, who
+    /// may need to know it before the claim is visible to others).
+    pub(crate) fn take_claim(
+        &self,
+        repo: &str,
+        holder: &str,
+        token: &str,
+        now: u64,
+        ttl: u64,
+    ) -> Result<std::result::Result<Claim, Claim>> {
+        let holder = bounded(holder);
         let tx = self.db.begin_write()?;
         let answer = {
             let mut t = tx.open_table(CLAIMS)?;
@@ -77,8 +127,8 @@ impl MetaStore {
                 Some(held) => Err(held),
                 None => {
                     let claim = Claim {
-                        token: uuid::Uuid::new_v4().to_string(),
-                        holder: bounded(holder),
+                        token: token.to_string(),
+                        holder,
                         expires_at: now + ttl,
                     };
                     t.insert(repo, serde_json::to_vec(&claim)?.as_slice())?;
@@ -120,16 +170,7 @@ impl MetaStore {
 
     pub fn release_claim(&self, repo: &str, token: &str) -> Result<()> {
         let tx = self.db.begin_write()?;
-        {
-            let mut t = tx.open_table(CLAIMS)?;
-            let mine = match t.get(repo)? {
-                Some(v) => serde_json::from_slice::<Claim>(v.value())?.token == token,
-                None => false,
-            };
-            if mine {
-                t.remove(repo)?;
-            }
-        }
+        release_in(&tx, repo, token)?;
         tx.commit()?;
         Ok(())
     }

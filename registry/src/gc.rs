@@ -234,15 +234,20 @@ impl MetaStore {
     /// Removes the doomed manifests and links that are still unreferenced
     /// and as old as when they were marked, sparing every repository whose
     /// manifests or tags changed since `model` was read; and begins the
-    /// sweep (`sweeps`), in the same transaction. Returns the counts.
+    /// sweep under `lease` (`sweeps`), in the same transaction. Returns
+    /// the counts, or `None` (nothing removed) when `lease` lapsed.
     pub(crate) fn sweep(
         &self,
         doomed: &Doomed,
         model: &HashMap<String, RepoModel>,
         old_before: u64,
-    ) -> std::result::Result<(u64, u64), MetaError> {
+        lease: &str,
+        now: u64,
+    ) -> std::result::Result<Option<(u64, u64)>, MetaError> {
         let tx = self.db.begin_write()?;
-        crate::sweeps::begin_sweep(&tx)?;
+        if !crate::sweeps::begin_sweep(&tx, lease, now)? {
+            return Ok(None);
+        }
         let mut changed: HashMap<&str, bool> = HashMap::new();
         let repos = doomed
             .manifests
@@ -304,7 +309,7 @@ impl MetaStore {
             }
         }
         tx.commit()?;
-        Ok((manifests, links))
+        Ok(Some((manifests, links)))
     }
 
     /// Every digest some repository still links or stores a manifest under.
@@ -550,17 +555,20 @@ async fn mark_holding(app: &App, dry_run: bool, lease: &HeldLease) -> Result<Mar
 /// lock, then the blob bytes nothing links any more; ends the sweep and
 /// releases the GC lease however it went.
 pub(crate) async fn sweep(app: &App, mut marked: Marked) -> Result<GcReport> {
-    let lease = marked.lease.take();
-    let result = sweep_holding(app, marked, lease.as_ref()).await;
+    let Some(lease) = marked.lease.take() else {
+        return Err(RegistryError::internal(
+            "garbage collection swept without its lease; collect again",
+        ));
+    };
+    let result = sweep_holding(app, marked, &lease).await;
     if result.is_ok() || matches!(&result, Err((_, true))) {
         // Were this to fail, the lapsing lease ends the sweep for others.
-        if let Err(e) = app.meta(|m| m.end_sweep()).await {
+        let token = lease.token().to_string();
+        if let Err(e) = app.meta(move |m| m.end_sweep(&token)).await {
             tracing::warn!(error = %e, "could not end the sweep");
         }
     }
-    if let Some(lease) = lease {
-        lease.release(app).await;
-    }
+    lease.release(app).await;
     result.map_err(|(e, _)| e)
 }
 
@@ -568,7 +576,7 @@ pub(crate) async fn sweep(app: &App, mut marked: Marked) -> Result<GcReport> {
 async fn sweep_holding(
     app: &App,
     marked: Marked,
-    lease: Option<&HeldLease>,
+    lease: &HeldLease,
 ) -> std::result::Result<GcReport, (RegistryError, bool)> {
     let Marked {
         lease: _,
@@ -613,10 +621,12 @@ async fn sweep_holding(
         live
     } else {
         let doomed_for_sweep = std::mem::take(&mut doomed);
+        let (token, now) = (lease.token().to_string(), app.now());
         let (m, l) = app
-            .meta(move |m| m.sweep(&doomed_for_sweep, &model, old_before))
+            .meta(move |m| m.sweep(&doomed_for_sweep, &model, old_before, &token, now))
             .await
-            .map_err(|e| (e, false))?;
+            .map_err(|e| (e, false))?
+            .ok_or((lease_lost(), false))?;
         report.manifests_deleted = m;
         report.links_removed = l;
         app.meta(|m| m.live_digests())
@@ -637,10 +647,8 @@ async fn sweep_holding(
             continue;
         }
         if !dry_run {
-            if let Some(lease) = lease {
-                if !lease.still_held(app).await.map_err(|e| (e, true))? {
-                    return Err((lease_lost(), true));
-                }
+            if !lease.still_held(app).await.map_err(|e| (e, true))? {
+                return Err((lease_lost(), true));
             }
             app.blobs
                 .delete(&b.digest)
@@ -676,6 +684,7 @@ mod tests {
     use super::*;
     use crate::app::Policy;
     use bytes::Bytes;
+    use std::time::Duration;
 
     const REPO: &str = "ns/vol";
     const GRACE: u64 = 3600;
@@ -820,6 +829,102 @@ mod tests {
             crate::sweeps::SinceMark::Untouched,
             "a sweep left open"
         );
+    }
+
+    /// A write that relied on bytes while another replica's pass, dead
+    /// mid-sweep, left the sweep sequence odd waits for that pass's lease.
+    /// Once it lapses and a new pass takes the lease (a dry run here, which
+    /// then waits for the sweep lock the writes hold), writes go on and the
+    /// pass finishes: neither waits on the other until the new lease lapses
+    /// (issue 28: 119 s, when any live lease counted as sweeping).
+    #[tokio::test]
+    async fn writes_and_a_new_pass_do_not_wait_on_each_other_after_a_dead_sweep() {
+        let (_dir, app) = open(policy()).await;
+        let app = std::sync::Arc::new(app);
+        let config = push_blob(&app, b"{}").await;
+        let layer = push_blob(&app, b"layer").await;
+        let now = app.now();
+        app.meta(move |m| {
+            crate::sweeps::plant_dead_sweep(m, "replica-b", now);
+            Ok(())
+        })
+        .await
+        .unwrap();
+        let write = |tag: &'static str| {
+            let (app, m) = (std::sync::Arc::clone(&app), image(&config, &layer));
+            tokio::spawn(async move {
+                crate::manifests::store_manifest(&app, REPO, tag, m, None)
+                    .await
+                    .map(|_| ())
+            })
+        };
+        let first = write("v1");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert!(
+            !first.is_finished(),
+            "a write went on during another replica's sweep, its lease live"
+        );
+
+        app.clock
+            .advance(crate::sweeps::GC_LEASE_SECONDS as i64 + 1);
+        let marked = mark(&app, true).await.unwrap();
+        let second = write("v2");
+        for w in [first, second] {
+            tokio::time::timeout(Duration::from_secs(5), w)
+                .await
+                .expect("a write waited on a pass that was not sweeping")
+                .unwrap()
+                .unwrap();
+        }
+        tokio::time::timeout(Duration::from_secs(5), sweep(&app, marked))
+            .await
+            .expect("the pass waited on the writes for the sweep lock")
+            .unwrap();
+        // The next pass sweeps, and leaves no sweep open.
+        collect(&app, false).await.unwrap();
+        let (after, now) = (app.meta(|m| m.sweep_mark()).await.unwrap(), app.now());
+        let since = app.meta(move |m| m.since_mark(after, now)).await.unwrap();
+        assert_eq!(since, crate::sweeps::SinceMark::Untouched);
+    }
+
+    /// A pass this replica's earlier process left mid-sweep (killed) is
+    /// ended as soon as a pass or a write meets it, lease and odd
+    /// sequence, instead of blocking both until its lease lapses.
+    #[tokio::test]
+    async fn a_dead_pass_of_this_replica_is_ended_at_once() {
+        let (_dir, app) = open(policy()).await;
+        let config = push_blob(&app, b"{}").await;
+        let layer = push_blob(&app, b"layer").await;
+        let plant = || {
+            let (replica, now) = (crate::sweeps::replica(&app), app.now());
+            app.meta(move |m| {
+                crate::sweeps::plant_dead_sweep(m, &replica, now);
+                Ok(())
+            })
+        };
+
+        plant().await.unwrap();
+        let pass = tokio::time::timeout(Duration::from_secs(2), collect(&app, true)).await;
+        assert!(
+            matches!(pass, Ok(Ok(_))),
+            "a pass waited on this replica's dead one: {pass:?}"
+        );
+
+        plant().await.unwrap();
+        let m = image(&config, &layer);
+        let stored = tokio::time::timeout(
+            Duration::from_secs(2),
+            crate::manifests::store_manifest(&app, REPO, "v1", m, None),
+        )
+        .await;
+        assert!(
+            matches!(stored, Ok(Ok(_))),
+            "a write waited on this replica's dead pass"
+        );
+        let (after, now) = (app.meta(|m| m.sweep_mark()).await.unwrap(), app.now());
+        let since = app.meta(move |m| m.since_mark(after, now)).await.unwrap();
+        assert_eq!(since, crate::sweeps::SinceMark::Untouched);
+        collect(&app, false).await.unwrap();
     }
 
     /// A manifest garbage collection cannot read must stop the pass, not

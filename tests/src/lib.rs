@@ -1185,9 +1185,16 @@ impl Server {
         let addr = host(&self);
         let root = self.root.clone();
         self.kill();
+        Server::start_again(&root, &addr, config, env)
+    }
+
+    /// Starts a registry on `root` and `addr` (`HOST:PORT`, where one ran
+    /// before) with `config` and `env`, as [`Server::start_config_env`]
+    /// does; tries for up to 10 s while the port is not free again yet.
+    pub fn start_again(root: &Path, addr: &str, config: &str, env: &[(&str, &str)]) -> Server {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
-            match Server::try_start_config_env(&root, &addr, config, env) {
+            match Server::try_start_config_env(root, addr, config, env) {
                 Ok(server) => return server,
                 Err(e) if Instant::now() > deadline => {
                     panic!("sealvol serve did not come back on {addr}: {e}")
