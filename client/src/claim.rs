@@ -11,7 +11,7 @@ use sealvol_spec::reference::{Selector, VolumeRef};
 
 use crate::api::{decode, require, segment, send, supported, to_body};
 use crate::lifecycle::{volume_path, Ctx, Failed, Op};
-use crate::remote::Remote;
+use crate::remote::{Remote, TransportError};
 use crate::resolve::display_ref;
 use crate::Error;
 
@@ -88,6 +88,9 @@ async fn claim_call(
     decode(&ctx, &bytes).map_err(Failed::from)
 }
 
+/// How long [`PushClaim::release`] keeps asking a registry that is away.
+const RELEASE_TIME: Duration = Duration::from_secs(10);
+
 /// A push claim held for as long as a push runs: renewed every third of
 /// its lifetime in the background, released by [`PushClaim::release`].
 /// Dropped without a release (a push cancelled), it stops renewing and
@@ -105,7 +108,12 @@ struct ClaimState {
     lost: Option<String>,
 }
 
-/// What a push claim's holder says: `sealvol push <host> pid <pid>`.
+/// What a push claim's holder says: `sealvol push <host> pid <pid> push
+/// <random>`. The registry gives a claim back to its own holder when asked
+/// again (a request retried after its answer was lost, SPEC.md §7.4), so a
+/// holder names one push, not a process: two pushes of one process, or
+/// two containers with the same host name each running as pid 1, must not
+/// share a claim. Make one per push and keep it for that push.
 pub fn push_holder() -> String {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .ok()
@@ -113,7 +121,24 @@ pub fn push_holder() -> String {
         .filter(|h| !h.is_empty())
         .or_else(|| std::env::var("HOSTNAME").ok())
         .unwrap_or_else(|| "unknown-host".into());
-    format!("sealvol push {host} pid {}", std::process::id())
+    format!(
+        "sealvol push {host} pid {} push {:012x}",
+        std::process::id(),
+        random_48()
+    )
+}
+
+/// 48 random bits: std's `RandomState` is keyed from the OS's randomness
+/// once per thread and differs for each instance after, which is all a
+/// holder needs (no dependency for it).
+fn random_48() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    h.write_u128(now.as_nanos());
+    h.finish() & 0xffff_ffff_ffff
 }
 
 /// Takes `volume`'s push claim and keeps it renewed; `None` on a registry
@@ -200,13 +225,41 @@ impl PushClaim {
         }
     }
 
-    /// Stops renewing and gives the claim back; a failure only delays the
-    /// next push until the claim lapses, so it is logged, not returned.
+    /// Stops renewing and gives the claim back. A registry that is away
+    /// (restarting: connection refused, which the transport does not
+    /// retry) is asked again for a few seconds, since a claim left behind
+    /// refuses the volume's next push until it lapses. A failure is not
+    /// returned, the push itself being done, but said as a warning.
     pub async fn release(self) {
+        self.release_within(RELEASE_TIME).await
+    }
+
+    async fn release_within(self, limit: Duration) {
         self.renewer.abort();
         let token = self.state.lock().expect("claim state").token.clone();
-        if let Err(e) = claim_release(&self.remote, &self.volume, &token).await {
-            tracing::debug!(error = %e, "releasing the push claim");
+        let started = std::time::Instant::now();
+        let mut pause = Duration::from_millis(250);
+        loop {
+            let e = match claim_release(&self.remote, &self.volume, &token).await {
+                Ok(()) => return,
+                Err(e) => e,
+            };
+            let passing = matches!(
+                e,
+                Error::Transport(
+                    TransportError::Unreachable { .. } | TransportError::Registry { .. }
+                )
+            );
+            if !passing || started.elapsed() + pause > limit {
+                tracing::warn!(
+                    "could not release the push claim on {} ({e}); the next push to it is refused until the claim lapses",
+                    display_ref(&self.remote, &self.volume.with_selector(Selector::Head))
+                );
+                return;
+            }
+            tracing::debug!(error = %e, "releasing the push claim; trying again");
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_secs(2));
         }
     }
 }
@@ -222,6 +275,17 @@ mod tests {
     use super::*;
     use sealvol_spec::api::{ApiInfo, API};
     use serde_json::json;
+
+    /// The registry gives a claim back to its own holder (a retried
+    /// request), so each push must name itself apart from every other,
+    /// even in one process.
+    #[test]
+    fn each_push_has_a_holder_of_its_own() {
+        let (a, b) = (push_holder(), push_holder());
+        assert_ne!(a, b);
+        let pid = format!(" pid {} push ", std::process::id());
+        assert!(a.starts_with("sealvol push ") && a.contains(&pid), "{a}");
+    }
 
     #[test]
     fn claims_are_renewed_three_times_a_lifetime() {

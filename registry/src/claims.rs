@@ -1,11 +1,13 @@
 //! Push claims (SPEC.md §7.4): at most one client publishes to a volume
 //! at a time, so two pushes never race on its tags. A claim is a lease:
 //! the holder renews it, and a crashed holder's claim lapses after its
-//! time to live. Claims are rows of the metadata store, so every replica
-//! sharing it sees them and a restart keeps them. Only a caller allowed
-//! to push may claim, renew or release (`access::need`); lapsed claims are
-//! pruned whenever one is taken, and a holder's name is bounded, so the
-//! table stays as small as the pushes in flight.
+//! time to live. A holder that asks again (its first answer lost) gets its
+//! own claim back rather than a refusal naming itself. Claims are rows of
+//! the metadata store, so every replica sharing it sees them and a restart
+//! keeps them. Only a caller allowed to push may claim, renew or release
+//! (`access::need`); lapsed claims are pruned whenever one is taken, and a
+//! holder's name is bounded, so the table stays as small as the pushes in
+//! flight.
 
 use std::collections::HashSet;
 
@@ -82,8 +84,24 @@ pub struct Claim {
 /// Longest holder name kept (a host and a process, say).
 pub const MAX_HOLDER_LEN: usize = 256;
 
+/// What taking a claim does when a live claim of the same holder is
+/// found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum SameHolder {
+    /// Gives it back renewed: the holder asked again because it never
+    /// got the first answer (a retried request).
+    Renew,
+    /// Refuses, as any other holder: the GC lease, whose holder names a
+    /// replica, not one pass (a restarted replica must not inherit the
+    /// lease of a pass its earlier process left behind).
+    Refuse,
+}
+
 impl MetaStore {
     /// Takes the claim on `repo`, or answers the live claim that holds it.
+    /// A live claim of the same `holder` is given back, renewed, with its
+    /// token: a client whose request was answered but whose answer was
+    /// lost asks again, and must not be refused by its own claim.
     pub fn acquire_claim(
         &self,
         repo: &str,
@@ -92,7 +110,7 @@ impl MetaStore {
         ttl: u64,
     ) -> Result<std::result::Result<Claim, Claim>> {
         let token = uuid::Uuid::new_v4().to_string();
-        self.take_claim(repo, holder, &token, now, ttl)
+        self.take_claim(repo, holder, &token, now, ttl, SameHolder::Renew)
     }
 
     /// Takes the claim on `repo` under `token` (chosen by the caller, who
@@ -104,6 +122,7 @@ impl MetaStore {
         token: &str,
         now: u64,
         ttl: u64,
+        same_holder: SameHolder,
     ) -> Result<std::result::Result<Claim, Claim>> {
         let holder = bounded(holder);
         let tx = self.db.begin_write()?;
@@ -124,6 +143,11 @@ impl MetaStore {
                 t.remove(&k)?;
             }
             match live {
+                Some(mut mine) if mine.holder == holder && same_holder == SameHolder::Renew => {
+                    mine.expires_at = mine.expires_at.max(now + ttl);
+                    t.insert(repo, serde_json::to_vec(&mine)?.as_slice())?;
+                    Ok(mine)
+                }
                 Some(held) => Err(held),
                 None => {
                     let claim = Claim {
@@ -252,6 +276,56 @@ mod tests {
         assert!(is_claimed(211));
         claims.release_claim("ns/v", &b.token).unwrap();
         assert!(!is_claimed(211));
+    }
+
+    /// A client whose claim was taken but whose answer was lost asks
+    /// again with the same holder (issue 28): it gets its own claim back,
+    /// renewed, instead of "another push in progress" naming itself.
+    #[test]
+    fn the_same_holder_asking_again_gets_its_claim_back() {
+        let (_dir, claims) = store();
+        let holder = "sealvol push host pid 7 push 1f2e";
+        let first = claims
+            .acquire_claim("ns/v", holder, 100, 60)
+            .unwrap()
+            .unwrap();
+        let again = claims.acquire_claim("ns/v", holder, 130, 60).unwrap();
+        assert_eq!(
+            again,
+            Ok(Claim {
+                token: first.token.clone(),
+                holder: holder.to_string(),
+                expires_at: 190,
+            })
+        );
+        // Still one claim: another holder is refused, and the token works.
+        let other = claims.acquire_claim("ns/v", "sealvol push host pid 7 push 9a0b", 150, 60);
+        assert_eq!(other.unwrap().unwrap_err().token, first.token);
+        assert!(claims
+            .renew_claim("ns/v", &first.token, 189, 60)
+            .unwrap()
+            .is_some());
+        // Bounded holders compare as stored.
+        let long = "h".repeat(2 * MAX_HOLDER_LEN);
+        let a = claims
+            .acquire_claim("ns/w", &long, 100, 60)
+            .unwrap()
+            .unwrap();
+        let b = claims
+            .acquire_claim("ns/w", &long, 101, 60)
+            .unwrap()
+            .unwrap();
+        assert_eq!(a.token, b.token);
+        // The GC lease refuses its own holder: a replica's earlier pass is
+        // not this one.
+        let t = claims
+            .take_claim("\0gc", "replica", "t1", 100, 60, SameHolder::Refuse)
+            .unwrap();
+        assert!(t.is_ok());
+        let again = claims
+            .take_claim("\0gc", "replica", "t2", 101, 60, SameHolder::Refuse)
+            .unwrap();
+        assert_eq!(again.unwrap_err().token, "t1");
     }
 
     #[test]

@@ -49,7 +49,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use crate::app::App;
-use crate::claims::Claim;
+use crate::claims::{Claim, SameHolder};
 use crate::error::Result;
 use crate::meta::{MetaError, MetaStore};
 use crate::store::tables::{ReadableTable, Str, TableDefinition, WriteTransaction, U64};
@@ -231,9 +231,16 @@ pub(crate) fn begin_sweep(
 #[cfg(test)]
 pub(crate) fn plant_dead_sweep(m: &MetaStore, holder: &str, now: u64) {
     let token = uuid::Uuid::new_v4().to_string();
-    m.take_claim(GC_CLAIM, holder, &token, now, GC_LEASE_SECONDS)
-        .unwrap()
-        .unwrap();
+    m.take_claim(
+        GC_CLAIM,
+        holder,
+        &token,
+        now,
+        GC_LEASE_SECONDS,
+        SameHolder::Refuse,
+    )
+    .unwrap()
+    .unwrap();
     let tx = m.db.begin_write().unwrap();
     assert!(begin_sweep(&tx, &token, now).unwrap());
     tx.commit().unwrap();
@@ -278,7 +285,16 @@ impl HeldLease {
         };
         let now = app.now();
         let taken = app
-            .meta(move |m| m.take_claim(GC_CLAIM, &holder, &token, now, GC_LEASE_SECONDS))
+            .meta(move |m| {
+                m.take_claim(
+                    GC_CLAIM,
+                    &holder,
+                    &token,
+                    now,
+                    GC_LEASE_SECONDS,
+                    SameHolder::Refuse,
+                )
+            })
             .await?;
         Ok(taken.map(|_| lease).map_err(|held| held.holder))
     }
@@ -395,7 +411,7 @@ mod tests {
     /// Takes the GC lease as `holder`'s pass would, at `now`: its token.
     fn lease(m: &MetaStore, holder: &str, now: u64) -> String {
         let token = uuid::Uuid::new_v4().to_string();
-        m.take_claim(GC_CLAIM, holder, &token, now, 60)
+        m.take_claim(GC_CLAIM, holder, &token, now, 60, SameHolder::Refuse)
             .unwrap()
             .unwrap();
         token

@@ -437,7 +437,10 @@ async fn hold_claim(
 ) -> std::result::Result<HeldClaim, SyncError> {
     let repo = job.dest.name.clone();
     let ttl = app.policy.claim_ttl_seconds;
-    let holder = format!("sync {}", job.id);
+    // One attempt, not the job: a claim is given back to its own holder
+    // (SPEC.md §7.4), and an attempt that another replica took over after
+    // this one's lease lapsed must not share this one's claim.
+    let holder = format!("sync {} attempt {}", job.id, job.attempts);
     let mut waiting = false;
     loop {
         let (r, h, now) = (repo.clone(), holder.clone(), app.now());

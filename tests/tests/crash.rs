@@ -1,8 +1,8 @@
 //! A registry killed at the worst moments and started again: what it left
-//! behind, such as a garbage collection pass cut off mid-sweep, must not
-//! hold up the writes that follow (issue 28: after 11 SIGKILLs during
-//! pushes and a GC pass, every write stalled for 59 s, and for 119 s once
-//! a new pass took the lease).
+//! behind, a garbage collection pass cut off mid-sweep or a push claim
+//! whose release never arrived, must not hold up the writes that follow
+//! (issue 28: after 11 SIGKILLs during pushes and a GC pass, every write
+//! stalled for 59 s, and for 119 s once a new pass took the lease).
 //!
 //! A pass is killed mid-sweep by planting what it leaves in the stopped
 //! registry's metadata (the lease row and the odd sweep sequence, as
@@ -14,6 +14,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use reqwest::blocking::Client;
 use reqwest::StatusCode;
+use sealvol_client::claim::{hold_push_claim, push_holder};
+use sealvol_client::Remote;
+use sealvol_spec::reference::VolumeRef;
 use sealvol_tests::{host, json, noise, ok, s, sha256, write, Sandbox, Server};
 use serde_json::Value;
 
@@ -178,4 +181,79 @@ fn another_replicas_pass_left_mid_sweep_holds_writes_until_its_lease_lapses() {
         ended.duration_since(lapses).unwrap_or_default()
     );
     gc(&sb, &addr);
+}
+
+/// A push claim whose answer was lost is asked for again by the same
+/// holder (the client retries the POST): it is that holder's claim, given
+/// back with its token, while another holder is still refused.
+#[test]
+fn a_claim_asked_for_again_by_its_holder_is_given_back() {
+    let tmp = tempfile::tempdir().unwrap();
+    let server = Server::start_config_env(&tmp.path().join("registry"), "", &[]);
+    let c = client();
+    let claim = |holder: &str| {
+        c.post(format!("{}/api/v1/volumes/ns/vol/-/claim", server.url))
+            .header("content-type", "application/json")
+            .body(serde_json::json!({ "holder": holder }).to_string())
+            .send()
+            .unwrap()
+    };
+    let first = claim("sealvol push h pid 7 push 1");
+    assert_eq!(first.status(), StatusCode::CREATED);
+    let first: Value = first.json().unwrap();
+    let again = claim("sealvol push h pid 7 push 1");
+    assert_eq!(
+        again.status(),
+        StatusCode::CREATED,
+        "refused by its own claim"
+    );
+    let again: Value = again.json().unwrap();
+    assert_eq!(again["token"], first["token"]);
+
+    let other = claim("sealvol push h pid 7 push 2");
+    assert_eq!(other.status(), StatusCode::CONFLICT);
+    let other: Value = other.json().unwrap();
+    assert_eq!(other["errors"][0]["code"], "PUSH_IN_PROGRESS");
+}
+
+/// The registry is away (restarting) when a push gives its claim back: the
+/// client asks again until it is back, so the next push is not refused
+/// until the claim lapses.
+#[test]
+fn a_claim_release_is_retried_until_the_registry_is_back() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("registry");
+    let server = Server::start_config_env(&root, "", &[]);
+    let addr = host(&server);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let remote = Remote::connect(&addr, false).unwrap();
+    let volume: VolumeRef = format!("{addr}/ns/vol").parse().unwrap();
+    let claim = rt
+        .block_on(hold_push_claim(&remote, &volume, &push_holder()))
+        .unwrap()
+        .expect("the registry has the volume API");
+
+    server.kill();
+    let started = Instant::now();
+    let release = rt.spawn(claim.release());
+    // Long enough for the first attempts to be refused.
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(!release.is_finished(), "the release gave up at once");
+    let server = Server::start_again(&root, &addr, "", &[]);
+    rt.block_on(release).unwrap();
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(15), "the release took {took:?}");
+
+    let next = client()
+        .post(format!("{}/api/v1/volumes/ns/vol/-/claim", server.url))
+        .header("content-type", "application/json")
+        .body(serde_json::json!({ "holder": "the next push" }).to_string())
+        .send()
+        .unwrap();
+    assert_eq!(
+        next.status(),
+        StatusCode::CREATED,
+        "the claim was not released: {}",
+        next.text().unwrap_or_default()
+    );
 }
