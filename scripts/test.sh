@@ -17,3 +17,12 @@ cargo build --workspace --locked
 bash scripts/conformance.sh
 
 cargo test --workspace --locked
+
+# Fuzzing (issue 28): each cargo fuzz target of fuzz/ for 30 s, two at a
+# time, from the checked-in seeds (copied, the repository is left as it
+# was); any crash, timeout or OOM fails the run, its reproducer in
+# fuzz/artifacts/. bench/fuzz installs cargo-fuzz (pinned) into
+# .deps/cargo once, and builds every target in one cargo invocation,
+# without a sanitizer (safe Rust: panics, hangs, OOMs and overflow under
+# debug assertions are what there is to find), into fuzz/target.
+JOBS=2 bench/fuzz 30
