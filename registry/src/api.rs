@@ -501,8 +501,14 @@ async fn get_blob(
     let range = match byte_range(headers, size) {
         Ok(r) => r,
         Err(()) => {
-            // Plain HTTP: the spec defines no error code for a bad range.
-            let mut resp = StatusCode::RANGE_NOT_SATISFIABLE.into_response();
+            // The spec defines no error code for a bad range; its body is
+            // an error body all the same, as every 4xx here.
+            let mut resp = RegistryError::with_status(
+                Code::SizeInvalid,
+                StatusCode::RANGE_NOT_SATISFIABLE,
+                format!("the Range asked for lies outside the blob's {size} bytes"),
+            )
+            .into_response();
             resp.headers_mut()
                 .insert(header::CONTENT_RANGE, hv(&format!("bytes */{size}")));
             return Ok(resp);

@@ -268,15 +268,29 @@ async fn check_version(app: &App, name: &str, bytes: &[u8]) -> Result<crate::vol
             format!("the index claims version {claimed}, but {why}"),
         )
     };
-    // `parse_manifest` refused children that are not sha256.
-    for m in std::iter::once(&ix.tree_manifest).chain(&ix.chunk_manifests) {
+    // Each manifest it names is in the repository, as its descriptor says:
+    // a reader (containerd) refuses content of another size or type.
+    // (`parse_manifest` refused children that are not sha256.)
+    let named = std::iter::once(&ix.tree_manifest)
+        .chain(&ix.chunk_manifests)
+        .chain(&ix.view_manifests);
+    for m in named {
         let d = sha256_of(m).ok_or_else(|| invalid(format!("{} is not sha256", m.digest())))?;
         let (repo, key) = (name.to_string(), d.to_string());
-        if app.meta(move |m| m.manifest(&repo, &key)).await?.is_none() {
+        let Some(record) = app.meta(move |m| m.manifest(&repo, &key)).await? else {
             return Err(RegistryError::new(
                 Code::ManifestBlobUnknown,
                 format!("manifest {d} is not in repository {name}; push it first"),
             ));
+        };
+        if record.size != m.size() || record.media_type != m.media_type().to_string() {
+            return Err(invalid(format!(
+                "its descriptor of {d} says {} bytes of {}, and the manifest is {} bytes of {}",
+                m.size(),
+                m.media_type(),
+                record.size,
+                record.media_type
+            )));
         }
     }
     let refused = |e: Unreadable| match e {
@@ -289,7 +303,7 @@ async fn check_version(app: &App, name: &str, bytes: &[u8]) -> Result<crate::vol
     };
     let found = crate::trees::read_tree(app, &ix).await.map_err(refused)?;
     let tree = found.tree.clone();
-    let (digest, named) = tokio::task::spawn_blocking(move || {
+    let (digest, named, stats) = tokio::task::spawn_blocking(move || {
         let named: std::collections::BTreeSet<Sha256Digest> = tree
             .entries()
             .iter()
@@ -299,12 +313,24 @@ async fn check_version(app: &App, name: &str, bytes: &[u8]) -> Result<crate::vol
             })
             .map(|c| c.sha256)
             .collect();
-        (tree.version_digest(), named)
+        (tree.version_digest(), named, tree.stats())
     })
     .await
     .map_err(RegistryError::internal)?;
     if digest != ix.digest {
         return Err(invalid(format!("its tree's version digest is {digest}")));
+    }
+    // What the index says of the tree, the volume API shows as the
+    // version's: it must be so (SPEC.md §5.5).
+    use sealvol_spec::oci::{ANN_FILES, ANN_SIZE};
+    let index: Value = serde_json::from_slice(bytes).unwrap_or_default();
+    for (key, actual) in [(ANN_SIZE, stats.bytes), (ANN_FILES, stats.files)] {
+        let said = index["annotations"][key].as_str();
+        if let Some(v) = said.filter(|v| *v != actual.to_string()) {
+            return Err(invalid(format!(
+                "its {key} is {v:?}, and its tree holds {actual}"
+            )));
+        }
     }
     let chunks = crate::stats::chunk_sizes(app, &ix).await.map_err(refused)?;
     let listed: std::collections::HashSet<&Sha256Digest> = chunks.iter().map(|(d, _)| d).collect();

@@ -230,6 +230,22 @@ async fn method_not_supported() -> RegistryError {
     RegistryError::new(Code::Unsupported, "method not supported on this endpoint")
 }
 
+/// A path parameter (`/api/v1/keys/{id}`, …), percent-decoded. One that
+/// does not decode (not UTF-8) is the API's own `INVALID` error, not
+/// axum's plain-text rejection.
+pub(crate) struct Param(String);
+
+impl<S: Send + Sync> FromRequestParts<S> for Param {
+    type Rejection = RegistryError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Param> {
+        let Path(p) = Path::<String>::from_request_parts(parts, state)
+            .await
+            .map_err(|e| invalid(e.body_text()))?;
+        Ok(Param(p))
+    }
+}
+
 /// A volume's name from a path, checked once (SPEC.md §1.1:
 /// `namespace/volume`, each component a name component).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -597,7 +613,7 @@ async fn create_key(
 }
 
 /// `DELETE /api/v1/keys/ID`.
-async fn revoke_key(State(app): State<Arc<App>>, Path(id): Path<String>) -> Result<Response> {
+async fn revoke_key(State(app): State<Arc<App>>, Param(id): Param) -> Result<Response> {
     app.lifecycle(move |m| m.delete_key(&id)).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
@@ -629,7 +645,7 @@ async fn list_syncs(
 async fn describe_sync(
     State(app): State<Arc<App>>,
     caller: Caller,
-    Path(id): Path<String>,
+    Param(id): Param,
 ) -> Result<Response> {
     ok(crate::sync_api::describe(&app, &caller, &id).await?)
 }
@@ -638,7 +654,7 @@ async fn describe_sync(
 async fn cancel_sync(
     State(app): State<Arc<App>>,
     caller: Caller,
-    Path(id): Path<String>,
+    Param(id): Param,
 ) -> Result<Response> {
     ok(crate::sync_api::cancel(&app, &caller, id).await?)
 }
@@ -651,7 +667,7 @@ async fn list_secrets(State(app): State<Arc<App>>) -> Result<Response> {
 /// `PUT /api/v1/secrets/NAME?for=URI…[&dest=GLOB…]`.
 async fn set_secret(
     State(app): State<Arc<App>>,
-    Path(name): Path<String>,
+    Param(name): Param,
     RawQuery(q): RawQuery,
     req_body: Body,
 ) -> Result<Response> {
@@ -679,7 +695,7 @@ async fn set_secret(
 }
 
 /// `DELETE /api/v1/secrets/NAME`.
-async fn delete_secret(State(app): State<Arc<App>>, Path(name): Path<String>) -> Result<Response> {
+async fn delete_secret(State(app): State<Arc<App>>, Param(name): Param) -> Result<Response> {
     crate::sync_api::delete_secret(&app, &name).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }

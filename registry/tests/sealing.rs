@@ -268,6 +268,28 @@ async fn an_index_that_is_not_the_version_it_claims_is_refused_and_moves_nothing
         "in none of its chunk manifests",
     );
 
+    // A descriptor that lies about the size of what it names, and an
+    // annotation that lies about the tree: containerd would refuse the
+    // first, the volume API would show the second.
+    let mut lying: Value = serde_json::from_slice(&v.index.bytes).unwrap();
+    let view = (lying["manifests"].as_array_mut().unwrap().iter_mut())
+        .find(|m| m["annotations"][ANN_ROLE] == "view")
+        .unwrap();
+    view["size"] = Value::from(view["size"].as_u64().unwrap() + 1);
+    let lying = serde_json::to_vec(&lying).unwrap();
+    let a = reg.put_manifest("prod", INDEX_TYPE, &lying).await;
+    refused(&a, StatusCode::BAD_REQUEST, "MANIFEST_INVALID", "bytes of");
+    let mut lying: Value = serde_json::from_slice(&v.index.bytes).unwrap();
+    lying["annotations"][sealvol_spec::oci::ANN_SIZE] = Value::from("1");
+    let lying = serde_json::to_vec(&lying).unwrap();
+    let a = reg.put_manifest("prod", INDEX_TYPE, &lying).await;
+    refused(
+        &a,
+        StatusCode::BAD_REQUEST,
+        "MANIFEST_INVALID",
+        "its tree holds 9",
+    );
+
     // A tree manifest that was never pushed: push it first.
     let later_files: &[(&str, &[u8])] = &[("d.bin", b"delta")];
     let later = build(later_files);

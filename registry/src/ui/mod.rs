@@ -25,10 +25,11 @@ pub(crate) mod session;
 use std::sync::Arc;
 
 use axum::body::Body;
-use axum::extract::{Path, RawQuery, State};
+use axum::extract::{FromRequestParts, Path, RawQuery, State};
+use axum::http::request::Parts;
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{any, get, post, MethodRouter};
 use axum::Router;
 use sealvol_spec::api::{self, Action};
 
@@ -107,30 +108,63 @@ fn split(path: &str) -> (String, Sub) {
     (name.to_string(), sub)
 }
 
-/// The web view's routes.
+/// The web view's routes. A method a page does not take answers the
+/// view's own 405 page, a path it lacks its 404 page.
 pub fn router() -> Router<Arc<App>> {
+    let r = |m: MethodRouter<Arc<App>>| m.fallback(method_not_allowed);
     Router::new()
-        .route("/ui", get(|| async { see_other("/ui/") }))
-        .route("/ui/", get(volumes))
+        .route("/ui", r(get(|| async { see_other("/ui/") })))
+        .route("/ui/", r(get(volumes)))
         .route(
             "/ui/static/app.css",
-            get(|| asset("text/css", include_str!("assets/app.css"))),
+            r(get(|| asset("text/css", include_str!("assets/app.css")))),
         )
         .route(
             "/ui/static/app.js",
-            get(|| asset("text/javascript", include_str!("assets/app.js"))),
+            r(get(|| {
+                asset("text/javascript", include_str!("assets/app.js"))
+            })),
         )
         .route(
             "/ui/static/icon.svg",
-            get(|| asset("image/svg+xml", include_str!("assets/icon.svg"))),
+            r(get(|| {
+                asset("image/svg+xml", include_str!("assets/icon.svg"))
+            })),
         )
-        .route("/ui/login", get(session::login_form).post(session::login))
-        .route("/ui/logout", post(session::logout))
-        .route("/ui/syncs", get(syncs).post(start_sync))
-        .route("/ui/syncs/{id}", get(sync))
-        .route("/ui/syncs/{id}/cancel", post(cancel_sync))
-        .route("/ui/volumes/{*path}", get(volume_get).post(volume_post))
-        .route("/ui/{*rest}", get(not_found))
+        .route(
+            "/ui/login",
+            r(get(session::login_form).post(session::login)),
+        )
+        .route("/ui/logout", r(post(session::logout)))
+        .route("/ui/syncs", r(get(syncs).post(start_sync)))
+        .route("/ui/syncs/{id}", r(get(sync)))
+        .route("/ui/syncs/{id}/cancel", r(post(cancel_sync)))
+        .route("/ui/volumes/{*path}", r(get(volume_get).post(volume_post)))
+        .route("/ui/{*rest}", any(not_found))
+}
+
+/// A `/ui` path parameter, percent-decoded. One that does not decode (not
+/// UTF-8) is answered with the view's own 400 page rather than axum's
+/// plain-text rejection.
+struct ViewPath(String);
+
+impl<S: Send + Sync> FromRequestParts<S> for ViewPath {
+    type Rejection = Response;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &S,
+    ) -> std::result::Result<ViewPath, Response> {
+        match Path::<String>::from_request_parts(parts, state).await {
+            Ok(Path(p)) => Ok(ViewPath(p)),
+            Err(e) => {
+                let Ok(caller) = Caller::from_request_parts(parts, state).await;
+                let who = pages::Who::of(&caller, None);
+                let bad = RegistryError::new(api::ErrorCode::Invalid, e.body_text());
+                Err(error_page(&who, bad))
+            }
+        }
+    }
 }
 
 async fn asset(content_type: &'static str, body: &'static str) -> Response {
@@ -181,6 +215,15 @@ fn error_page(who: &pages::Who, e: RegistryError) -> Response {
         tracing::error!(error = %e, "web view");
     }
     html(status, pages::error(who, status, &e.to_string()))
+}
+
+async fn method_not_allowed(caller: Caller) -> Response {
+    let who = pages::Who::of(&caller, None);
+    let status = StatusCode::METHOD_NOT_ALLOWED;
+    html(
+        status,
+        pages::error(&who, status, "this page does not take that method"),
+    )
 }
 
 async fn not_found(caller: Caller) -> Response {
@@ -237,7 +280,7 @@ async fn volumes(State(app): State<Arc<App>>, caller: Caller, RawQuery(q): RawQu
 async fn volume_get(
     State(app): State<Arc<App>>,
     caller: Caller,
-    Path(path): Path<String>,
+    ViewPath(path): ViewPath,
     RawQuery(q): RawQuery,
     headers: HeaderMap,
 ) -> Response {
@@ -384,7 +427,7 @@ fn field(fields: &[(String, String)], key: &str) -> String {
 async fn volume_post(
     State(app): State<Arc<App>>,
     caller: Caller,
-    Path(path): Path<String>,
+    ViewPath(path): ViewPath,
     body: Body,
 ) -> Response {
     let (name, sub) = split(&path);
@@ -442,7 +485,7 @@ async fn syncs(State(app): State<Arc<App>>, caller: Caller) -> Response {
 }
 
 /// `GET /ui/syncs/ID`: one job, the page refreshing until it ends.
-async fn sync(State(app): State<Arc<App>>, caller: Caller, Path(id): Path<String>) -> Response {
+async fn sync(State(app): State<Arc<App>>, caller: Caller, ViewPath(id): ViewPath) -> Response {
     let who = pages::Who::of(&caller, None);
     match crate::sync_api::describe(&app, &caller, &id).await {
         Ok(job) => {
@@ -486,7 +529,7 @@ async fn start_sync(State(app): State<Arc<App>>, caller: Caller, body: Body) -> 
 async fn cancel_sync(
     State(app): State<Arc<App>>,
     caller: Caller,
-    Path(id): Path<String>,
+    ViewPath(id): ViewPath,
 ) -> Response {
     let who = pages::Who::of(&caller, None);
     match crate::sync_api::cancel(&app, &caller, id.clone()).await {
