@@ -551,16 +551,30 @@ async fn serve_connections(
 }
 
 /// `max` connections, but at most half the process's open-file limit (the
-/// metadata and blob stores open files too), and at least one.
+/// metadata and blob stores open files too), and at least one. The soft
+/// limit is raised to the hard one first, as Go's runtime does: services
+/// often start with a soft limit of 1024 that the administrator never
+/// chose.
 fn connection_cap(max: usize) -> usize {
     let mut limit = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
     };
-    // SAFETY: getrlimit writes the struct it is given.
-    let files = match unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } {
-        0 => usize::try_from(limit.rlim_cur).unwrap_or(usize::MAX),
-        _ => usize::MAX,
+    // SAFETY: getrlimit and setrlimit read and write the struct given.
+    let files = unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
+            return max.max(1);
+        }
+        if limit.rlim_cur < limit.rlim_max {
+            let raised = libc::rlimit {
+                rlim_cur: limit.rlim_max,
+                rlim_max: limit.rlim_max,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
+                limit = raised;
+            }
+        }
+        usize::try_from(limit.rlim_cur).unwrap_or(usize::MAX)
     };
     let cap = max.min(files / 2).max(1);
     if cap < max {
