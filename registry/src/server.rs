@@ -668,6 +668,12 @@ pub async fn serve(config: Config, ready: impl FnOnce(SocketAddr)) -> Result<(),
         message: e.to_string(),
     })?;
     let _ = app.syncs.replica.set(replica);
+    // A GC pass this replica's previous process left mid-sweep holds every
+    // write until its lease lapses; end it before serving (writes and
+    // passes would end it too, but other replicas' writes only wait).
+    if let Err(e) = app.end_dead_pass().await {
+        tracing::warn!("could not end a garbage collection pass left unfinished: {e}");
+    }
     (app.syncs.lease_seconds).store(
         config.sync_lease_seconds.max(1),
         std::sync::atomic::Ordering::Relaxed,
