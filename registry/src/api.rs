@@ -609,6 +609,8 @@ async fn start_upload(app: &App, name: String, req: Request) -> Result<Response>
             if let (Some(size), Some(_)) = (size, app.blobs.size(&digest).await?) {
                 let (d, now) = (digest.to_string(), app.now());
                 app.meta(move |m| m.link_blob(&repo, &d, size, now)).await?;
+                // Linked: not held while waiting out another replica's sweep.
+                drop(_sweep);
                 if app.settle(mark, &[digest]).await?.is_empty() {
                     return Ok(blob_created(&name, &digest));
                 }
@@ -755,9 +757,10 @@ async fn put_upload(app: &App, name: String, id: String, req: Request) -> Result
     app.meta(move |m| m.finish_upload(&i, Some((&repo, &d, size)), now))
         .await?;
     drop(session);
+    // Linked: not held while waiting out another replica's sweep.
+    drop(sweep);
     app.uploads.remove(&id).await;
     settle_upload(app, mark, &name, &digest).await?;
-    drop(sweep);
     Ok(blob_created(&name, &digest))
 }
 

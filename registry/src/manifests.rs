@@ -222,11 +222,14 @@ pub(crate) async fn store_manifest(
             )
         })
         .await?;
+    // Recorded: a sweep here would now see the manifest, so the lock is
+    // not held while waiting out another replica's sweep (a write that
+    // waits holding it would keep this replica's next pass waiting too).
+    drop(_sweep);
     if stored.is_ok() && !app.settle(mark, &[digest]).await?.is_empty() {
         // A sweep on another replica took the bytes as they were stored.
         app.blobs.put(&digest, bytes.clone()).await?;
     }
-    drop(_sweep);
     if let Err(what) = stored {
         return Err(RegistryError::new(
             Code::ManifestBlobUnknown,

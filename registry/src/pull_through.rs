@@ -367,6 +367,8 @@ async fn fetch_manifest<'a>(
     })
     .await?
     .map_err(|what| RegistryError::internal(format!("caching a manifest needed {what}")))?;
+    // Recorded: not held while waiting out another replica's sweep.
+    drop(_sweep);
     if !app.settle(mark, &[digest]).await?.is_empty() {
         app.blobs.put(&digest, bytes).await?;
     }

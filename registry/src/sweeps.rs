@@ -364,8 +364,10 @@ impl App {
     /// After recording a link or manifest that relies on `digests` since
     /// `mark`: waits out a sweep that overlapped, and answers the digests
     /// whose bytes it deleted (none unless a replica collected garbage
-    /// while this request ran). The caller may hold [`App::sweep`] shared:
-    /// the sweep waited for is another replica's (see "Lock order").
+    /// while this request ran). Writes drop [`App::sweep`] once their
+    /// record is committed, before this: a local sweep then sees the
+    /// record. One that still holds it shared waits only on another
+    /// replica's sweep (see "Lock order").
     pub(crate) async fn settle(
         &self,
         mark: SweepMark,
