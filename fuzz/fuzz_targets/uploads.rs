@@ -78,7 +78,10 @@ fn range_value(r: &Range, s: &Session, len: usize) -> Option<String> {
             ))
         }
         Range::Given(a, b) => Some(format!("{a}-{b}")),
-        Range::Raw(v) => Some(v.clone()),
+        // What a client could send: a value HTTP allows in a header.
+        Range::Raw(v) => axum::http::HeaderValue::from_str(v)
+            .is_ok()
+            .then(|| v.clone()),
     }
 }
 
