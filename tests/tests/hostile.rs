@@ -90,6 +90,15 @@ fn params() -> ChunkingParams {
     ChunkingParams::default()
 }
 
+/// docker-registry 2.8 (stopped when dropped), its address, a publisher
+/// writing to it, and a sandbox for the commands.
+fn peers() -> (DockerRegistry, String, Mirror, Sandbox) {
+    let reg = DockerRegistry::start();
+    let addr = reg.addr();
+    let mirror = Mirror::new(&addr);
+    (reg, addr, mirror, Sandbox::new())
+}
+
 /// Pulls `reference` into `dir`; the output.
 fn pull(
     sb: &Sandbox,
@@ -107,10 +116,7 @@ fn pull(
 /// with one line naming the rule, and by `push` before it publishes.
 #[test]
 fn chained_symlinks_are_refused_by_readers_and_writers() {
-    let reg = DockerRegistry::start();
-    let addr = reg.addr();
-    let mirror = Mirror::new(&addr);
-    let sb = Sandbox::new();
+    let (_reg, addr, mirror, sb) = peers();
     let cases: [(&str, Vec<Entry>); 3] = [
         (
             "up",
@@ -214,10 +220,7 @@ fn chained_symlinks_are_refused_by_readers_and_writers() {
 /// followed; two pulls of hostile content into one DIR stay inside it.
 #[test]
 fn planted_links_in_dir_are_replaced_not_followed() {
-    let reg = DockerRegistry::start();
-    let addr = reg.addr();
-    let mirror = Mirror::new(&addr);
-    let sb = Sandbox::new();
+    let (_reg, addr, mirror, sb) = peers();
     let weights = sealvol_tests::noise(3 << 20, 5);
     let entries = sorted(vec![
         dir("sub", 0o777),
@@ -318,10 +321,7 @@ fn planted_links_in_dir_are_replaced_not_followed() {
 /// unless `--keep-special-bits`, which says so.
 #[test]
 fn special_bits_are_dropped_unless_kept() {
-    let reg = DockerRegistry::start();
-    let addr = reg.addr();
-    let mirror = Mirror::new(&addr);
-    let sb = Sandbox::new();
+    let (_reg, addr, mirror, sb) = peers();
     let script: &[u8] = b"#!/bin/sh\nid\n";
     let entries = sorted(vec![
         dir("bin", 0o1777),
@@ -350,10 +350,7 @@ fn special_bits_are_dropped_unless_kept() {
 /// before anything is planned: no panic, no file of zeros placed.
 #[test]
 fn one_blob_at_two_lengths_is_refused() {
-    let reg = DockerRegistry::start();
-    let addr = reg.addr();
-    let mirror = Mirror::new(&addr);
-    let sb = Sandbox::new();
+    let (_reg, addr, mirror, sb) = peers();
     let src = sb.path().join("src");
     write(&src.join("a.bin"), &sealvol_tests::noise(1000, 1), 0o644);
     write(&src.join("b.bin"), &sealvol_tests::noise(5000, 2), 0o644);
@@ -401,10 +398,7 @@ fn one_blob_at_two_lengths_is_refused() {
 /// blob GET.
 #[test]
 fn verify_deep_fetches_each_chunk_once() {
-    let reg = DockerRegistry::start();
-    let addr = reg.addr();
-    let mirror = Mirror::new(&addr);
-    let sb = Sandbox::new();
+    let (_reg, addr, mirror, sb) = peers();
     let data = vec![b'x'; 20_000];
     let lengths = vec![1usize; data.len()];
     let entries = vec![Entry {
@@ -450,10 +444,7 @@ fn verify_deep_fetches_each_chunk_once() {
 /// has free is refused up front, with one line, before any download.
 #[test]
 fn pull_refuses_what_cannot_fit() {
-    let reg = DockerRegistry::start();
-    let addr = reg.addr();
-    let mirror = Mirror::new(&addr);
-    let sb = Sandbox::new();
+    let (_reg, addr, mirror, sb) = peers();
     let free = {
         let out = std::process::Command::new("df")
             .args(["--output=avail", "-B1", s(sb.path())])
