@@ -2,13 +2,14 @@
 //! process: malformed query strings and references, oversized bodies, a
 //! panicking handler.
 
+mod common;
+
 use std::sync::Arc;
 
 use axum::body::Body;
 use axum::http::{Method, Request, StatusCode, Uri};
-use metrics_exporter_prometheus::PrometheusBuilder;
 use sealvol_registry::app::{App, Policy};
-use sealvol_registry::server::{open_app, router, Config};
+use sealvol_registry::server::open_app;
 use serde_json::Value;
 use tower::ServiceExt;
 
@@ -22,10 +23,7 @@ impl Reg {
     async fn new() -> Reg {
         let dir = tempfile::tempdir().unwrap();
         let app = Arc::new(open_app(dir.path(), Policy::default()).await.unwrap());
-        let handle = PrometheusBuilder::new().build_recorder().handle();
-        let config = Config::default();
-        let auth = config.auth(config.addr, Arc::clone(&app.meta)).unwrap();
-        let router = router(Arc::clone(&app), auth, &config, handle);
+        let router = common::router_of(&app);
         Reg {
             router,
             _app: app,

@@ -5,15 +5,16 @@
 //! ever lost. (End-to-end tests with the real binary and the CLI live in
 //! `tests/tests/lifecycle.rs`.)
 
+mod common;
+
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
 use axum::body::Body;
 use axum::http::{Method, Request, StatusCode};
-use metrics_exporter_prometheus::PrometheusBuilder;
 use proptest::prelude::*;
 use sealvol_registry::app::{App, Policy};
-use sealvol_registry::server::{open_app, router, Config};
+use sealvol_registry::server::open_app;
 use sealvol_spec::api;
 use sealvol_spec::oci::{build_version, build_version_with_blob, VersionMeta, MT_TREE_BLOB_V1};
 use sealvol_spec::tree::{Entry, EntryData};
@@ -121,10 +122,7 @@ impl Reg {
     async fn new(policy: Policy) -> Reg {
         let dir = tempfile::tempdir().unwrap();
         let app = Arc::new(open_app(dir.path(), policy).await.unwrap());
-        let handle = PrometheusBuilder::new().build_recorder().handle();
-        let config = Config::default();
-        let auth = config.auth(config.addr, Arc::clone(&app.meta)).unwrap();
-        let router = router(Arc::clone(&app), auth, &config, handle);
+        let router = common::router_of(&app);
         Reg {
             app,
             router,

@@ -4,14 +4,15 @@
 //! the source tree gives), format 1 sources import too, and the version the
 //! job seals carries a format 2 tree with every file's chaining values.
 
+mod common;
+
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
 use axum::http::{Method, Request, StatusCode};
-use metrics_exporter_prometheus::PrometheusBuilder;
 use sealvol_registry::app::{App, Policy};
-use sealvol_registry::server::{open_app, router, Config};
+use sealvol_registry::server::open_app;
 use sealvol_spec::chain::PIECE;
 use sealvol_spec::oci::{
     artifact_layers, build_version, build_version_with_blob, sha256_of, BuiltVersion, VersionIndex,
@@ -38,10 +39,7 @@ impl Reg {
         let app = Arc::new(open_app(dir.path(), Policy::default()).await.unwrap());
         // The jobs read from this same registry, on loopback.
         *app.syncs.net.write().unwrap() = sealvol_sync::NetPolicy::local();
-        let handle = PrometheusBuilder::new().build_recorder().handle();
-        let config = Config::default();
-        let auth = config.auth(config.addr, Arc::clone(&app.meta)).unwrap();
-        let router = router(Arc::clone(&app), auth, &config, handle);
+        let router = common::router_of(&app);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let served = router.clone();

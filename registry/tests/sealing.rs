@@ -5,14 +5,15 @@
 //! release stored unchecked and that no longer reads fails alone, never
 //! the whole volume. In process, through the registry's own router.
 
+mod common;
+
 use std::sync::Arc;
 
 use axum::body::Body;
 use axum::http::{Method, Request, StatusCode};
-use metrics_exporter_prometheus::PrometheusBuilder;
 use sealvol_registry::app::{App, Policy};
 use sealvol_registry::meta::{ManifestRecord, References};
-use sealvol_registry::server::{open_app, router, Config};
+use sealvol_registry::server::open_app;
 use sealvol_registry::volumes::Sealed;
 use sealvol_spec::oci::{build_version, BuiltVersion, VersionMeta, ANN_ROLE};
 use sealvol_spec::tree::{Entry, EntryData};
@@ -98,10 +99,7 @@ impl Reg {
     async fn new() -> Reg {
         let dir = tempfile::tempdir().unwrap();
         let app = Arc::new(open_app(dir.path(), Policy::default()).await.unwrap());
-        let handle = PrometheusBuilder::new().build_recorder().handle();
-        let config = Config::default();
-        let auth = config.auth(config.addr, Arc::clone(&app.meta)).unwrap();
-        let router = router(Arc::clone(&app), auth, &config, handle);
+        let router = common::router_of(&app);
         Reg {
             app,
             router,
