@@ -7,6 +7,7 @@
 //! number in canonical order (SPEC.md §2.2), so a directory's children are
 //! sorted by name and found by binary search.
 
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use fuser::{FileAttr, FileType, INodeNo};
@@ -80,7 +81,8 @@ pub struct FileView<'a> {
 /// The inode table.
 #[derive(Debug)]
 pub struct Inodes {
-    tree: TreeIndex,
+    /// Shared with other mounts of the same version.
+    tree: Arc<TreeIndex>,
     /// `nodes[ino - 1]`.
     nodes: Vec<Node>,
     root_mode: u32,
@@ -91,7 +93,12 @@ pub struct Inodes {
 
 impl Inodes {
     /// The inodes of `tree` below `base` (the whole version for `None`).
-    pub fn new(tree: TreeIndex, base: Option<&str>, owner: Owner) -> Result<Inodes, InodeError> {
+    pub fn new(
+        tree: impl Into<Arc<TreeIndex>>,
+        base: Option<&str>,
+        owner: Owner,
+    ) -> Result<Inodes, InodeError> {
+        let tree = tree.into();
         let (start, len, root_mode) = match base {
             None => (0, tree.entries().len(), ROOT_MODE),
             Some(b) => {

@@ -59,7 +59,8 @@ mod testing;
 mod verify;
 
 pub use mount::{
-    mount, mounts, unmount, Mount, MountEntry, MountOptions, MountStats, Prefetch, Unmounted,
+    mount, mount_loaded, mounts, unmount, Loaded, Mount, MountEntry, MountOptions, MountStats,
+    Prefetch, Unmounted,
 };
 pub use reader::{Downloads, ReadError};
 

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use sealvol_client::cache::ChunkCache;
 use sealvol_client::pull::FetchStats;
-use sealvol_client::resolve::{check_legacy, display_ref, load_tree, resolve, Legacy};
+use sealvol_client::resolve::{check_legacy, display_ref, load_tree, resolve, Legacy, Resolved};
 use sealvol_client::Remote;
 use sealvol_spec::reference::VolumeRef;
 use sealvol_spec::tree::TreeIndex;
@@ -71,6 +71,11 @@ pub struct MountOptions {
     /// then false and the caller prints `legacy_warning`), or refuse
     /// ([`Legacy::Refuse`], `--require-verified`).
     pub legacy: Legacy,
+    /// Who every entry is presented as owned by, `(uid, gid)`, instead of
+    /// the mounting user: a user-namespaced pod's root as the host sees it,
+    /// so the pod's root owns the version without a copy or a chown (the
+    /// snapshotter's `remap-ids`).
+    pub owner: Option<(u32, u32)>,
 }
 
 impl MountOptions {
@@ -87,6 +92,7 @@ impl MountOptions {
             prefetch_jobs: sealvol_client::push::DEFAULT_JOBS,
             allow_other: false,
             legacy: Legacy::Warn,
+            owner: None,
         }
     }
 }
@@ -127,6 +133,7 @@ pub struct Mount {
     session: Option<std::thread::JoinHandle<()>>,
     ended: tokio::sync::watch::Receiver<bool>,
     fetch_stats: Arc<FetchStats>,
+    loaded: Loaded,
     reader: Arc<FileReader>,
     prefetch: Option<Arc<Prefetcher>>,
     read_errors: Arc<std::sync::atomic::AtomicU64>,
@@ -155,12 +162,48 @@ pub async fn mount(
     mountpoint: &Path,
     opts: &MountOptions,
 ) -> Result<Mount, MountError> {
+    check_mountpoint(mountpoint)?;
+    let loaded = Loaded::fetch(remote, vref).await?;
+    mount_loaded(remote, vref, &loaded, mountpoint, opts).await
+}
+
+/// A version resolved on its registry and its tree index fetched and
+/// decoded: all a mount asks of the registry before it serves. Cheap to
+/// clone; [`Mount::loaded`] gives a mount's, so that another mount of the
+/// same version starts without asking the registry again (the snapshotter
+/// mounts a version once more for each user namespace that reads it).
+#[derive(Clone, Debug)]
+pub struct Loaded {
+    version: Arc<Resolved>,
+    tree: Arc<TreeIndex>,
+}
+
+impl Loaded {
+    /// Resolves `vref` on `remote` and fetches its tree index.
+    pub async fn fetch(remote: &Remote, vref: &VolumeRef) -> Result<Loaded, MountError> {
+        remote.prepare(&vref.repository(), false).await;
+        let version = resolve(remote, vref).await?;
+        let tree = load_tree(remote, &version).await?;
+        Ok(Loaded {
+            version: Arc::new(version),
+            tree: Arc::new(tree),
+        })
+    }
+}
+
+/// [`mount`] of `loaded`, which must be the version `vref` names (its
+/// path, if any, picks the directory mounted).
+pub async fn mount_loaded(
+    remote: &Remote,
+    vref: &VolumeRef,
+    loaded: &Loaded,
+    mountpoint: &Path,
+    opts: &MountOptions,
+) -> Result<Mount, MountError> {
     let mountpoint = check_mountpoint(mountpoint)?;
     let rt = tokio::runtime::Handle::current();
     let repo = vref.repository();
-    remote.prepare(&repo, false).await;
-    let version = resolve(remote, vref).await?;
-    let tree = load_tree(remote, &version).await?;
+    let (version, tree) = (&loaded.version, Arc::clone(&loaded.tree));
     legacy_policy(
         &tree,
         opts.legacy,
@@ -176,7 +219,14 @@ pub async fn mount(
     let inodes = Arc::new(Inodes::new(
         tree,
         vref.path.as_deref(),
-        Owner::current(created),
+        match opts.owner {
+            Some((uid, gid)) => Owner {
+                uid,
+                gid,
+                time: created,
+            },
+            None => Owner::current(created),
+        },
     )?);
 
     let cache = if let Some(shared) = &opts.shared_cache {
@@ -275,6 +325,7 @@ pub async fn mount(
         mountpoint,
         reference,
         version: version.index.digest,
+        loaded: loaded.clone(),
         unmounter: Some(unmounter),
         session: Some(thread),
         ended,
@@ -367,6 +418,12 @@ impl Mount {
     /// The version digest.
     pub fn version(&self) -> B3Digest {
         self.version
+    }
+
+    /// The version and tree index it serves, for another mount of it
+    /// ([`mount_loaded`]).
+    pub fn loaded(&self) -> &Loaded {
+        &self.loaded
     }
 
     /// Whether every byte the mount serves is verified against the version

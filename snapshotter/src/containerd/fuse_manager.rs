@@ -57,6 +57,9 @@ struct Manager {
 
 struct Served {
     reference: String,
+    owner: Option<(u32, u32)>,
+    /// The registry client it reads chunks with.
+    remote: Remote,
     mount: Mount,
 }
 
@@ -66,10 +69,11 @@ impl Manager {
         reference: &str,
         at: &Path,
         prefetch: Option<PrefetchPolicy>,
+        owner: Option<(u32, u32)>,
     ) -> Result<bool, Status> {
         let mut mounts = self.mounts.lock().await;
         if let Some(s) = mounts.get(at) {
-            if s.reference == reference {
+            if s.reference == reference && s.owner == owner {
                 return Ok(true);
             }
             return Err(Status::already_exists(format!(
@@ -84,25 +88,45 @@ impl Manager {
         let vref: VolumeRef = reference
             .parse()
             .map_err(|e| Status::invalid_argument(format!("{reference:?}: {e}")))?;
-        let host = vref
-            .registry
-            .clone()
-            .unwrap_or_else(VolumeRef::default_registry);
-        let insecure = self.insecure_hosts.contains(&host);
-        let remote = Remote::connect_with_hosts(&host, insecure, self.hosts_dir.as_deref())
-            .map_err(|e| Status::unavailable(format!("cannot reach {host}: {e}")))?;
         let mut options = self.options.clone();
         if let Some(p) = prefetch {
             options.prefetch = p.mode();
         }
-        let mount = crate::mount(&remote, &vref, at, &options)
-            .await
-            .map_err(|e| Status::unavailable(format!("cannot mount {reference}: {e}")))?;
+        options.owner = owner;
+        let cannot =
+            |e: crate::MountError| Status::unavailable(format!("cannot mount {reference}: {e}"));
+        // The same version mounted already (for another user namespace):
+        // its registry client and tree index, without asking the registry.
+        let same = mounts.values().find(|s| s.reference == reference);
+        let (remote, mount) = match same {
+            Some(s) => {
+                let (remote, loaded) = (s.remote.clone(), s.mount.loaded().clone());
+                let mount = crate::mount_loaded(&remote, &vref, &loaded, at, &options)
+                    .await
+                    .map_err(cannot)?;
+                (remote, mount)
+            }
+            None => {
+                let host = vref
+                    .registry
+                    .clone()
+                    .unwrap_or_else(VolumeRef::default_registry);
+                let insecure = self.insecure_hosts.contains(&host);
+                let remote = Remote::connect_with_hosts(&host, insecure, self.hosts_dir.as_deref())
+                    .map_err(|e| Status::unavailable(format!("cannot reach {host}: {e}")))?;
+                let mount = crate::mount(&remote, &vref, at, &options)
+                    .await
+                    .map_err(cannot)?;
+                (remote, mount)
+            }
+        };
         tracing::info!(mountpoint = %at.display(), "mounted {reference}");
         mounts.insert(
             at.to_path_buf(),
             Served {
                 reference: reference.to_string(),
+                owner,
+                remote,
                 mount,
             },
         );
@@ -141,9 +165,10 @@ impl pb::fuse_manager_server::FuseManager for Service {
                 Status::invalid_argument(format!("prefetch {p:?}: none, open or all"))
             })?),
         };
+        let owner = r.owner.map(|o| (o.uid, o.gid));
         let already = self
             .0
-            .mount(&r.reference, Path::new(&r.mountpoint), prefetch)
+            .mount(&r.reference, Path::new(&r.mountpoint), prefetch, owner)
             .await?;
         Ok(Response::new(pb::MountResponse { already }))
     }
@@ -169,6 +194,7 @@ impl pb::fuse_manager_server::FuseManager for Service {
                 pb::Served {
                     reference: s.reference.clone(),
                     mountpoint: at.display().to_string(),
+                    owner: s.owner.map(|(uid, gid)| pb::Owner { uid, gid }),
                     stats: Some(pb::Stats {
                         chunks_downloaded: st.chunks_downloaded,
                         bytes_downloaded: st.bytes_downloaded,
@@ -351,12 +377,25 @@ impl Keeper {
         at: &Path,
         prefetch: Option<PrefetchPolicy>,
     ) -> Result<(), Status> {
+        self.mount_owned(reference, at, prefetch, None).await
+    }
+
+    /// [`Keeper::mount`], every entry presented as owned by `owner`
+    /// (`(uid, gid)`) when given.
+    pub async fn mount_owned(
+        &self,
+        reference: &str,
+        at: &Path,
+        prefetch: Option<PrefetchPolicy>,
+        owner: Option<(u32, u32)>,
+    ) -> Result<(), Status> {
         self.client
             .clone()
             .mount(pb::MountRequest {
                 reference: reference.to_string(),
                 mountpoint: at.display().to_string(),
                 prefetch: prefetch.map_or("", PrefetchPolicy::as_str).to_string(),
+                owner: owner.map(|(uid, gid)| pb::Owner { uid, gid }),
             })
             .await?;
         Ok(())

@@ -12,7 +12,15 @@
 //! labels in a `Prepare` (CRI, `client.Pull` with unpack; [`version`]),
 //! and by its unpacked pointer file in a `Commit` (`ctr images pull`,
 //! which passes no labels; the repository then comes from containerd's
-//! image record, [`images`]).
+//! image record, [`images`]). containerd 2.x's pull paths (its transfer
+//! service, with the proxy plugin's `enable_remote_snapshot_annotations`
+//! export, and CRI's local pull) pass the same labels; an image volume is
+//! then a snapshot prepared on the version's.
+//!
+//! Snapshots of user-namespaced pods come with id mapping labels, which a
+//! proxy plugin declaring the `remap-ids` capability handles itself
+//! ([`idmap`]): ordinary layers as containerd's overlayfs snapshotter does,
+//! a version mounted once more owned by the pod's root.
 //!
 //! The wire types are generated from containerd's own `.proto` files
 //! (`proto/`, compiled by protox in `build.rs`); [`service`] maps each
@@ -20,6 +28,7 @@
 //! reads as its error classes.
 
 pub mod fuse_manager;
+pub mod idmap;
 pub mod images;
 pub mod metrics;
 pub mod service;

@@ -57,6 +57,9 @@ impl SnapshotService {
             return;
         };
         for (name, r) in all {
+            if let Err(e) = self.mount_mapped(&r).await {
+                tracing::error!(snapshot = %name, "cannot mount its versions for its user namespace again: {}", e.message());
+            }
             let Some(reference) = r.version.clone() else {
                 continue;
             };
@@ -154,6 +157,52 @@ impl SnapshotService {
                 Err(e)
             }
         }
+    }
+
+    /// Mounts the sealed versions an active or view snapshot with id
+    /// mapping labels is on, owned by its user namespace's root, where its
+    /// mounts name them ([`SnapshotStore::mapped_versions`]).
+    async fn mount_mapped(&self, r: &Record) -> Result<(), Status> {
+        let record = r.clone();
+        let mapped = self.run(move |s| s.mapped_versions(&record)).await?;
+        for m in mapped {
+            tokio::fs::create_dir_all(&m.at)
+                .await
+                .map_err(|e| Status::internal(format!("{}: {e}", m.at.display())))?;
+            self.keeper
+                .mount_owned(&m.reference, &m.at, None, Some(m.owner))
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// An active or view snapshot, and the mounts of versions it needs.
+    async fn create(
+        &self,
+        kind: Kind,
+        key: String,
+        parent: String,
+        labels: BTreeMap<String, String>,
+    ) -> Result<Vec<WireMount>, Status> {
+        let k = key.clone();
+        let (record, m) = self
+            .run(move |s| s.create(kind, &k, &parent, labels))
+            .await?;
+        if let Err(e) = self.mount_mapped(&record).await {
+            let _ = self.unmount_mapped(&record).await;
+            let _ = self.run(move |s| s.remove(&key)).await;
+            return Err(e);
+        }
+        Ok(mounts(m))
+    }
+
+    async fn unmount_mapped(&self, r: &Record) -> Result<(), Status> {
+        let record = r.clone();
+        let mapped = self.run(move |s| s.mapped_versions(&record)).await?;
+        for m in mapped {
+            self.keeper.unmount(&m.at).await?;
+        }
+        Ok(())
     }
 
     pub fn into_server(self) -> pb::snapshots_server::SnapshotsServer<SnapshotService> {
@@ -260,12 +309,10 @@ impl pb::snapshots_server::Snapshots for SnapshotService {
             Recognized::Unusable(why) => tracing::warn!(key = %r.key, "{why}"),
             Recognized::Ordinary => {}
         }
-        let (_, m) = self
-            .run(move |s| s.create(Kind::Active, &r.key, &r.parent, labels(r.labels)))
+        let mounts = self
+            .create(Kind::Active, r.key, r.parent, labels(r.labels))
             .await?;
-        Ok(Response::new(pb::PrepareSnapshotResponse {
-            mounts: mounts(m),
-        }))
+        Ok(Response::new(pb::PrepareSnapshotResponse { mounts }))
     }
 
     async fn view(
@@ -273,12 +320,10 @@ impl pb::snapshots_server::Snapshots for SnapshotService {
         req: Request<pb::ViewSnapshotRequest>,
     ) -> Result<Response<pb::ViewSnapshotResponse>, Status> {
         let r = req.into_inner();
-        let (_, m) = self
-            .run(move |s| s.create(Kind::View, &r.key, &r.parent, labels(r.labels)))
+        let mounts = self
+            .create(Kind::View, r.key, r.parent, labels(r.labels))
             .await?;
-        Ok(Response::new(pb::ViewSnapshotResponse {
-            mounts: mounts(m),
-        }))
+        Ok(Response::new(pb::ViewSnapshotResponse { mounts }))
     }
 
     async fn mounts(
@@ -301,6 +346,11 @@ impl pb::snapshots_server::Snapshots for SnapshotService {
             self.commit_version(&namespace, r, pointer).await?;
             return Ok(Response::new(()));
         }
+        // A committed snapshot is its upper dir alone: the versions mounted
+        // for its user namespace served only its own overlay.
+        let k = r.key.clone();
+        let active = self.run(move |s| s.get(&k)).await?;
+        self.unmount_mapped(&active).await?;
         self.run(move |s| s.commit(&r.name, &r.key, labels(r.labels), None))
             .await?;
         Ok(Response::new(()))
@@ -318,6 +368,7 @@ impl pb::snapshots_server::Snapshots for SnapshotService {
         if r.version.is_some() {
             self.keeper.unmount(&self.store.fs(r.id)).await?;
         }
+        self.unmount_mapped(&r).await?;
         self.run(move |s| s.remove(&key)).await?;
         Ok(Response::new(()))
     }

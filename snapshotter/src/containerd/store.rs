@@ -16,6 +16,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use super::idmap::IdMap;
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use sealvol_spec::oci::{ViewPointer, VIEW_FILE};
 use serde::{Deserialize, Serialize};
@@ -91,6 +92,18 @@ internal_from!(
 );
 
 type Result<T> = std::result::Result<T, StoreError>;
+
+/// A sealed version a user-namespaced snapshot is on, mounted once more
+/// for it ([`SnapshotStore::mapped_versions`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MappedVersion {
+    /// The pinned ref, as the version's own snapshot records it.
+    pub reference: String,
+    /// Where, in the user-namespaced snapshot's folder.
+    pub at: PathBuf,
+    /// `(uid, gid)` every entry is presented as owned by.
+    pub owner: (u32, u32),
+}
 
 /// A mount containerd performs (its `types.Mount`).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -222,6 +235,8 @@ impl SnapshotStore {
         if key.is_empty() {
             return Err(StoreError::InvalidArgument("a snapshot needs a key".into()));
         }
+        let idmap = IdMap::from_labels(&labels)
+            .map_err(|e| StoreError::InvalidArgument(format!("snapshot {key}: {e}")))?;
         let tx = self.db.begin_write()?;
         let record = {
             let mut t = tx.open_table(SNAPSHOTS)?;
@@ -259,12 +274,58 @@ impl SnapshotStore {
             if kind == Kind::Active {
                 std::fs::create_dir_all(dir.join("work"))?;
             }
+            // What the pod's root writes goes to the upper dir, which it
+            // must own (containerd's overlayfs snapshotter does the same).
+            if let Some(m) = &idmap {
+                std::os::unix::fs::lchown(dir.join("fs"), Some(m.root.0), Some(m.root.1))?;
+            }
             t.insert(key, serde_json::to_vec(&record)?.as_slice())?;
             record
         };
+        // Refused before the commit: the mounts must be possible.
+        let mounts = match self
+            .lowers_in(&tx, &record)
+            .and_then(|lowers| self.mounts_of_lowers(&record, &lowers))
+        {
+            Ok(m) => m,
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(self.dir(record.id));
+                return Err(e);
+            }
+        };
         tx.commit()?;
-        let mounts = self.mounts_of(&record)?;
         Ok((record, mounts))
+    }
+
+    /// The sealed versions among `r`'s parents that must be mounted once
+    /// more for it, owned by its user namespace's root, in `r`'s folder.
+    /// None without id mapping labels, and none for a committed snapshot
+    /// (no mount of its own names them).
+    pub fn mapped_versions(&self, r: &Record) -> Result<Vec<MappedVersion>> {
+        if r.kind == Kind::Committed {
+            return Ok(Vec::new());
+        }
+        let Some(m) = IdMap::from_labels(&r.labels).map_err(StoreError::InvalidArgument)? else {
+            return Ok(Vec::new());
+        };
+        Ok(self
+            .lowers(r)?
+            .into_iter()
+            .filter_map(|l| {
+                let reference = l.version?;
+                Some(MappedVersion {
+                    reference,
+                    at: self.mapped_fs(r.id, l.id),
+                    owner: m.root,
+                })
+            })
+            .collect())
+    }
+
+    /// Where snapshot `id` has the version snapshot `lower` mounted for
+    /// its user namespace.
+    fn mapped_fs(&self, id: u64, lower: u64) -> PathBuf {
+        self.dir(id).join("idmapped").join(lower.to_string())
     }
 
     /// The mounts of the active or view snapshot `key`.
@@ -278,29 +339,80 @@ impl SnapshotStore {
         self.mounts_of(&r)
     }
 
-    /// The `fs` folders of `r`'s parents, nearest first.
-    fn lowers(&self, r: &Record) -> Result<Vec<PathBuf>> {
+    /// `r`'s parents, nearest first.
+    fn lowers(&self, r: &Record) -> Result<Vec<Record>> {
         let mut out = Vec::new();
         let mut parent = r.parent.clone();
         while !parent.is_empty() {
             let p = self.get(&parent)?;
-            out.push(self.fs(p.id));
-            parent = p.parent;
+            parent = p.parent.clone();
+            out.push(p);
         }
         Ok(out)
+    }
+
+    /// [`Self::lowers`] within the write transaction creating `r`.
+    fn lowers_in(&self, tx: &redb::WriteTransaction, r: &Record) -> Result<Vec<Record>> {
+        let t = tx.open_table(SNAPSHOTS)?;
+        let mut out = Vec::new();
+        let mut parent = r.parent.clone();
+        while !parent.is_empty() {
+            let p: Record = match t.get(parent.as_str())? {
+                Some(v) => serde_json::from_slice(v.value())?,
+                None => return Err(StoreError::NotFound(parent)),
+            };
+            parent = p.parent.clone();
+            out.push(p);
+        }
+        Ok(out)
+    }
+
+    fn mounts_of(&self, r: &Record) -> Result<Vec<MountSpec>> {
+        self.mounts_of_lowers(r, &self.lowers(r)?)
     }
 
     /// As containerd's overlayfs snapshotter: a snapshot without parents
     /// is a bind mount of its folder; a view of one layer a read-only bind
     /// of that layer; otherwise an overlay of the parents, with the
     /// snapshot's own folder as the upper dir when it is active.
-    fn mounts_of(&self, r: &Record) -> Result<Vec<MountSpec>> {
-        let lowers = self.lowers(r)?;
+    ///
+    /// With id mapping labels ([`IdMap`]), ordinary layers are idmapped
+    /// by containerd from the `uidmap=`/`gidmap=` options, and sealed
+    /// versions are their mounts owned by the pod's root
+    /// ([`Self::mapped_versions`]). The two do not mix: containerd idmaps
+    /// every lower dir of a mount through one idmapped mount of their
+    /// common folder, which would not show a FUSE mount under it.
+    fn mounts_of_lowers(&self, r: &Record, parents: &[Record]) -> Result<Vec<MountSpec>> {
+        let idmap = IdMap::from_labels(&r.labels).map_err(StoreError::InvalidArgument)?;
+        let versions = parents.iter().filter(|p| p.version.is_some()).count();
+        let mut options: Vec<String> = Vec::new();
+        if let Some(m) = &idmap {
+            if versions > 0 && versions < parents.len() {
+                return Err(StoreError::FailedPrecondition(format!(
+                    "snapshot {} is on both sealed versions and ordinary layers, whose ids cannot be mapped together",
+                    r.parent
+                )));
+            }
+            if versions == 0 && !parents.is_empty() {
+                options.extend(m.mount_options());
+            }
+        }
+        let lowers: Vec<PathBuf> = parents
+            .iter()
+            .map(|p| match (&idmap, &p.version) {
+                (Some(_), Some(_)) => self.mapped_fs(r.id, p.id),
+                _ => self.fs(p.id),
+            })
+            .collect();
         let show = |p: &Path| p.display().to_string();
         let bind = |source: &Path, rw: &str| MountSpec {
             kind: "bind".into(),
             source: show(source),
-            options: vec![rw.into(), "rbind".into()],
+            options: options
+                .iter()
+                .cloned()
+                .chain([rw.into(), "rbind".into()])
+                .collect(),
         };
         let mount = match (r.kind, lowers.as_slice()) {
             (Kind::Active, []) => bind(&self.fs(r.id), "rw"),
@@ -308,7 +420,6 @@ impl SnapshotStore {
             (Kind::View, [only]) => bind(only, "ro"),
             (kind, _) => {
                 let lowerdir = lowers.iter().map(|p| show(p)).collect::<Vec<_>>().join(":");
-                let mut options = Vec::new();
                 if kind == Kind::Active {
                     options.push(format!("workdir={}", show(&self.dir(r.id).join("work"))));
                     options.push(format!("upperdir={}", show(&self.fs(r.id))));
@@ -608,6 +719,83 @@ mod tests {
         }
         assert!(s.list().unwrap().is_empty());
         assert!(!s.fs(r1.id).exists());
+    }
+
+    /// A user-namespaced pod's snapshots: the upper dir owned by the
+    /// pod's root; ordinary layers idmapped by containerd from the mount
+    /// options; a sealed version through its own mount for the snapshot,
+    /// which the service has the fuse manager make owned by that root.
+    #[test]
+    fn id_mapped_snapshots_are_owned_by_the_pods_root() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        let s = SnapshotStore::open(dir.path()).unwrap();
+        let map = labels(&[
+            (super::super::idmap::LABEL_UID_MAPPING, "0:200000:65536"),
+            (super::super::idmap::LABEL_GID_MAPPING, "0:300000:65536"),
+        ]);
+        s.create(Kind::Active, "a1", "", labels(&[])).unwrap();
+        s.commit("l1", "a1", labels(&[]), None).unwrap();
+        let (r, m) = s.create(Kind::Active, "pod", "l1", map.clone()).unwrap();
+        let meta = std::fs::metadata(s.fs(r.id)).unwrap();
+        assert_eq!((meta.uid(), meta.gid()), (200000, 300000));
+        assert_eq!(m[0].kind, "overlay");
+        assert_eq!(
+            m[0].options[..2],
+            ["uidmap=0:200000:65536", "gidmap=0:300000:65536"]
+        );
+        assert!(s.mapped_versions(&r).unwrap().is_empty());
+
+        let reference = format!("127.0.0.1:5000/w/q@b3:{}", "ab".repeat(32));
+        let v = s
+            .create_version("version", "", labels(&[]), &reference)
+            .unwrap();
+        let (r, m) = s
+            .create(Kind::Active, "vol", "version", map.clone())
+            .unwrap();
+        let mapped = s.mapped_versions(&r).unwrap();
+        assert_eq!(mapped.len(), 1, "{mapped:?}");
+        assert_eq!(mapped[0].reference, reference);
+        assert_eq!(mapped[0].owner, (200000, 300000));
+        let lowerdir = format!("lowerdir={}", mapped[0].at.display());
+        assert_eq!(m[0].options.last(), Some(&lowerdir), "{m:?}");
+        assert!(
+            !m[0].options.iter().any(|o| o.starts_with("uidmap=")),
+            "a FUSE lower cannot be idmapped by containerd: {m:?}"
+        );
+        assert_ne!(mapped[0].at, s.fs(v.id));
+        // Without labels the version's own mount is the lower dir.
+        let (_, m) = s
+            .create(Kind::View, "plain", "version", labels(&[]))
+            .unwrap();
+        assert_eq!(m[0].source, s.fs(v.id).display().to_string());
+
+        // A version under an ordinary layer cannot be mapped; nothing is
+        // left of the refused snapshot.
+        s.create(Kind::Active, "a2", "version", labels(&[]))
+            .unwrap();
+        s.commit("l2", "a2", labels(&[]), None).unwrap();
+        let before = std::fs::read_dir(dir.path().join("snapshots"))
+            .unwrap()
+            .count();
+        assert!(matches!(
+            s.create(Kind::Active, "mixed", "l2", map),
+            Err(StoreError::FailedPrecondition(_))
+        ));
+        assert!(matches!(s.get("mixed"), Err(StoreError::NotFound(_))));
+        let after = std::fs::read_dir(dir.path().join("snapshots"))
+            .unwrap()
+            .count();
+        assert_eq!(before, after);
+        assert!(matches!(
+            s.create(
+                Kind::Active,
+                "bad",
+                "l1",
+                labels(&[(super::super::idmap::LABEL_UID_MAPPING, "0:1:1")])
+            ),
+            Err(StoreError::InvalidArgument(_))
+        ));
     }
 
     #[test]
