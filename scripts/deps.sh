@@ -13,7 +13,11 @@ set -euo pipefail
 # (15) is the shared metadata store of the registry-replica tests, which
 # start their own server on a private port and folder; chromium is the
 # browser the web view's tests drive (with playwright-core from npm).
-APT_PACKAGES=(gcc libc6-dev pkg-config python3 python3-venv time curl openssl docker-registry skopeo fuse3 containerd postgresql chromium)
+# libseccomp-dev is for building runc (below); busybox-static is the one
+# executable inside the images the containerd 2.x tests build themselves
+# (nothing can be pulled from the internet); containernetworking-plugins
+# gives their user-namespaced pods a network (CNI ptp).
+APT_PACKAGES=(gcc libc6-dev pkg-config python3 python3-venv time curl openssl docker-registry skopeo fuse3 containerd postgresql chromium libseccomp-dev busybox-static containernetworking-plugins)
 sealvol_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 VENV="${SEALVOL_VENV:-$sealvol_root/.venv}"
 # The sync tests read from emulated object stores: moto's server (S3; boto3
@@ -90,6 +94,48 @@ for pkg in "${BROWSER_PACKAGES[@]}"; do
     echo "installing: ${BROWSER_PACKAGES[*]} into $BROWSER_DIR" >&2
     npm install --prefix "$BROWSER_DIR" --no-audit --no-fund --loglevel=error "${BROWSER_PACKAGES[@]}" >/dev/null
     break
+  fi
+done
+# Go tools, each built once with `go install` at its pinned version into
+# .deps/go/NAME-VERSION/bin, then linked from .deps/go/bin, where the tests
+# look: containerd 2.x (its daemon, ctr and the runc shim; the newest that
+# `go install` builds) and runc 1.5 for the image-volume tests (Debian's
+# containerd 1.6 and runc 1.1 stay for theirs), and the real oras and
+# crane CLIs. btrfs is left out of containerd (it would want libbtrfs
+# headers; nothing here uses it). SEALVOL_GO_EXTRA=compat adds containerd
+# 2.2 (the oldest with image-volume subPath) for
+# scripts/containerd-compat.sh; CI does not build it.
+GO_DIR=$sealvol_root/.deps/go
+CONTAINERD2_VERSION=v2.4.2
+GO_TOOLS=(
+  "containerd-$CONTAINERD2_VERSION|-tags no_btrfs|github.com/containerd/containerd/v2/cmd/containerd@$CONTAINERD2_VERSION github.com/containerd/containerd/v2/cmd/ctr@$CONTAINERD2_VERSION github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2@$CONTAINERD2_VERSION"
+  "runc-v1.5.3|-tags seccomp|github.com/opencontainers/runc@v1.5.3"
+  "oras-v1.3.6||oras.land/oras/cmd/oras@v1.3.6"
+  "crane-v0.22.1||github.com/google/go-containerregistry/cmd/crane@v0.22.1"
+)
+if [[ ${SEALVOL_GO_EXTRA:-} == compat ]]; then
+  GO_TOOLS+=("containerd-v2.2.9|-tags no_btrfs|github.com/containerd/containerd/v2/cmd/containerd@v2.2.9 github.com/containerd/containerd/v2/cmd/ctr@v2.2.9 github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2@v2.2.9")
+fi
+# The demo needs none of them (SEALVOL_NO_GO_TOOLS=1, scripts/demo.sh).
+if [[ -n ${SEALVOL_NO_GO_TOOLS:-} ]]; then GO_TOOLS=(); fi
+mkdir -p "$GO_DIR/bin"
+for tool in "${GO_TOOLS[@]}"; do
+  IFS='|' read -r name flags packages <<<"$tool"
+  # Complete once every binary is there: `go install` writes each only
+  # when built, and a stamp says all of them were.
+  if [[ ! -e $GO_DIR/$name/.complete ]]; then
+    echo "building: $name into $GO_DIR/$name (once)" >&2
+    # shellcheck disable=SC2086 # flags and packages are lists
+    # -s -w: no symbol tables or DWARF, a shorter link; nothing here
+    # debugs these binaries.
+    GOBIN=$GO_DIR/$name/bin GOFLAGS=-buildvcs=false go install -ldflags="-s -w" $flags $packages
+    touch "$GO_DIR/$name/.complete"
+  fi
+  # The CI set is what .deps/go/bin links to; compat builds stay apart.
+  if [[ $name != containerd-v2.2.9 ]]; then
+    for bin in "$GO_DIR/$name"/bin/*; do
+      ln -sfn "../$name/bin/${bin##*/}" "$GO_DIR/bin/${bin##*/}"
+    done
   fi
 done
 export SEALVOL_VENV="$VENV"
