@@ -7,136 +7,16 @@
 //! with `ctr images pull` (no labels) or prepared with CRI's labels is
 //! mounted lazily in place of its view layer.
 
-use std::io::{BufRead, BufReader};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 
+use sealvol_tests::node::{channel, fuse_mounts_under, reached, Snapshotter};
 use sealvol_tests::{noise, s, Containerd};
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
 const IMAGE: &str = "docker.io/library/sealvol-plain:1";
-
-/// `sealvol snapshotter` on a socket in `dir`, with its fuse manager;
-/// both stopped when dropped.
-struct Snapshotter {
-    child: Child,
-    /// `DOCKER_CONFIG` for the daemon and the fuse manager it starts: the
-    /// node's registry credentials.
-    docker_config: PathBuf,
-    dir: PathBuf,
-    socket: PathBuf,
-    root: PathBuf,
-}
-
-impl Snapshotter {
-    fn start(dir: &Path) -> Snapshotter {
-        Snapshotter::start_with(dir, "")
-    }
-
-    /// With `config` as its `snapshotter.toml`, and no registry
-    /// credentials.
-    fn start_with(dir: &Path, config: &str) -> Snapshotter {
-        let none = dir.join("no-docker-config");
-        std::fs::create_dir_all(&none).unwrap();
-        Snapshotter::start_with_credentials(dir, config, &none)
-    }
-
-    /// With `config`, and the credentials in `docker_config/config.json`.
-    fn start_with_credentials(dir: &Path, config: &str, docker_config: &Path) -> Snapshotter {
-        std::fs::write(dir.join("snapshotter.toml"), config).unwrap();
-        Snapshotter {
-            child: Snapshotter::spawn(dir, docker_config),
-            docker_config: docker_config.to_path_buf(),
-            dir: dir.to_path_buf(),
-            socket: dir.join("snapshotter.sock"),
-            root: dir.join("root"),
-        }
-    }
-
-    fn spawn(dir: &Path, docker_config: &Path) -> Child {
-        let mut child = Command::new(sealvol_tests::sealvol_bin())
-            .env("DOCKER_CONFIG", docker_config)
-            .args(["snapshotter", "--config", s(&dir.join("snapshotter.toml"))])
-            .args(["--root", s(&dir.join("root"))])
-            .args(["--address", s(&dir.join("snapshotter.sock"))])
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("run sealvol snapshotter");
-        let mut line = String::new();
-        let _ = BufReader::new(child.stdout.take().unwrap()).read_line(&mut line);
-        assert!(
-            line.starts_with("sealvol: serving containerd snapshots on"),
-            "the snapshotter did not start: {line:?}"
-        );
-        child
-    }
-
-    /// The fuse manager the daemon started, which outlives it.
-    fn manager_pid(&self) -> Option<i32> {
-        std::fs::read_to_string(self.root.join("fuse-manager.pid"))
-            .ok()?
-            .trim()
-            .parse()
-            .ok()
-    }
-
-    /// SIGKILLs the gRPC daemon, leaving the fuse manager.
-    fn kill_daemon(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-
-    /// Starts the daemon again with the same configuration, and waits
-    /// until containerd, which redials with a backoff of its own, reaches
-    /// it.
-    fn restart(&mut self, ctd: &Containerd) {
-        self.kill_daemon();
-        self.child = Snapshotter::spawn(&self.dir, &self.docker_config);
-        reached(ctd);
-    }
-}
-
-/// Waits until containerd, which redials a proxy plugin with a backoff of
-/// its own, reaches a (re)started snapshotter: a snapshot prepared and
-/// removed again (containerd answers `ls` from its own metadata).
-fn reached(ctd: &Containerd) {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    let probe = |args: &[&str]| {
-        let mut all = vec!["snapshots", "--snapshotter", "sealvol"];
-        all.extend_from_slice(args);
-        ctd.ctr(&all).status.success()
-    };
-    while !(probe(&["prepare", "reach-probe"]) && probe(&["rm", "reach-probe"])) {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "containerd did not reach the restarted snapshotter"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(250));
-    }
-}
-
-impl Drop for Snapshotter {
-    /// Stops the daemon and its fuse manager, which unmounts what it
-    /// serves; a mount a killed manager left behind is detached.
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        if let Some(pid) = self.manager_pid() {
-            let _ = Command::new("kill").arg(pid.to_string()).status();
-            let proc = PathBuf::from(format!("/proc/{pid}"));
-            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-            while proc.exists() && std::time::Instant::now() < deadline {
-                std::thread::sleep(std::time::Duration::from_millis(50));
-            }
-        }
-        for m in fuse_mounts_under(&self.root) {
-            let _ = Command::new("umount").args(["-l", &m]).status();
-        }
-    }
-}
 
 fn sha(bytes: &[u8]) -> String {
     format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
@@ -394,13 +274,6 @@ fn an_ordinary_image_unpacks_mounts_and_goes() {
     assert!(folders.is_empty(), "snapshot folders left: {folders:?}");
 }
 
-/// A gRPC channel over the unix socket `socket`.
-async fn channel(socket: &Path) -> tonic::transport::Channel {
-    sealvol_snapshotter::containerd::dial(socket)
-        .await
-        .expect("connect to the socket")
-}
-
 /// A gRPC client of the snapshotter's socket, as containerd's proxy is.
 async fn client(
     socket: &Path,
@@ -572,18 +445,6 @@ fn chunk_digests(addr: &str, repo: &str, tag: &str) -> Vec<String> {
     sealvol_tests::chunk_blobs(addr, repo, tag)
         .into_iter()
         .map(|(d, _)| d)
-        .collect()
-}
-
-/// FUSE mounts under `dir`.
-fn fuse_mounts_under(dir: &Path) -> Vec<String> {
-    std::fs::read_to_string("/proc/self/mountinfo")
-        .unwrap()
-        .lines()
-        .filter(|l| l.contains(" - fuse"))
-        .filter_map(|l| l.split(' ').nth(4))
-        .filter(|p| p.starts_with(s(dir)))
-        .map(str::to_string)
         .collect()
 }
 
