@@ -16,8 +16,9 @@ set -euo pipefail
 # libseccomp-dev is for building runc (below); busybox-static is the one
 # executable inside the images the containerd 2.x tests build themselves
 # (nothing can be pulled from the internet); containernetworking-plugins
-# gives their user-namespaced pods a network (CNI ptp).
-APT_PACKAGES=(gcc libc6-dev pkg-config python3 python3-venv time curl openssl docker-registry skopeo fuse3 containerd postgresql chromium libseccomp-dev busybox-static containernetworking-plugins)
+# gives their user-namespaced pods a network (CNI ptp); systemd brings
+# systemd-analyze, which checks deploy/systemd's units.
+APT_PACKAGES=(gcc libc6-dev pkg-config python3 python3-venv time curl openssl docker-registry skopeo fuse3 containerd postgresql chromium libseccomp-dev busybox-static containernetworking-plugins systemd)
 sealvol_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 VENV="${SEALVOL_VENV:-$sealvol_root/.venv}"
 # The sync tests read from emulated object stores: moto's server (S3; boto3

@@ -12,6 +12,9 @@ source scripts/deps.sh
 # The end-to-end tests run the real binaries, so build them first.
 cargo build --workspace --locked
 
+# deploy/: systemd units, the Helm chart (issue 30).
+bash scripts/check-deploy.sh
+
 # The OCI conformance runner against sealvol serve (gating) and CNCF
 # distribution 2.8 (reported).
 bash scripts/conformance.sh
