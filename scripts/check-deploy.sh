@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Checks deploy/: the systemd units with systemd-analyze verify, and the Helm chart (helm lint, helm template, deploy/validate). Run by
-# test.sh after the build (it needs target/debug/sealvol).
+# Checks deploy/: the systemd units with systemd-analyze verify, and the
+# Helm chart (helm lint, helm template, deploy/validate). Run by test.sh
+# after the build (it needs target/debug/sealvol).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 target=$(cargo metadata --format-version 1 --no-deps |

@@ -141,8 +141,8 @@ and [auth] unless told otherwise, and replicas need shared storage.
 {{- fail (printf "registry.http.%s is not a key of registry.toml's [http]" $k) }}
 {{- end }}
 {{- end }}
-{{- if and $r.auth.token.issuer (not $r.auth.token.jwksSecret) }}
-{{- fail "registry.auth.token.issuer needs registry.auth.token.jwksSecret (the provider's JWK set)" }}
+{{- if and $r.auth.token.issuer (or (not $r.auth.token.jwksSecret) (not $r.auth.token.audience)) }}
+{{- fail "registry.auth.token.issuer needs registry.auth.token.audience and registry.auth.token.jwksSecret (the provider's JWK set)" }}
 {{- end }}
 {{- if and .Values.metrics.serviceMonitor.enabled (include "sealvol.registry.auth" .) (not .Values.metrics.serviceMonitor.basicAuth.existingSecret) }}
 {{- fail "metrics.serviceMonitor: with [auth], /metrics needs an authenticated user: set metrics.serviceMonitor.basicAuth.existingSecret (keys username, password)" }}
