@@ -63,6 +63,14 @@ if [[ $out != "schema-checked (1): Pod/"* ]]; then
 fi
 
 # What rendering must refuse, each with the chart's message.
+# The example pods of deploy/examples, which the kubelet tests run.
+for example in deploy/examples/*.yaml; do
+  out=$("$work/validate" <"$example" 2>&1) || {
+    echo "$example: $out" >&2
+    exit 1
+  }
+done
+
 expect_fail() {
   local want=$1
   shift

@@ -101,11 +101,12 @@ done
 # .deps/go/NAME-VERSION/bin, then linked from .deps/go/bin, where the tests
 # look: containerd 2.x (its daemon, ctr and the runc shim; the newest that
 # `go install` builds) and runc 1.5 for the image-volume tests (Debian's
-# containerd 1.6 and runc 1.1 stay for theirs), and the real oras and
-# crane CLIs. btrfs is left out of containerd (it would want libbtrfs
-# headers; nothing here uses it). SEALVOL_GO_EXTRA=compat adds containerd
-# 2.2 (the oldest with image-volume subPath) for
-# scripts/containerd-compat.sh; CI does not build it.
+# containerd 1.6 and runc 1.1 stay for theirs), the real oras and crane
+# CLIs, and helm v4, which lints and renders deploy/helm. btrfs is left
+# out of containerd (it would want libbtrfs headers; nothing here uses
+# it). SEALVOL_GO_EXTRA=compat adds containerd 2.2 (the oldest with
+# image-volume subPath) for scripts/containerd-compat.sh; CI does not
+# build it.
 GO_DIR=$sealvol_root/.deps/go
 CONTAINERD2_VERSION=v2.4.2
 GO_TOOLS=(
@@ -113,6 +114,7 @@ GO_TOOLS=(
   "runc-v1.5.3|-tags seccomp|github.com/opencontainers/runc@v1.5.3"
   "oras-v1.3.6||oras.land/oras/cmd/oras@v1.3.6"
   "crane-v0.22.1||github.com/google/go-containerregistry/cmd/crane@v0.22.1"
+  "helm-v4.3.2||helm.sh/helm/v4/cmd/helm@v4.3.2"
 )
 if [[ ${SEALVOL_GO_EXTRA:-} == compat ]]; then
   GO_TOOLS+=("containerd-v2.2.9|-tags no_btrfs|github.com/containerd/containerd/v2/cmd/containerd@v2.2.9 github.com/containerd/containerd/v2/cmd/ctr@v2.2.9 github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2@v2.2.9")
@@ -139,5 +141,39 @@ for tool in "${GO_TOOLS[@]}"; do
     done
   fi
 done
+# The kubelet, for the static-pod tests (issue 30). k8s.io/kubernetes
+# points its k8s.io/* staging modules at folders of its repository with
+# replace directives, which `go install pkg@version` refuses, and its module
+# zip leaves those folders out (each is a module of its own). So it is
+# built with `go build` in a writable copy of the downloaded module whose
+# replaces name the published staging modules of the same release
+# (k8s.io/api v0.37.2 for kubernetes v1.37.2, and so on), with the version
+# stamped in as the release's own build would.
+KUBELET_VERSION=v1.37.2
+kubelet_dir=$GO_DIR/kubelet-$KUBELET_VERSION
+if [[ -z ${SEALVOL_NO_GO_TOOLS:-} && ! -e $kubelet_dir/.complete ]]; then
+  echo "building: kubelet $KUBELET_VERSION into $kubelet_dir (once)" >&2
+  src=$(go mod download -json "k8s.io/kubernetes@$KUBELET_VERSION" |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')
+  kubelet_src=$(mktemp -d)
+  cp -r "$src/go.mod" "$src/go.sum" "$src/cmd" "$src/pkg" "$src/plugin" "$src/third_party" "$kubelet_src/"
+  chmod -R u+w "$kubelet_src"
+  (
+    cd "$kubelet_src"
+    staging=$(sed -n 's#^[[:space:]]*\(k8s.io/[a-z0-9-]*\) => \./staging/.*#\1#p' go.mod)
+    for m in $staging; do go mod edit -replace "$m=$m@v0.${KUBELET_VERSION#v1.}"; done
+    minor=${KUBELET_VERSION#v1.}
+    minor=${minor%%.*}
+    x=k8s.io/component-base/version
+    GOFLAGS="-mod=mod -buildvcs=false" go build -trimpath \
+      -ldflags="-s -w -X $x.gitVersion=$KUBELET_VERSION -X $x.gitMajor=1 -X $x.gitMinor=$minor -X $x.gitTreeState=clean" \
+      -o "$kubelet_dir/bin/kubelet" ./cmd/kubelet
+  )
+  rm -rf "$kubelet_src"
+  touch "$kubelet_dir/.complete"
+fi
+if [[ -z ${SEALVOL_NO_GO_TOOLS:-} ]]; then
+  ln -sfn "../kubelet-$KUBELET_VERSION/bin/kubelet" "$GO_DIR/bin/kubelet"
+fi
 export SEALVOL_VENV="$VENV"
 export SEALVOL_BROWSER_DEPS="$BROWSER_DIR"

@@ -41,10 +41,15 @@ chmod 0755 "$rootfs/usr/local/bin/sealvol"
 # them from (the loader itself by its absolute PT_INTERP path). ldd prints
 # "not a dynamic executable" and exits 1 for a static binary.
 if ldd "$binary" >"$work/ldd" 2>&1; then
+  if grep -q "not found" "$work/ldd"; then
+    echo "build.sh: $binary needs libraries this machine lacks:" >&2
+    grep "not found" "$work/ldd" >&2
+    exit 1
+  fi
   while read -r lib; do
     mkdir -p "$rootfs$(dirname "$lib")"
     cp -L "$lib" "$rootfs$lib"
-  done < <(grep -oE '(^|=> )/[^ ]+' "$work/ldd" | sed 's/^=> //')
+  done < <(awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\// {print $1}' "$work/ldd")
 elif ! grep -q "not a dynamic executable\|statically linked" "$work/ldd"; then
   cat "$work/ldd" >&2
   exit 1

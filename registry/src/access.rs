@@ -47,6 +47,9 @@ pub fn need(method: &Method, path: &str) -> Need {
     if path == "/metrics" {
         return Need::Base;
     }
+    if path == "/livez" || path == "/readyz" {
+        return Need::Nothing;
+    }
     if let Some(need) = crate::ui::need(method, path) {
         return need;
     }
@@ -143,6 +146,8 @@ mod tests {
         );
         assert_eq!(n(Method::GET, "/v3/"), Need::Nothing);
         assert_eq!(n(Method::GET, "/metrics"), Need::Base);
+        assert_eq!(n(Method::GET, "/livez"), Need::Nothing);
+        assert_eq!(n(Method::GET, "/readyz"), Need::Nothing);
     }
 
     #[test]

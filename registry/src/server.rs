@@ -420,6 +420,13 @@ pub fn router(
             "/metrics",
             get(move || async move { prometheus.render().into_response() }),
         )
+        // Probes for a kubelet or a load balancer, which send no
+        // credentials (/v2/ answers them 401 once [auth] is on). The
+        // registry listens only after its store is open and migrated, so
+        // answering at all means ready; neither says anything about the
+        // data.
+        .route("/livez", get(|| async { "ok\n" }))
+        .route("/readyz", get(|| async { "ok\n" }))
         .merge(volumes)
         .fallback(dispatch)
         .with_state(app)

@@ -548,6 +548,26 @@ impl Cri {
             .expect("CRI RemoveContainer");
     }
 
+    /// Every pod sandbox, ready or not.
+    pub fn pods(&mut self) -> Vec<crate::cri::PodSandbox> {
+        let runtime = &mut self.runtime;
+        self.rt
+            .block_on(runtime.list_pod_sandbox(crate::cri::ListPodSandboxRequest::default()))
+            .expect("CRI ListPodSandbox")
+            .into_inner()
+            .items
+    }
+
+    /// Every container, running or not.
+    pub fn containers(&mut self) -> Vec<crate::cri::Container> {
+        let runtime = &mut self.runtime;
+        self.rt
+            .block_on(runtime.list_containers(crate::cri::ListContainersRequest::default()))
+            .expect("CRI ListContainers")
+            .into_inner()
+            .containers
+    }
+
     /// `StopPodSandbox` then `RemovePodSandbox`, as a kubelet ends a pod.
     pub fn remove_pod(&mut self, id: &str) {
         let runtime = &mut self.runtime;

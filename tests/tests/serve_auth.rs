@@ -92,6 +92,21 @@ fn authorization_matrix_over_every_endpoint() {
     let url = server.url.clone();
     let reg = host(&server);
 
+    // A kubelet's or a load balancer's probes send no credentials: the
+    // health endpoints answer them, and say nothing more.
+    for (path, want) in [
+        ("/livez", 200),
+        ("/readyz", 200),
+        ("/v2/", 401),
+        ("/metrics", 401),
+    ] {
+        let r = reqwest::blocking::get(format!("{url}{path}")).unwrap();
+        assert_eq!(r.status().as_u16(), want, "anonymous GET {path}");
+        if want == 200 {
+            assert_eq!(r.text().unwrap(), "ok\n", "GET {path}");
+        }
+    }
+
     // An admin publishes one volume in each namespace with real clients.
     let admin = Sandbox::new();
     login(&admin, &reg, "admin");
