@@ -43,6 +43,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use sealvol_tests::bench::{cold, median};
 use sealvol_tests::cri;
 use sealvol_tests::node::{
     fuse_mounts_under, import_busybox, plain_http_host, pod_config, volume_container, Cri,
@@ -404,44 +405,6 @@ fn timed(
 fn container(name: &str, image_ref: &str, mode: Mode, probe: &str) -> cri::ContainerConfig {
     let script = format!("head -c 1 /mnt/weights/{probe} >/dev/null");
     volume_container(name, &script, image_ref, "", mode.userns())
-}
-
-/// Cold caches: the page cache dropped, the snapshotter's chunk cache
-/// emptied. Only its files go: the fuse manager opened the cache once and
-/// keeps using its folders (`chunks/tmp` for whole-file copies, …).
-fn cold(snap_root: &Path) -> Res<()> {
-    fn remove_files(dir: &Path) -> std::io::Result<()> {
-        for e in std::fs::read_dir(dir)? {
-            let e = e?;
-            if e.file_type()?.is_dir() {
-                remove_files(&e.path())?;
-            } else {
-                std::fs::remove_file(e.path())?;
-            }
-        }
-        Ok(())
-    }
-    let cache = snap_root.join("cache");
-    if cache.exists() {
-        remove_files(&cache)?;
-    }
-    // SAFETY: sync has no preconditions.
-    unsafe { libc::sync() };
-    std::fs::write("/proc/sys/vm/drop_caches", "3")?;
-    Ok(())
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n == 0 {
-        return f64::NAN;
-    }
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
 }
 
 /// The last lines of containerd's log, for an error.

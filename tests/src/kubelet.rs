@@ -129,6 +129,17 @@ impl Kubelet {
             .expect("remove a manifest");
     }
 
+    /// The folder of the pods' container logs (`podLogsDir`):
+    /// `NAMESPACE_POD-NODE_UID/CONTAINER/N.log`.
+    pub fn pod_logs(&self) -> PathBuf {
+        self.dir.path().join("pod-logs")
+    }
+
+    /// The CRI client the kubelet's runtime answers on.
+    pub fn cri(&mut self) -> &mut Cri {
+        &mut self.cri
+    }
+
     /// The kubelet's log (its last 300 lines), for failure messages.
     pub fn log(&self) -> String {
         let log = std::fs::read_to_string(self.dir.path().join("log")).unwrap_or_default();

@@ -2,6 +2,7 @@
 //! later parts, real registries and peers) and check what a user sees.
 //! This library holds the helpers the tests in `tests/tests/` share.
 
+pub mod bench;
 pub mod forge;
 pub mod fuse;
 pub mod kubelet;
