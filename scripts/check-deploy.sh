@@ -62,7 +62,6 @@ if [[ $out != "schema-checked (1): Pod/"* ]]; then
   exit 1
 fi
 
-# What rendering must refuse, each with the chart's message.
 # The example pods of deploy/examples, which the kubelet tests run.
 for example in deploy/examples/*.yaml; do
   out=$("$work/validate" <"$example" 2>&1) || {
@@ -71,6 +70,7 @@ for example in deploy/examples/*.yaml; do
   }
 done
 
+# What rendering must refuse, each with the chart's message.
 expect_fail() {
   local want=$1
   shift
