@@ -10,7 +10,7 @@ use arbitrary::Arbitrary;
 use axum::http::HeaderValue;
 use libfuzzer_sys::fuzz_target;
 use sealvol_registry::auth::{basic_credentials, Htpasswd};
-use sealvol_registry::token::{parse_scope, Issuer};
+use sealvol_registry::auth::tokens::{parse_scope, Issuer};
 
 #[derive(Arbitrary, Debug)]
 enum Input<'a> {
@@ -71,8 +71,8 @@ fuzz_target!(|input: Input| match input {
         assert!(issuer().verify_session(token).is_none(), "forged {token:?}");
     }
     Input::Tampered { scopes, at, byte } => {
-        let policy = sealvol_registry::authz::Policy::loopback();
-        let subject = sealvol_registry::authz::Subject::User("fuzz".into());
+        let policy = sealvol_registry::auth::policy::Policy::loopback();
+        let subject = sealvol_registry::auth::policy::Subject::User("fuzz".into());
         let Ok(answer) = issuer().issue(&policy, &subject, &scopes, now()) else {
             return;
         };

@@ -6,7 +6,7 @@
 use arbitrary::Arbitrary;
 use axum::http::{header, HeaderMap, HeaderValue};
 use libfuzzer_sys::fuzz_target;
-use sealvol_registry::api::{byte_range, chunk_start};
+use sealvol_registry::http::oci::{byte_range, chunk_start};
 
 #[derive(Arbitrary, Debug)]
 struct Input<'a> {

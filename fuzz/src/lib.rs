@@ -9,7 +9,7 @@ use std::sync::{Arc, OnceLock};
 use axum::body::Body;
 use axum::http::{Request, Response, StatusCode};
 use metrics_exporter_prometheus::PrometheusBuilder;
-use sealvol_registry::app::{App, Policy};
+use sealvol_registry::state::app::{App, Policy};
 use sealvol_registry::server::{open_app, router, Config};
 use sha2::{Digest, Sha256};
 use tower::ServiceExt;

@@ -113,9 +113,9 @@ impl From<std::io::Error> for RegistryError {
     }
 }
 
-impl From<crate::volumes::LifecycleError> for RegistryError {
-    fn from(e: crate::volumes::LifecycleError) -> Self {
-        use crate::volumes::LifecycleError as L;
+impl From<crate::service::volumes::LifecycleError> for RegistryError {
+    fn from(e: crate::service::volumes::LifecycleError) -> Self {
+        use crate::service::volumes::LifecycleError as L;
         let code = match &e {
             L::VolumeUnknown(_) => Code::VolumeUnknown,
             L::VersionUnknown(_) => Code::VersionUnknown,
@@ -130,9 +130,9 @@ impl From<crate::volumes::LifecycleError> for RegistryError {
     }
 }
 
-impl From<crate::keys::KeyError> for RegistryError {
-    fn from(e: crate::keys::KeyError) -> Self {
-        use crate::keys::KeyError as K;
+impl From<crate::store::meta::keys::KeyError> for RegistryError {
+    fn from(e: crate::store::meta::keys::KeyError) -> Self {
+        use crate::store::meta::keys::KeyError as K;
         match e {
             K::Invalid(why) => RegistryError::new(Code::Invalid, why),
             K::Unknown(_) => RegistryError::new(Code::KeyUnknown, e.to_string()),
@@ -141,8 +141,8 @@ impl From<crate::keys::KeyError> for RegistryError {
     }
 }
 
-impl From<crate::meta::MetaError> for RegistryError {
-    fn from(e: crate::meta::MetaError) -> Self {
+impl From<crate::store::meta::MetaError> for RegistryError {
+    fn from(e: crate::store::meta::MetaError) -> Self {
         RegistryError::internal(e)
     }
 }

@@ -25,35 +25,14 @@
 //! # }
 //! ```
 
-pub mod access;
-pub mod api;
-pub mod app;
 pub mod auth;
-pub mod authz;
-pub mod claims;
 pub mod clock;
 pub mod error;
-pub mod gc;
-pub mod keys;
-pub mod limits;
-pub mod manifests;
-pub mod meta;
+pub mod http;
 pub mod migrate;
-pub mod pull_through;
-mod query;
-pub mod secrets;
 pub mod server;
-pub mod stats;
+pub mod service;
+pub mod state;
 pub mod store;
-pub mod sweeps;
-pub mod sync_api;
-pub mod sync_jobs;
-pub mod sync_runner;
-pub mod token;
-pub mod trees;
-pub mod ui;
-pub mod uploads;
-pub mod volume_api;
-pub mod volumes;
 
 pub use server::{serve, Config, ServeError};

@@ -17,9 +17,9 @@ use std::sync::Arc;
 use futures_util::{StreamExt as _, TryStreamExt as _};
 use sha2::{Digest as _, Sha256};
 
-use crate::app::App;
-use crate::meta::{MetaError, MetaStore};
 use crate::server::{Config, ServeError};
+use crate::state::app::App;
+use crate::store::meta::{MetaError, MetaStore};
 use crate::store::{AppendError, BlobBody, BodyError, StoredBlob};
 
 /// What a migration copied.
@@ -153,7 +153,7 @@ fn reseal_secrets(src: &App, dst: &App) -> Result<u64, MetaError> {
         let value = stored
             .value(from, &info.name)
             .map_err(|e| MetaError(format!("secret {}: {e}", info.name)))?;
-        let sealed = crate::secrets::StoredSecret::seal(
+        let sealed = crate::store::meta::secrets::StoredSecret::seal(
             to,
             &info.name,
             &value,
@@ -170,35 +170,43 @@ impl MetaStore {
     /// Whether the store holds no repository, volume, job, key or secret.
     pub fn is_empty(&self) -> Result<bool, MetaError> {
         let tx = self.db.begin_read()?;
-        Ok(tx.open_table(crate::meta::REPOS)?.is_empty()?
-            && tx.open_table(crate::volumes::VOLUMES)?.is_empty()?
-            && tx.open_table(crate::sync_jobs::SYNC_JOBS)?.is_empty()?
-            && tx.open_table(crate::keys::API_KEYS)?.is_empty()?
-            && tx.open_table(crate::sync_jobs::SECRETS)?.is_empty()?)
+        Ok(tx.open_table(crate::store::meta::REPOS)?.is_empty()?
+            && tx
+                .open_table(crate::service::volumes::VOLUMES)?
+                .is_empty()?
+            && tx
+                .open_table(crate::store::meta::syncs::SYNC_JOBS)?
+                .is_empty()?
+            && tx
+                .open_table(crate::store::meta::keys::API_KEYS)?
+                .is_empty()?
+            && tx
+                .open_table(crate::store::meta::syncs::SECRETS)?
+                .is_empty()?)
     }
 
     /// Copies every durable table but the secrets (sealed under this
     /// registry's key) into `dst`, in one transaction; how many rows.
     pub fn copy_into(&self, dst: &MetaStore) -> Result<u64, MetaError> {
-        use crate::store::tables::copy_rows;
+        use crate::store::meta::engine::copy_rows;
         let r = self.db.begin_read()?;
         let w = dst.db.begin_write()?;
         let mut n = 0;
-        n += copy_rows(&r, &w, crate::meta::REPOS)?;
-        n += copy_rows(&r, &w, crate::meta::BLOB_LINKS)?;
-        n += copy_rows(&r, &w, crate::meta::LINK_TIMES)?;
-        n += copy_rows(&r, &w, crate::meta::MANIFESTS)?;
-        n += copy_rows(&r, &w, crate::meta::TAGS)?;
-        n += copy_rows(&r, &w, crate::meta::REFERRERS)?;
-        n += copy_rows(&r, &w, crate::volumes::VOLUMES)?;
-        n += copy_rows(&r, &w, crate::volumes::VERSIONS)?;
-        n += copy_rows(&r, &w, crate::volumes::VERSION_OF_INDEX)?;
-        n += copy_rows(&r, &w, crate::volumes::TAG_EXPIRY)?;
-        n += copy_rows(&r, &w, crate::volumes::HIDDEN)?;
-        n += copy_rows(&r, &w, crate::stats::VOLUME_CHUNKS)?;
-        n += copy_rows(&r, &w, crate::sync_jobs::SYNC_JOBS)?;
-        n += copy_rows(&r, &w, crate::sync_jobs::SYNC_FILES)?;
-        n += copy_rows(&r, &w, crate::keys::API_KEYS)?;
+        n += copy_rows(&r, &w, crate::store::meta::REPOS)?;
+        n += copy_rows(&r, &w, crate::store::meta::BLOB_LINKS)?;
+        n += copy_rows(&r, &w, crate::store::meta::LINK_TIMES)?;
+        n += copy_rows(&r, &w, crate::store::meta::MANIFESTS)?;
+        n += copy_rows(&r, &w, crate::store::meta::TAGS)?;
+        n += copy_rows(&r, &w, crate::store::meta::REFERRERS)?;
+        n += copy_rows(&r, &w, crate::service::volumes::VOLUMES)?;
+        n += copy_rows(&r, &w, crate::service::volumes::VERSIONS)?;
+        n += copy_rows(&r, &w, crate::service::volumes::VERSION_OF_INDEX)?;
+        n += copy_rows(&r, &w, crate::service::volumes::TAG_EXPIRY)?;
+        n += copy_rows(&r, &w, crate::service::volumes::HIDDEN)?;
+        n += copy_rows(&r, &w, crate::service::stats::VOLUME_CHUNKS)?;
+        n += copy_rows(&r, &w, crate::store::meta::syncs::SYNC_JOBS)?;
+        n += copy_rows(&r, &w, crate::store::meta::syncs::SYNC_FILES)?;
+        n += copy_rows(&r, &w, crate::store::meta::keys::API_KEYS)?;
         w.commit()?;
         Ok(n)
     }

@@ -21,14 +21,14 @@ use tower_http::set_header::SetResponseHeaderLayer;
 use tower_http::timeout::{RequestBodyTimeoutLayer, TimeoutLayer};
 use tower_http::trace::TraceLayer;
 
-use crate::api::dispatch;
-use crate::app::{App, Policy};
+use crate::auth::policy;
 use crate::auth::{Auth, AuthConfig, AuthError};
-use crate::authz;
-use crate::meta::MetaStore;
-use crate::secrets::SecretKey;
+use crate::http::oci::dispatch;
+use crate::service::uploads::Uploads;
+use crate::state::app::{App, Policy};
+use crate::store::meta::secrets::SecretKey;
+use crate::store::meta::MetaStore;
 use crate::store::{MetadataConfig, MetadataKind, StorageConfig};
-use crate::uploads::Uploads;
 
 /// `registry.toml`; every field may be overridden on the command line.
 #[derive(Clone, Debug, Deserialize)]
@@ -156,7 +156,7 @@ impl Default for Config {
             upload_ttl_seconds: Policy::default().upload_ttl_seconds,
             test_clock: false,
             sync_workers: 2,
-            sync_lease_seconds: crate::sync_runner::DEFAULT_LEASE_SECONDS,
+            sync_lease_seconds: crate::service::syncs::runner::DEFAULT_LEASE_SECONDS,
             sync_dir_roots: Vec::new(),
             sync_endpoints: Vec::new(),
             secrets_key_file: None,
@@ -211,7 +211,7 @@ impl Config {
 impl Config {
     /// Refuses what would expose the registry off loopback, and says what
     /// anonymous callers may do where there is no `[auth]`.
-    pub fn exposure(&self) -> Result<authz::Policy, ServeError> {
+    pub fn exposure(&self) -> Result<policy::Policy, ServeError> {
         let addr = self.addr;
         let loopback = addr.ip().is_loopback();
         if !loopback && self.tls.is_none() && !self.allow_plain_http {
@@ -226,10 +226,10 @@ impl Config {
                         "[auth] public_url is required on {addr} (the address clients use, https://registry.example.com)"
                     )));
                 }
-                Ok(authz::Policy::default())
+                Ok(policy::Policy::default())
             }
-            None if loopback => Ok(authz::Policy::loopback()),
-            None if self.allow_anonymous_writes => Ok(authz::Policy::anonymous_writes()),
+            None if loopback => Ok(policy::Policy::loopback()),
+            None if self.allow_anonymous_writes => Ok(policy::Policy::anonymous_writes()),
             None => Err(ServeError::Unsafe(format!(
                 "refusing to serve {addr} without authentication: set [auth] htpasswd in registry.toml, or pass --allow-anonymous-writes to let anyone pull, push and delete"
             ))),
@@ -413,7 +413,7 @@ pub fn router(
     // A pull-through cache serves /v2 only: its /api/v1 answers 404.
     let volumes = match app.upstream {
         Some(_) => Router::new(),
-        None => crate::volume_api::router().merge(crate::ui::router()),
+        None => crate::http::api::volumes::router().merge(crate::http::ui::router()),
     };
     Router::new()
         .route(
@@ -451,7 +451,7 @@ pub fn router(
             auth,
             crate::auth::csrf,
         ))
-        .layer(axum::middleware::from_fn(crate::limits::limit_bodies))
+        .layer(axum::middleware::from_fn(crate::http::limits::limit_bodies))
         .layer(axum::middleware::from_fn(record_metrics))
         .layer(TimeoutLayer::with_status_code(
             axum::http::StatusCode::REQUEST_TIMEOUT,
@@ -652,12 +652,14 @@ pub async fn serve(config: Config, ready: impl FnOnce(SocketAddr)) -> Result<(),
     .await?;
     app.clock = crate::clock::Clock::from_config(config.test_clock);
     if let Some(url) = &config.upstream {
-        let upstream = crate::pull_through::Upstream::new(&crate::pull_through::UpstreamConfig {
-            url: url.clone(),
-            credentials_file: config.upstream_credentials_file.clone(),
-            tag_ttl_seconds: config.tag_ttl_seconds,
-            cache_size: config.cache_size,
-        })
+        let upstream = crate::service::pull_through::Upstream::new(
+            &crate::service::pull_through::UpstreamConfig {
+                url: url.clone(),
+                credentials_file: config.upstream_credentials_file.clone(),
+                tag_ttl_seconds: config.tag_ttl_seconds,
+                cache_size: config.cache_size,
+            },
+        )
         .map_err(|message| ServeError::Config {
             path: PathBuf::from("registry.toml"),
             message,
@@ -665,7 +667,7 @@ pub async fn serve(config: Config, ready: impl FnOnce(SocketAddr)) -> Result<(),
         app.upstream = Some(Arc::new(upstream));
     }
     let app = Arc::new(app);
-    *app.syncs.dirs.write().expect("dirs lock") = crate::sync_runner::DirPolicy {
+    *app.syncs.dirs.write().expect("dirs lock") = crate::service::syncs::runner::DirPolicy {
         data_root: Some(config.root.clone()),
         roots: config.sync_dir_roots.clone(),
     };
@@ -709,7 +711,7 @@ pub async fn serve(config: Config, ready: impl FnOnce(SocketAddr)) -> Result<(),
             tick.tick().await; // the first tick is immediate
             loop {
                 tick.tick().await;
-                match crate::gc::collect(&app, false).await {
+                match crate::service::gc::collect(&app, false).await {
                     Ok(_) => {}
                     Err(crate::error::RegistryError::Oci {
                         code: crate::error::Code::TooManyRequests,
@@ -732,7 +734,7 @@ pub async fn serve(config: Config, ready: impl FnOnce(SocketAddr)) -> Result<(),
             let mut tick = tokio::time::interval(Duration::from_secs(every));
             loop {
                 tick.tick().await;
-                if let Err(e) = crate::uploads::expire(&app).await {
+                if let Err(e) = crate::service::uploads::expire(&app).await {
                     tracing::error!("expiring upload sessions: {e}");
                 }
             }
@@ -743,7 +745,7 @@ pub async fn serve(config: Config, ready: impl FnOnce(SocketAddr)) -> Result<(),
         Some(_) => 0,
         None => config.sync_workers.max(1),
     };
-    let workers = crate::sync_runner::spawn_workers(Arc::clone(&app), sync_workers);
+    let workers = crate::service::syncs::runner::spawn_workers(Arc::clone(&app), sync_workers);
     let router = router(Arc::clone(&app), auth, &config, prometheus);
     let served = serve_connections(listener, tls, router, &config.http, stop).await;
     if let Some(c) = collector {

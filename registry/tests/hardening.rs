@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use axum::body::Body;
 use axum::http::{Method, Request, StatusCode, Uri};
-use sealvol_registry::app::{App, Policy};
 use sealvol_registry::server::open_app;
+use sealvol_registry::state::app::{App, Policy};
 use serde_json::Value;
 use tower::ServiceExt;
 
@@ -261,7 +261,7 @@ async fn a_claim_holder_is_bounded() {
 /// table (`access::need`), which must name the same volume.
 #[tokio::test]
 async fn volume_paths_are_decoded_as_the_access_table_decodes_them() {
-    use sealvol_registry::access::{need, Action, Need};
+    use sealvol_registry::http::access::{need, Action, Need};
     let reg = Reg::new().await;
     let (_, body) = reg
         .call(Method::GET, b"/api/v1/volumes/ns%2Fvol", None, vec![])

@@ -13,8 +13,8 @@ use std::sync::Arc;
 use axum::body::Body;
 use axum::http::{Method, Request, StatusCode};
 use proptest::prelude::*;
-use sealvol_registry::app::{App, Policy};
 use sealvol_registry::server::open_app;
+use sealvol_registry::state::app::{App, Policy};
 use sealvol_spec::api;
 use sealvol_spec::oci::{build_version, build_version_with_blob, VersionMeta, MT_TREE_BLOB_V1};
 use sealvol_spec::tree::{Entry, EntryData};
@@ -450,7 +450,7 @@ fn delete_restore_expiry_and_reclaim() {
         );
 
         // A tag that expires goes at the next pass after its time.
-        let soon = sealvol_registry::volumes::rfc3339(reg.app.now() + 3600);
+        let soon = sealvol_registry::service::volumes::rfc3339(reg.app.now() + 3600);
         reg.api(
             Method::PUT,
             &format!("/volumes/{REPO}/-/tags/canary"),
@@ -516,7 +516,7 @@ fn delete_restore_expiry_and_reclaim() {
         assert_eq!(again["blobs_deleted"], 0, "{again}");
 
         // Volume expiry deletes every version (restorable).
-        let at = sealvol_registry::volumes::rfc3339(reg.app.now() + 60);
+        let at = sealvol_registry::service::volumes::rfc3339(reg.app.now() + 60);
         let (s, vol) = reg
             .api(
                 Method::PATCH,

@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use axum::body::Body;
 use axum::http::{Method, Request, StatusCode};
-use sealvol_registry::app::{App, Policy};
 use sealvol_registry::server::open_app;
+use sealvol_registry::state::app::{App, Policy};
 use sealvol_spec::chain::PIECE;
 use sealvol_spec::oci::{
     artifact_layers, build_version, build_version_with_blob, sha256_of, BuiltVersion, VersionIndex,
@@ -44,7 +44,7 @@ impl Reg {
         let port = listener.local_addr().unwrap().port();
         let served = router.clone();
         tokio::spawn(async move { axum::serve(listener, served).await });
-        sealvol_registry::sync_runner::spawn_workers(Arc::clone(&app), 1);
+        sealvol_registry::service::syncs::runner::spawn_workers(Arc::clone(&app), 1);
         Reg {
             app,
             router,

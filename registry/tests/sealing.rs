@@ -11,10 +11,10 @@ use std::sync::Arc;
 
 use axum::body::Body;
 use axum::http::{Method, Request, StatusCode};
-use sealvol_registry::app::{App, Policy};
-use sealvol_registry::meta::{ManifestRecord, References};
 use sealvol_registry::server::open_app;
-use sealvol_registry::volumes::Sealed;
+use sealvol_registry::service::volumes::Sealed;
+use sealvol_registry::state::app::{App, Policy};
+use sealvol_registry::store::meta::{ManifestRecord, References};
 use sealvol_spec::oci::{build_version, BuiltVersion, VersionMeta, ANN_ROLE};
 use sealvol_spec::tree::{Entry, EntryData};
 use sealvol_spec::{ChunkingParams, TreeIndex};

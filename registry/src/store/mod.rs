@@ -12,11 +12,8 @@
 //! Upload sessions keep their bytes here too, so a session's data lives
 //! where its blob will.
 
-mod blobs;
-pub mod fs;
-pub mod object;
-pub mod postgres;
-pub mod tables;
+pub mod blobs;
+pub mod meta;
 
 pub use blobs::{
     AppendError, Appended, BlobBody, BlobReader, BlobStore, BodyError, BodyStream, StoredBlob,
@@ -118,9 +115,9 @@ impl StorageConfig {
             StorageKind::Fs if self.redirect => {
                 Err("[storage] redirect needs kind = \"s3\": a data folder has no URLs to hand out".into())
             }
-            StorageKind::Fs => Ok(Arc::new(fs::FsBlobStore::open(root).map_err(|e| e.to_string())?)),
-            StorageKind::S3 => Ok(Arc::new(object::ObjectBlobStore::s3(self)?)),
-            StorageKind::Azure => Ok(Arc::new(object::ObjectBlobStore::azure(self)?)),
+            StorageKind::Fs => Ok(Arc::new(blobs::fs::FsBlobStore::open(root).map_err(|e| e.to_string())?)),
+            StorageKind::S3 => Ok(Arc::new(blobs::object::ObjectBlobStore::s3(self)?)),
+            StorageKind::Azure => Ok(Arc::new(blobs::object::ObjectBlobStore::azure(self)?)),
             StorageKind::Gcs => Err(
                 "[storage] kind = \"gcs\" is not supported yet; use \"fs\", \"s3\" (S3-compatible stores included) or \"azure\"".into(),
             ),

@@ -5,8 +5,8 @@
 use std::sync::Arc;
 
 use metrics_exporter_prometheus::PrometheusBuilder;
-use sealvol_registry::app::App;
 use sealvol_registry::server::{router, Config};
+use sealvol_registry::state::app::App;
 
 pub fn router_of(app: &Arc<App>) -> axum::Router {
     let handle = PrometheusBuilder::new().build_recorder().handle();

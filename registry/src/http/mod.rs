@@ -1,0 +1,8 @@
+//! The wire: parse once, call a service, answer.
+
+pub mod access;
+pub mod api;
+pub mod limits;
+pub mod oci;
+pub(crate) mod query;
+pub mod ui;

@@ -1,0 +1,598 @@
+//! The registry's web view, served at `/ui/` by `sealvol serve` itself:
+//! volumes, versions, a version's files with the commands to use it,
+//! diffs, storage statistics and sync jobs, and the few actions the
+//! caller's rights allow (move a tag, delete and restore a version, start
+//! and cancel a sync).
+//!
+//! Pages are rendered on the server with `maud` (templates checked by the
+//! compiler, every value escaped), from the same services the `/api/v1`
+//! handlers call, so the view cannot show what the API would not. Actions
+//! are plain HTML forms; the few things a script does (copy buttons) are
+//! in `assets/app.js`, served from here with the stylesheet, so the pages
+//! run under `Content-Security-Policy: default-src 'self'` with no inline
+//! script or style. Nothing is fetched from elsewhere at run time.
+//!
+//! Who may see and do what is the auth layer's business, as for the API:
+//! [`need`] maps each `/ui` route to the action it needs, and a forged
+//! form post is refused there (its Origin is checked, and the session
+//! cookie is `SameSite=Strict`). With authentication on, the login form
+//! trades a user's password (or an API key's secret) for a session cookie
+//! ([`session`]).
+
+mod pages;
+pub(crate) mod session;
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::{FromRequestParts, Path, RawQuery, State};
+use axum::http::request::Parts;
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{any, get, post, MethodRouter};
+use axum::Router;
+use sealvol_spec::api::{self, Action};
+
+use crate::auth::Caller;
+use crate::error::{RegistryError, Result};
+use crate::http::access::Need;
+use crate::http::query::{param, Page};
+use crate::state::app::App;
+
+/// Volumes, versions and entries per page.
+const PAGE: usize = 100;
+
+/// The content security policy of every page: nothing but this origin,
+/// no inline script or style, no framing.
+const CSP: &str = "default-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'; object-src 'none'";
+
+/// What a `/ui` path needs before its handler runs (SPEC.md §7.5's
+/// actions), for the auth layer; `None` for a path outside `/ui`.
+pub(crate) fn need(method: &Method, path: &str) -> Option<Need> {
+    let rest = path.strip_prefix("/ui")?;
+    if !(rest.is_empty() || rest.starts_with('/')) {
+        return None;
+    }
+    let rest = rest.trim_start_matches('/');
+    let read = method == Method::GET || method == Method::HEAD;
+    let repo = |name: String, action: Action| Need::Repository { name, action };
+    Some(match rest {
+        "" => Need::Listing,
+        "login" | "logout" => Need::Nothing,
+        _ if rest.starts_with("static/") => Need::Nothing,
+        "syncs" if read => Need::Listing,
+        "syncs" => Need::NewSync,
+        _ if rest.starts_with("syncs/") => match rest["syncs/".len()..].split_once('/') {
+            None => Need::SyncJob(Action::Pull),
+            Some((_, "cancel")) => Need::SyncJob(Action::Push),
+            Some(_) => Need::Nothing,
+        },
+        _ => {
+            let path = crate::http::query::decode(rest.strip_prefix("volumes/")?);
+            let (name, sub) = split(&path);
+            match (sub, read) {
+                (Sub::Volume | Sub::Version(_) | Sub::Diff, true) => repo(name, Action::Pull),
+                (Sub::Delete(_), _) | (Sub::Restore(_), false) => repo(name, Action::Delete),
+                (Sub::Tags, false) => repo(name, Action::Push),
+                _ => Need::Nothing,
+            }
+        }
+    })
+}
+
+/// What follows a volume's name in a `/ui/volumes/` path.
+enum Sub {
+    Volume,
+    Version(String),
+    Delete(String),
+    Restore(String),
+    Diff,
+    Tags,
+    Unknown,
+}
+
+/// `NAME[/-/…]`, split at the `-` segment as the API's paths are.
+fn split(path: &str) -> (String, Sub) {
+    let Some((name, sub)) = path.split_once("/-/") else {
+        return (path.trim_end_matches('/').to_string(), Sub::Volume);
+    };
+    let segs: Vec<&str> = sub.split('/').collect();
+    let sub = match segs.as_slice() {
+        ["versions", d] => Sub::Version(d.to_string()),
+        ["versions", d, "delete"] => Sub::Delete(d.to_string()),
+        ["versions", d, "restore"] => Sub::Restore(d.to_string()),
+        ["diff"] => Sub::Diff,
+        ["tags"] => Sub::Tags,
+        _ => Sub::Unknown,
+    };
+    (name.to_string(), sub)
+}
+
+/// The web view's routes. A method a page does not take answers the
+/// view's own 405 page, a path it lacks its 404 page.
+pub fn router() -> Router<Arc<App>> {
+    let r = |m: MethodRouter<Arc<App>>| m.fallback(method_not_allowed);
+    Router::new()
+        .route("/ui", r(get(|| async { see_other("/ui/") })))
+        .route("/ui/", r(get(volumes)))
+        .route(
+            "/ui/static/app.css",
+            r(get(|| asset("text/css", include_str!("assets/app.css")))),
+        )
+        .route(
+            "/ui/static/app.js",
+            r(get(|| {
+                asset("text/javascript", include_str!("assets/app.js"))
+            })),
+        )
+        .route(
+            "/ui/static/icon.svg",
+            r(get(|| {
+                asset("image/svg+xml", include_str!("assets/icon.svg"))
+            })),
+        )
+        .route(
+            "/ui/login",
+            r(get(session::login_form).post(session::login)),
+        )
+        .route("/ui/logout", r(post(session::logout)))
+        .route("/ui/syncs", r(get(syncs).post(start_sync)))
+        .route("/ui/syncs/{id}", r(get(sync)))
+        .route("/ui/syncs/{id}/cancel", r(post(cancel_sync)))
+        .route("/ui/volumes/{*path}", r(get(volume_get).post(volume_post)))
+        .route("/ui/{*rest}", any(not_found))
+}
+
+/// A `/ui` path parameter, percent-decoded. One that does not decode (not
+/// UTF-8) is answered with the view's own 400 page rather than axum's
+/// plain-text rejection.
+struct ViewPath(String);
+
+impl<S: Send + Sync> FromRequestParts<S> for ViewPath {
+    type Rejection = Response;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &S,
+    ) -> std::result::Result<ViewPath, Response> {
+        match Path::<String>::from_request_parts(parts, state).await {
+            Ok(Path(p)) => Ok(ViewPath(p)),
+            Err(e) => {
+                let Ok(caller) = Caller::from_request_parts(parts, state).await;
+                let who = pages::Who::of(&caller, None);
+                let bad = RegistryError::new(api::ErrorCode::Invalid, e.body_text());
+                Err(error_page(&who, bad))
+            }
+        }
+    }
+}
+
+async fn asset(content_type: &'static str, body: &'static str) -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, content_type),
+            (header::CACHE_CONTROL, "no-cache"),
+        ],
+        body,
+    )
+        .into_response()
+}
+
+/// A redirect after a form post, or to a canonical path.
+fn see_other(to: &str) -> Response {
+    let mut resp = StatusCode::SEE_OTHER.into_response();
+    if let Ok(v) = HeaderValue::from_str(to) {
+        resp.headers_mut().insert(header::LOCATION, v);
+    }
+    resp
+}
+
+/// An HTML page with the headers every page carries.
+fn html(status: StatusCode, markup: maud::Markup) -> Response {
+    let mut resp = (status, markup).into_response();
+    let h = resp.headers_mut();
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(CSP),
+    );
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("same-origin"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    resp
+}
+
+/// A failure as a page: the error's message, with its status.
+fn error_page(who: &pages::Who, e: RegistryError) -> Response {
+    // Logged here, once: the page is the answer, not the error's JSON.
+    let status = e.status();
+    if status.is_server_error() {
+        tracing::error!(error = %e, "web view");
+    }
+    html(status, pages::error(who, status, &e.to_string()))
+}
+
+async fn method_not_allowed(caller: Caller) -> Response {
+    let who = pages::Who::of(&caller, None);
+    let status = StatusCode::METHOD_NOT_ALLOWED;
+    html(
+        status,
+        pages::error(&who, status, "this page does not take that method"),
+    )
+}
+
+async fn not_found(caller: Caller) -> Response {
+    let who = pages::Who::of(&caller, None);
+    html(
+        StatusCode::NOT_FOUND,
+        pages::error(&who, StatusCode::NOT_FOUND, "no such page"),
+    )
+}
+
+/// The host the browser reached the registry by, which the commands a
+/// page shows name.
+fn host_of(headers: &HeaderMap) -> String {
+    headers
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .filter(|h| {
+            !h.is_empty()
+                && h.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b".-:[]".contains(&b))
+        })
+        .unwrap_or("localhost")
+        .to_string()
+}
+
+/// `GET /ui/`: the volumes the caller may pull, filtered by `q`.
+async fn volumes(State(app): State<Arc<App>>, caller: Caller, RawQuery(q): RawQuery) -> Response {
+    let who = pages::Who::of(&caller, None);
+    let filter = param(q.as_deref(), "q").unwrap_or_default();
+    let page = Page {
+        n: Some(PAGE),
+        last: param(q.as_deref(), "last").filter(|l| !l.is_empty()),
+    };
+    let result = app.lifecycle(|m| m.volumes(None)).await;
+    match result {
+        Ok(mut all) => {
+            all.retain(|v| caller.sees(&v.name));
+            // By name, so each namespace's volumes are together.
+            let mut namespaces: Vec<String> = all.iter().map(|v| v.namespace.clone()).collect();
+            namespaces.sort();
+            namespaces.dedup();
+            all.retain(|v| v.name.contains(filter.as_str()));
+            let (shown, next) = page.take(all, |v| v.name.clone(), true);
+            html(
+                StatusCode::OK,
+                pages::volumes(&who, &filter, &namespaces, &shown, next.as_deref()),
+            )
+        }
+        Err(e) => error_page(&who, e),
+    }
+}
+
+/// `GET /ui/volumes/NAME[/-/…]`.
+async fn volume_get(
+    State(app): State<Arc<App>>,
+    caller: Caller,
+    ViewPath(path): ViewPath,
+    RawQuery(q): RawQuery,
+    headers: HeaderMap,
+) -> Response {
+    let (name, sub) = split(&path);
+    let who = pages::Who::of(&caller, Some(&name));
+    let result = match sub {
+        Sub::Volume => volume_page(&app, &who, &name, q.as_deref()).await,
+        Sub::Version(d) => {
+            version_page(&app, &who, &name, &d, q.as_deref(), &host_of(&headers)).await
+        }
+        Sub::Delete(d) => confirm_delete(&app, &who, &name, &d).await,
+        Sub::Diff => diff_page(&app, &who, &name, q.as_deref()).await,
+        Sub::Restore(_) | Sub::Tags | Sub::Unknown => Err(RegistryError::with_status(
+            api::ErrorCode::Unsupported,
+            StatusCode::NOT_FOUND,
+            "no such page",
+        )),
+    };
+    result.unwrap_or_else(|e| error_page(&who, e))
+}
+
+fn checked_name(name: &str) -> Result<()> {
+    crate::http::api::volumes::check_volume_name(name)
+}
+
+fn checked_digest(d: &str) -> Result<String> {
+    let v: crate::http::api::volumes::VersionDigest = d.parse()?;
+    Ok(v.as_str().to_string())
+}
+
+async fn volume_page(app: &App, who: &pages::Who, name: &str, q: Option<&str>) -> Result<Response> {
+    checked_name(name)?;
+    let retention = app.policy.retention_seconds;
+    let (n1, n2) = (name.to_string(), name.to_string());
+    let volume = app.lifecycle(move |m| m.volume(&n1)).await?;
+    let versions = app
+        .lifecycle(move |m| m.versions(&n2, true, retention))
+        .await?;
+    let stats = crate::service::stats::volume_stats(app, name).await?;
+    let page = Page {
+        n: Some(PAGE),
+        last: param(q, "last").filter(|l| !l.is_empty()),
+    };
+    let (shown, next) = page.take(versions, |v| v.digest.to_string(), false);
+    Ok(html(
+        StatusCode::OK,
+        pages::volume(who, &volume, &stats, &shown, next.as_deref(), app.now()),
+    ))
+}
+
+async fn version_page(
+    app: &App,
+    who: &pages::Who,
+    name: &str,
+    digest: &str,
+    q: Option<&str>,
+    host: &str,
+) -> Result<Response> {
+    checked_name(name)?;
+    let digest = checked_digest(digest)?;
+    let retention = app.policy.retention_seconds;
+    let (n, d) = (name.to_string(), digest.clone());
+    let version = app.lifecycle(move |m| m.version(&n, &d, retention)).await?;
+    let tree = crate::service::trees::tree_of(app, name, &digest).await?;
+    let dir = param(q, "path").unwrap_or_default();
+    let page = Page {
+        n: Some(PAGE),
+        last: param(q, "last").filter(|l| !l.is_empty()),
+    };
+    let (entries, next) = page.take(
+        crate::service::trees::entries_in(&tree, &dir)?,
+        |e| e.path.clone(),
+        false,
+    );
+    let (n, d) = (name.to_string(), version.digest.to_string());
+    let others = app
+        .lifecycle(move |m| m.versions(&n, false, retention))
+        .await?
+        .into_iter()
+        .filter(|v| v.digest.to_string() != d)
+        .collect::<Vec<_>>();
+    Ok(html(
+        StatusCode::OK,
+        pages::version(&pages::VersionView {
+            who,
+            host,
+            name,
+            version: &version,
+            stats: &tree.stats(),
+            dir: dir.trim_matches('/'),
+            entries: &entries,
+            next: next.as_deref(),
+            others: &others,
+        }),
+    ))
+}
+
+async fn confirm_delete(app: &App, who: &pages::Who, name: &str, digest: &str) -> Result<Response> {
+    checked_name(name)?;
+    let digest = checked_digest(digest)?;
+    let retention = app.policy.retention_seconds;
+    let (n, d) = (name.to_string(), digest.clone());
+    let version = app.lifecycle(move |m| m.version(&n, &d, retention)).await?;
+    Ok(html(
+        StatusCode::OK,
+        pages::confirm_delete(who, name, &version, retention),
+    ))
+}
+
+async fn diff_page(app: &App, who: &pages::Who, name: &str, q: Option<&str>) -> Result<Response> {
+    checked_name(name)?;
+    let (a, b) = (
+        param(q, "a").unwrap_or_default(),
+        param(q, "b").unwrap_or_default(),
+    );
+    let (a, b) = (checked_digest(&a)?, checked_digest(&b)?);
+    let (ta, tb) = futures_util::try_join!(
+        crate::service::trees::tree_of(app, name, &a),
+        crate::service::trees::tree_of(app, name, &b)
+    )?;
+    let (na, nb) = (a.clone(), b.clone());
+    let diff = tokio::task::spawn_blocking(move || sealvol_spec::diff::diff(na, &ta, nb, &tb))
+        .await
+        .map_err(RegistryError::internal)?;
+    Ok(html(StatusCode::OK, pages::diff(who, name, &a, &b, &diff)))
+}
+
+/// The fields of a posted form.
+async fn form(body: Body) -> Result<Vec<(String, String)>> {
+    let max = crate::http::limits::MAX_API_BODY;
+    let bytes = crate::http::limits::read_body(body, max, api::ErrorCode::Invalid).await?;
+    Ok(form_urlencoded::parse(&bytes).into_owned().collect())
+}
+
+fn field(fields: &[(String, String)], key: &str) -> String {
+    fields
+        .iter()
+        .find(|(k, _)| k == key)
+        .map(|(_, v)| v.trim().to_string())
+        .unwrap_or_default()
+}
+
+/// `POST /ui/volumes/NAME/-/…`: the volume actions.
+async fn volume_post(
+    State(app): State<Arc<App>>,
+    caller: Caller,
+    ViewPath(path): ViewPath,
+    body: Body,
+) -> Response {
+    let (name, sub) = split(&path);
+    let who = pages::Who::of(&caller, Some(&name));
+    let result = volume_action(&app, &name, sub, body).await;
+    result.unwrap_or_else(|e| error_page(&who, e))
+}
+
+async fn volume_action(app: &App, name: &str, sub: Sub, body: Body) -> Result<Response> {
+    checked_name(name)?;
+    let retention = app.policy.retention_seconds;
+    let now = app.now();
+    let back = format!("/ui/volumes/{}", crate::http::query::encode(name));
+    let n = name.to_string();
+    match sub {
+        Sub::Tags => {
+            let fields = form(body).await?;
+            let tag = field(&fields, "tag");
+            let digest = checked_digest(&field(&fields, "digest"))?;
+            tag.parse::<sealvol_spec::Tag>()
+                .map_err(|e| RegistryError::new(api::ErrorCode::Invalid, e.to_string()))?;
+            app.lifecycle(move |m| m.set_tag(&n, &tag, &digest, None, now))
+                .await?;
+            Ok(see_other(&back))
+        }
+        Sub::Delete(d) => {
+            let d = checked_digest(&d)?;
+            app.lifecycle(move |m| m.delete_version(&n, &d, now, retention))
+                .await?;
+            Ok(see_other(&back))
+        }
+        Sub::Restore(d) => {
+            let d = checked_digest(&d)?;
+            // As the API's restore: wait for a sweep in progress.
+            let _sweep = app.sweep.read().await;
+            app.lifecycle(move |m| m.restore_version(&n, &d, now, retention))
+                .await?;
+            Ok(see_other(&back))
+        }
+        _ => Err(RegistryError::with_status(
+            api::ErrorCode::Unsupported,
+            StatusCode::METHOD_NOT_ALLOWED,
+            "nothing to post here",
+        )),
+    }
+}
+
+/// `GET /ui/syncs`: the caller's sync jobs, newest first.
+async fn syncs(State(app): State<Arc<App>>, caller: Caller) -> Response {
+    let who = pages::Who::of(&caller, None);
+    match crate::http::api::syncs::list(&app, &caller, None).await {
+        Ok(list) => html(StatusCode::OK, pages::syncs(&who, &list.syncs)),
+        Err(e) => error_page(&who, e),
+    }
+}
+
+/// `GET /ui/syncs/ID`: one job, the page refreshing until it ends.
+async fn sync(State(app): State<Arc<App>>, caller: Caller, ViewPath(id): ViewPath) -> Response {
+    let who = pages::Who::of(&caller, None);
+    match crate::http::api::syncs::describe(&app, &caller, &id).await {
+        Ok(job) => {
+            let who = pages::Who::of(&caller, Some(&job.dest.name));
+            html(StatusCode::OK, pages::sync(&who, &job))
+        }
+        Err(e) => error_page(&who, e),
+    }
+}
+
+/// `POST /ui/syncs`: a new job from the form.
+async fn start_sync(State(app): State<Arc<App>>, caller: Caller, body: Body) -> Response {
+    let who = pages::Who::of(&caller, None);
+    let result = async {
+        let fields = form(body).await?;
+        let tag = Some(field(&fields, "tag")).filter(|t| !t.is_empty());
+        let secret = Some(field(&fields, "secret"))
+            .filter(|s| !s.is_empty())
+            .map(|s| s.parse::<api::SecretName>())
+            .transpose()
+            .map_err(|e| RegistryError::new(api::ErrorCode::Invalid, e.to_string()))?;
+        let req = api::SyncRequest {
+            source: field(&fields, "source"),
+            dest: api::SyncDest {
+                name: field(&fields, "dest"),
+                tag,
+            },
+            include: Vec::new(),
+            exclude: Vec::new(),
+            secret,
+        };
+        checked_name(&req.dest.name)?;
+        let job = crate::http::api::syncs::create(&app, &caller, req).await?;
+        Ok::<_, RegistryError>(see_other(&format!("/ui/syncs/{}", job.id)))
+    }
+    .await;
+    result.unwrap_or_else(|e| error_page(&who, e))
+}
+
+/// `POST /ui/syncs/ID/cancel`.
+async fn cancel_sync(
+    State(app): State<Arc<App>>,
+    caller: Caller,
+    ViewPath(id): ViewPath,
+) -> Response {
+    let who = pages::Who::of(&caller, None);
+    match crate::http::api::syncs::cancel(&app, &caller, id.clone()).await {
+        Ok(_) => see_other(&format!("/ui/syncs/{}", crate::http::query::encode(&id))),
+        Err(e) => error_page(&who, e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routes_need_what_the_api_needs() {
+        let repo = |name: &str, action| Need::Repository {
+            name: name.into(),
+            action,
+        };
+        let n = |m: Method, p: &str| need(&m, p);
+        assert_eq!(n(Method::GET, "/ui/"), Some(Need::Listing));
+        assert_eq!(n(Method::GET, "/ui/login"), Some(Need::Nothing));
+        assert_eq!(n(Method::GET, "/ui/static/app.css"), Some(Need::Nothing));
+        assert_eq!(
+            n(Method::GET, "/ui/volumes/w/a"),
+            Some(repo("w/a", Action::Pull))
+        );
+        assert_eq!(
+            n(Method::GET, "/ui/volumes/w/a/-/versions/b3:00"),
+            Some(repo("w/a", Action::Pull))
+        );
+        assert_eq!(
+            n(Method::POST, "/ui/volumes/w/a/-/versions/b3:00/delete"),
+            Some(repo("w/a", Action::Delete))
+        );
+        assert_eq!(
+            n(Method::GET, "/ui/volumes/w/a/-/versions/b3:00/delete"),
+            Some(repo("w/a", Action::Delete))
+        );
+        assert_eq!(
+            n(Method::POST, "/ui/volumes/w/a/-/versions/b3:00/restore"),
+            Some(repo("w/a", Action::Delete))
+        );
+        assert_eq!(
+            n(Method::POST, "/ui/volumes/w/a/-/tags"),
+            Some(repo("w/a", Action::Push))
+        );
+        assert_eq!(n(Method::POST, "/ui/volumes/w/a"), Some(Need::Nothing));
+        assert_eq!(n(Method::GET, "/ui/syncs"), Some(Need::Listing));
+        assert_eq!(n(Method::POST, "/ui/syncs"), Some(Need::NewSync));
+        assert_eq!(
+            n(Method::GET, "/ui/syncs/sync-1"),
+            Some(Need::SyncJob(Action::Pull))
+        );
+        assert_eq!(
+            n(Method::POST, "/ui/syncs/sync-1/cancel"),
+            Some(Need::SyncJob(Action::Push))
+        );
+        // Percent-encoded as the handler decodes it.
+        assert_eq!(
+            n(Method::GET, "/ui/volumes/w%2Fa"),
+            Some(repo("w/a", Action::Pull))
+        );
+        assert_eq!(n(Method::GET, "/uix"), None);
+        assert_eq!(n(Method::GET, "/v2/"), None);
+    }
+}

@@ -1,0 +1,992 @@
+//! Online garbage collection (SPEC.md §7.4): expiry (of tags, volumes,
+//! versions and abandoned upload sessions), purge, then mark-and-sweep of
+//! manifests, repository links and blob bytes while the registry keeps
+//! serving.
+//!
+//! One pass runs at a time among all replicas sharing the metadata store
+//! (the GC lease, [`crate::store::meta::sweeps`]). Marking reads a snapshot and parses
+//! manifests without any lock. The sweep re-checks each candidate in one
+//! transaction before it goes: a link renewed since (by an upload, or a
+//! blob `HEAD` on any replica, [`App::check_blob`]) stays, and so does all
+//! of a repository whose manifests or tags changed since the snapshot,
+//! since a new manifest may reference what marking found unreferenced
+//! (the next pass sees it). Bytes go last, those nothing links any more;
+//! requests on other replicas that relied on bytes meanwhile check
+//! afterwards ([`App::settle`]), and this replica's own requests wait on
+//! [`App::sweep`] while it sweeps. So
+//! nothing a client has just seen or stored can disappear under it, and
+//! the grace period covers what a push uploads before its manifests.
+//!
+//! Marking fails closed: a manifest it cannot read or parse stops the
+//! pass before anything is swept, since what it references is unknown.
+
+use std::collections::{HashMap, HashSet};
+use std::time::Instant;
+
+use sealvol_spec::api::GcReport;
+use sealvol_spec::Sha256Digest;
+use sha2::{Digest as _, Sha256};
+
+use crate::error::{Code, RegistryError, Result};
+use crate::service::manifests::parse_manifest;
+use crate::service::volumes::{self, HIDDEN, TAG_EXPIRY, VERSIONS, VERSION_OF_INDEX, VOLUMES};
+use crate::state::app::App;
+use crate::store::meta::sweeps::HeldLease;
+use crate::store::meta::{
+    drop_manifest, key, prefix, MetaError, MetaStore, BLOB_LINKS, LINK_TIMES, MANIFESTS, TAGS,
+    UPLOADS, UPLOAD_TIMES,
+};
+
+/// Expiry and retention, applied (or, dry, counted) before marking.
+#[derive(Debug, Default)]
+pub(crate) struct Expired {
+    tags: u64,
+    volumes: u64,
+    versions: u64,
+    /// `(repo, index digest)` of every purged (or purgeable) index.
+    indexes: HashSet<(String, String)>,
+}
+
+/// One repository as marking sees it.
+#[derive(Debug, Default)]
+pub(crate) struct RepoModel {
+    /// Digest -> stored_at, for manifests in the OCI view.
+    manifests: HashMap<String, u64>,
+    /// Digest -> media type, of manifests and hidden indexes.
+    media_types: HashMap<String, String>,
+    /// Indexes of tombstoned versions still within retention.
+    hidden: HashSet<String>,
+    tagged: HashSet<String>,
+    version_indexes: HashSet<String>,
+    /// Digest -> linked_at.
+    links: HashMap<String, u64>,
+    uploading: bool,
+}
+
+/// What the sweep may remove, each re-checked under the lock.
+#[derive(Debug, Default)]
+pub(crate) struct Doomed {
+    /// `(repo, digest, stored_at)`.
+    manifests: Vec<(String, String, u64)>,
+    /// `(repo, digest)`.
+    links: Vec<(String, String)>,
+}
+
+impl MetaStore {
+    /// Removes expired tags, deletes expired volumes and purges versions
+    /// tombstoned longer than `retention` ago; dry, only counts them.
+    pub(crate) fn expire(
+        &self,
+        now: u64,
+        retention: u64,
+        dry_run: bool,
+    ) -> std::result::Result<Expired, MetaError> {
+        let mut out = Expired::default();
+        let rtx = self.db.begin_read()?;
+        let expired_tags: Vec<String> = {
+            let mut v = Vec::new();
+            for row in rtx.open_table(TAG_EXPIRY)?.range::<&str>(..)? {
+                let (k, e) = row?;
+                if e.value() <= now {
+                    v.push(k.value().to_string());
+                }
+            }
+            v
+        };
+        let expired_volumes: Vec<String> = {
+            let mut v = Vec::new();
+            for row in rtx.open_table(VOLUMES)?.range::<&str>(..)? {
+                let (k, r) = row?;
+                let r: volumes::VolumeRecord = serde_json::from_slice(r.value())?;
+                if r.expires_at.is_some_and(|e| e <= now) {
+                    v.push(k.value().to_string());
+                }
+            }
+            v
+        };
+        let purgeable: Vec<(String, String, Vec<String>)> = {
+            let mut v = Vec::new();
+            for row in rtx.open_table(VERSIONS)?.range::<&str>(..)? {
+                let (k, r) = row?;
+                let r: volumes::VersionRecord = serde_json::from_slice(r.value())?;
+                if r.lifecycle == volumes::Lifecycle::Tombstoned
+                    && r.tombstoned_at
+                        .is_some_and(|t| t.saturating_add(retention) <= now)
+                {
+                    let (repo, version) = k.value().split_once('\0').unwrap_or_default();
+                    v.push((repo.to_string(), version.to_string(), r.indexes));
+                }
+            }
+            v
+        };
+        drop(rtx);
+        if dry_run {
+            out.tags = expired_tags.len() as u64;
+            out.volumes = expired_volumes.len() as u64;
+            out.versions = purgeable.len() as u64;
+            for (repo, _, indexes) in purgeable {
+                out.indexes
+                    .extend(indexes.into_iter().map(|i| (repo.clone(), i)));
+            }
+            return Ok(out);
+        }
+        let tx = self.db.begin_write()?;
+        for k in &expired_tags {
+            let (repo, tag) = k.split_once('\0').unwrap_or_default();
+            // Re-check: the tag may have been set again without expiry.
+            let still = tx
+                .open_table(TAG_EXPIRY)?
+                .get(k.as_str())?
+                .is_some_and(|e| e.value() <= now);
+            if still && volumes::remove_tag(&tx, repo, tag, now)? {
+                out.tags += 1;
+            }
+        }
+        for repo in &expired_volumes {
+            volumes::delete_all(&tx, repo, now).map_err(|e| MetaError(e.to_string()))?;
+            let mut t = tx.open_table(VOLUMES)?;
+            let row = t.get(repo.as_str())?.map(|v| v.value().to_vec());
+            if let Some(bytes) = row {
+                let mut r: volumes::VolumeRecord = serde_json::from_slice(&bytes)?;
+                r.expires_at = None;
+                t.insert(repo.as_str(), serde_json::to_vec(&r)?.as_slice())?;
+            }
+            out.volumes += 1;
+        }
+        for (repo, version, _) in &purgeable {
+            if let Some(indexes) = volumes::purge(&tx, repo, version, now, retention)? {
+                out.versions += 1;
+                out.indexes
+                    .extend(indexes.into_iter().map(|i| (repo.clone(), i)));
+            }
+        }
+        tx.commit()?;
+        Ok(out)
+    }
+
+    /// Every repository's manifests, tags, versions and links.
+    /// Sessions idle for `upload_ttl` at `now` are abandoned and do not
+    /// make their repository busy.
+    pub(crate) fn gc_model(
+        &self,
+        now: u64,
+        upload_ttl: u64,
+    ) -> std::result::Result<HashMap<String, RepoModel>, MetaError> {
+        let tx = self.db.begin_read()?;
+        let mut repos: HashMap<String, RepoModel> = HashMap::new();
+        for repo in volumes::repo_names(&tx)? {
+            repos.insert(repo, RepoModel::default());
+        }
+        let split = |k: &str| -> (String, String) {
+            let (r, d) = k.rsplit_once('\0').unwrap_or((k, ""));
+            (r.to_string(), d.to_string())
+        };
+        for row in tx.open_table(MANIFESTS)?.range::<&str>(..)? {
+            let (k, v) = row?;
+            let (repo, d) = split(k.value());
+            let rec: crate::store::meta::ManifestRecord = serde_json::from_slice(v.value())?;
+            let model = repos.entry(repo).or_default();
+            model.manifests.insert(d.clone(), rec.stored_at);
+            model.media_types.insert(d, rec.media_type);
+        }
+        for row in tx.open_table(HIDDEN)?.range::<&str>(..)? {
+            let (k, v) = row?;
+            let (repo, d) = split(k.value());
+            let rec: crate::store::meta::ManifestRecord = serde_json::from_slice(v.value())?;
+            let model = repos.entry(repo).or_default();
+            model.hidden.insert(d.clone());
+            model.media_types.insert(d, rec.media_type);
+        }
+        for row in tx.open_table(TAGS)?.range::<&str>(..)? {
+            let (k, v) = row?;
+            let (repo, _) = split(k.value());
+            repos
+                .entry(repo)
+                .or_default()
+                .tagged
+                .insert(v.value().to_string());
+        }
+        for row in tx.open_table(VERSION_OF_INDEX)?.range::<&str>(..)? {
+            let (repo, d) = split(row?.0.value());
+            repos.entry(repo).or_default().version_indexes.insert(d);
+        }
+        let times = tx.open_table(LINK_TIMES)?;
+        for row in tx.open_table(BLOB_LINKS)?.range::<&str>(..)? {
+            let (k, _) = row?;
+            let t = times.get(k.value())?.map_or(0, |t| t.value());
+            let (repo, d) = split(k.value());
+            repos.entry(repo).or_default().links.insert(d, t);
+        }
+        let upload_times = tx.open_table(UPLOAD_TIMES)?;
+        for row in tx.open_table(UPLOADS)?.range::<&str>(..)? {
+            let (id, repo) = row?;
+            // No time yet: expiry stamps it now (see `stale_uploads`).
+            let fresh = upload_times
+                .get(id.value())?
+                .is_none_or(|t| t.value().saturating_add(upload_ttl) > now);
+            if fresh {
+                repos.entry(repo.value().to_string()).or_default().uploading = true;
+            }
+        }
+        Ok(repos)
+    }
+
+    /// Removes the doomed manifests and links that are still unreferenced
+    /// and as old as when they were marked, sparing every repository whose
+    /// manifests or tags changed since `model` was read; and begins the
+    /// sweep under `lease` (`sweeps`), in the same transaction. Returns
+    /// the counts, or `None` (nothing removed) when `lease` lapsed.
+    pub(crate) fn sweep(
+        &self,
+        doomed: &Doomed,
+        model: &HashMap<String, RepoModel>,
+        old_before: u64,
+        lease: &str,
+        now: u64,
+    ) -> std::result::Result<Option<(u64, u64)>, MetaError> {
+        let tx = self.db.begin_write()?;
+        if !crate::store::meta::sweeps::begin_sweep(&tx, lease, now)? {
+            return Ok(None);
+        }
+        let mut changed: HashMap<&str, bool> = HashMap::new();
+        let repos = doomed
+            .manifests
+            .iter()
+            .map(|(r, _, _)| r)
+            .chain(doomed.links.iter().map(|(r, _)| r));
+        for repo in repos {
+            if !changed.contains_key(repo.as_str()) {
+                let c = changed_since(&tx, repo, model.get(repo))?;
+                changed.insert(repo, c);
+            }
+        }
+        let mut manifests = 0;
+        let mut links = 0;
+        for (repo, digest, stored_at) in &doomed.manifests {
+            if changed[repo.as_str()] {
+                continue;
+            }
+            let k = key(&[repo, digest]);
+            let same = match tx.open_table(MANIFESTS)?.get(k.as_str())? {
+                Some(v) => {
+                    serde_json::from_slice::<crate::store::meta::ManifestRecord>(v.value())?
+                        .stored_at
+                        == *stored_at
+                }
+                None => false,
+            };
+            let tagged = {
+                let tags = tx.open_table(TAGS)?;
+                let (lo, hi) = prefix(&[repo]);
+                let mut found = false;
+                for row in tags.range(lo.as_str()..hi.as_str())? {
+                    if row?.1.value() == digest.as_str() {
+                        found = true;
+                        break;
+                    }
+                }
+                found
+            };
+            let version = volumes::version_of_index(&tx, repo, digest)?.is_some();
+            if same && !tagged && !version {
+                drop_manifest(&tx, repo, digest)?;
+                manifests += 1;
+            }
+        }
+        for (repo, digest) in &doomed.links {
+            if changed[repo.as_str()] {
+                continue;
+            }
+            let k = key(&[repo, digest]);
+            let linked_at = tx
+                .open_table(LINK_TIMES)?
+                .get(k.as_str())?
+                .map_or(0, |t| t.value());
+            if linked_at < old_before {
+                if tx.open_table(BLOB_LINKS)?.remove(k.as_str())?.is_some() {
+                    links += 1;
+                }
+                tx.open_table(LINK_TIMES)?.remove(k.as_str())?;
+            }
+        }
+        tx.commit()?;
+        Ok(Some((manifests, links)))
+    }
+
+    /// Every digest some repository still links or stores a manifest under.
+    pub(crate) fn live_digests(&self) -> std::result::Result<HashSet<String>, MetaError> {
+        let tx = self.db.begin_read()?;
+        let mut live = HashSet::new();
+        let tail = |k: &str| k.rsplit_once('\0').map_or(k, |(_, d)| d).to_string();
+        for row in tx.open_table(BLOB_LINKS)?.range::<&str>(..)? {
+            live.insert(tail(row?.0.value()));
+        }
+        for row in tx.open_table(MANIFESTS)?.range::<&str>(..)? {
+            live.insert(tail(row?.0.value()));
+        }
+        for row in tx.open_table(HIDDEN)?.range::<&str>(..)? {
+            live.insert(tail(row?.0.value()));
+        }
+        Ok(live)
+    }
+}
+
+/// Whether `repo` holds a manifest (or one stored again) or a tagged
+/// digest that marking's snapshot `then` did not: it may reference what
+/// marking doomed.
+fn changed_since(
+    tx: &crate::store::meta::engine::WriteTransaction,
+    repo: &str,
+    then: Option<&RepoModel>,
+) -> std::result::Result<bool, MetaError> {
+    let Some(then) = then else {
+        return Ok(true);
+    };
+    let (lo, hi) = prefix(&[repo]);
+    for row in tx.open_table(MANIFESTS)?.range(lo.as_str()..hi.as_str())? {
+        let (k, v) = row?;
+        let d = k.value().rsplit_once('\0').map_or("", |(_, d)| d);
+        let rec: crate::store::meta::ManifestRecord = serde_json::from_slice(v.value())?;
+        if then.manifests.get(d) != Some(&rec.stored_at) {
+            return Ok(true);
+        }
+    }
+    for row in tx.open_table(TAGS)?.range(lo.as_str()..hi.as_str())? {
+        if !then.tagged.contains(row?.1.value()) {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// What a stored manifest references, from its bytes.
+#[derive(Debug, Default, Clone)]
+struct Refs {
+    blobs: Vec<String>,
+    children: Vec<String>,
+    /// A view, tree or chunk-shard manifest of a version: kept only while
+    /// an index or a tag reaches it. Other untagged manifests are kept, as
+    /// distribution keeps them.
+    version_part: bool,
+}
+
+/// Reads and parses a stored manifest. Marking fails closed: a manifest
+/// it cannot read might reference anything, so the pass stops instead of
+/// sweeping what it might reference.
+async fn refs_of(app: &App, digest: &str, media_type: Option<&str>) -> Result<Refs> {
+    let stop = |why: String| {
+        RegistryError::internal(format!(
+            "garbage collection stopped, nothing was swept: manifest {digest} {why}; \
+             restore its bytes or delete the manifest, then collect again"
+        ))
+    };
+    let d: Sha256Digest = digest
+        .parse()
+        .map_err(|_| stop("has no sha256 digest".into()))?;
+    let bytes = match app.blobs.get(&d).await {
+        Ok(Some(b)) => b,
+        Ok(None) => return Err(stop("is recorded but its bytes are not stored".into())),
+        Err(e) => return Err(stop(format!("cannot be read: {e}"))),
+    };
+    if Sha256Digest(Sha256::digest(&bytes).into()) != d {
+        return Err(stop("is stored with bytes of another digest".into()));
+    }
+    let p = parse_manifest(&bytes, media_type).map_err(|e| stop(format!("does not parse: {e}")))?;
+    let version_part = p.children.is_empty()
+        && p.annotations
+            .as_ref()
+            .and_then(|a| a.get(sealvol_spec::oci::ANN_VERSION))
+            .is_some();
+    Ok(Refs {
+        blobs: p.blobs.iter().map(|b| b.to_string()).collect(),
+        children: p.children.iter().map(|c| c.to_string()).collect(),
+        version_part,
+    })
+}
+
+/// One pass; only one runs at a time, among all replicas sharing the
+/// metadata store (`TOOMANYREQUESTS` while another replica's runs).
+pub async fn collect(app: &App, dry_run: bool) -> Result<GcReport> {
+    let _one = app.gc_running.lock().await;
+    let marked = mark(app, dry_run).await?;
+    sweep(app, marked).await
+}
+
+/// What marking found, for the sweep.
+pub(crate) struct Marked {
+    /// Taken by [`mark`], released by [`sweep`].
+    lease: Option<HeldLease>,
+    started: Instant,
+    dry_run: bool,
+    old_before: u64,
+    report: GcReport,
+    model: HashMap<String, RepoModel>,
+    doomed: Doomed,
+    doomed_hidden: HashSet<(String, String)>,
+}
+
+/// Expiry, then marking, with no lock held: what is unreachable and
+/// older than the grace period becomes a candidate for the sweep.
+pub(crate) async fn mark(app: &App, dry_run: bool) -> Result<Marked> {
+    let lease = match HeldLease::take(app).await? {
+        Ok(l) => l,
+        Err(holder) => {
+            return Err(RegistryError::new(
+                Code::TooManyRequests,
+                format!("garbage collection is running on {holder}; collect again when it ends"),
+            ))
+        }
+    };
+    match mark_holding(app, dry_run, &lease).await {
+        Ok(m) => Ok(Marked {
+            lease: Some(lease),
+            ..m
+        }),
+        Err(e) => {
+            lease.release(app).await;
+            Err(e)
+        }
+    }
+}
+
+async fn mark_holding(app: &App, dry_run: bool, lease: &HeldLease) -> Result<Marked> {
+    let started = Instant::now();
+    let now = app.clock.now();
+    let (retention, grace) = (app.policy.retention_seconds, app.policy.gc_grace_seconds);
+    let old_before = now.saturating_sub(grace);
+    let expired = app.meta(move |m| m.expire(now, retention, dry_run)).await?;
+    let report = GcReport {
+        dry_run,
+        versions_purged: expired.versions,
+        tags_expired: expired.tags,
+        volumes_expired: expired.volumes,
+        ..GcReport::default()
+    };
+
+    if !dry_run {
+        crate::service::uploads::expire(app).await?;
+    }
+
+    // Mark.
+    let upload_ttl = app.policy.upload_ttl_seconds;
+    let model = app.meta(move |m| m.gc_model(now, upload_ttl)).await?;
+    let claimed = app.meta(move |m| m.claimed(now)).await?;
+    let mut parsed: HashMap<String, Refs> = HashMap::new();
+    for repo in model.values() {
+        for d in repo.manifests.keys().chain(repo.hidden.iter()) {
+            if !parsed.contains_key(d) {
+                if !lease.still_held(app).await? {
+                    return Err(lease_lost());
+                }
+                let media_type = repo.media_types.get(d).map(String::as_str);
+                let r = refs_of(app, d, media_type).await?;
+                parsed.insert(d.clone(), r);
+            }
+        }
+    }
+    let mut doomed = Doomed::default();
+    let mut doomed_hidden: HashSet<(String, String)> = HashSet::new();
+    for (name, repo) in &model {
+        let protected = repo.uploading || claimed.contains(name);
+        let mut reachable: HashSet<&String> = HashSet::new();
+        let mut stack: Vec<&String> = Vec::new();
+        for (d, stored_at) in &repo.manifests {
+            let refs = parsed.get(d);
+            let root = protected
+                || repo.tagged.contains(d)
+                || repo.version_indexes.contains(d)
+                || *stored_at >= old_before
+                || refs.is_none_or(|r| !r.version_part);
+            if root {
+                stack.push(d);
+            }
+        }
+        for d in &repo.hidden {
+            if dry_run && expired.indexes.contains(&(name.clone(), d.clone())) {
+                doomed_hidden.insert((name.clone(), d.clone()));
+            } else {
+                stack.push(d);
+            }
+        }
+        while let Some(d) = stack.pop() {
+            if !reachable.insert(d) {
+                continue;
+            }
+            if let Some(r) = parsed.get(d) {
+                for c in &r.children {
+                    if let Some((k, _)) = repo.manifests.get_key_value(c) {
+                        stack.push(k);
+                    }
+                }
+            }
+        }
+        let mut blobs: HashSet<&String> = HashSet::new();
+        for d in &reachable {
+            if let Some(r) = parsed.get(*d) {
+                blobs.extend(r.blobs.iter());
+            }
+        }
+        for (d, stored_at) in &repo.manifests {
+            if !reachable.contains(d) {
+                doomed.manifests.push((name.clone(), d.clone(), *stored_at));
+            }
+        }
+        if !protected {
+            for (d, linked_at) in &repo.links {
+                if !blobs.contains(d) && *linked_at < old_before {
+                    doomed.links.push((name.clone(), d.clone()));
+                }
+            }
+        }
+    }
+
+    Ok(Marked {
+        lease: None,
+        started,
+        dry_run,
+        old_before,
+        report,
+        model,
+        doomed,
+        doomed_hidden,
+    })
+}
+
+/// Removes the candidates that are still unreferenced, under the sweep
+/// lock, then the blob bytes nothing links any more; ends the sweep and
+/// releases the GC lease however it went.
+pub(crate) async fn sweep(app: &App, mut marked: Marked) -> Result<GcReport> {
+    let Some(lease) = marked.lease.take() else {
+        return Err(RegistryError::internal(
+            "garbage collection swept without its lease; collect again",
+        ));
+    };
+    let result = sweep_holding(app, marked, &lease).await;
+    if result.is_ok() || matches!(&result, Err((_, true))) {
+        // Were this to fail, the lapsing lease ends the sweep for others.
+        let token = lease.token().to_string();
+        if let Err(e) = app.meta(move |m| m.end_sweep(&token)).await {
+            tracing::warn!(error = %e, "could not end the sweep");
+        }
+    }
+    lease.release(app).await;
+    result.map_err(|(e, _)| e)
+}
+
+/// The sweep; an error says whether the sweep sequence was begun.
+async fn sweep_holding(
+    app: &App,
+    marked: Marked,
+    lease: &HeldLease,
+) -> std::result::Result<GcReport, (RegistryError, bool)> {
+    let Marked {
+        lease: _,
+        started,
+        dry_run,
+        old_before,
+        mut report,
+        model,
+        mut doomed,
+        doomed_hidden,
+    } = marked;
+    // Listed before the sweep: bytes stored since are not candidates, or
+    // were stored again under a digest listed, which `App::settle` catches.
+    let stored = app.blobs.list().await.map_err(|e| (e.into(), false))?;
+    let _exclusive = app.sweep.write().await;
+    let live = if dry_run {
+        // What would be left: everything marked, minus the doomed.
+        let dead_links: HashSet<(&String, &String)> =
+            doomed.links.iter().map(|(r, d)| (r, d)).collect();
+        let dead_manifests: HashSet<(&String, &String)> =
+            doomed.manifests.iter().map(|(r, d, _)| (r, d)).collect();
+        let mut live = HashSet::new();
+        for (name, repo) in &model {
+            for d in repo.links.keys() {
+                if !dead_links.contains(&(name, d)) {
+                    live.insert(d.clone());
+                }
+            }
+            for d in repo.manifests.keys() {
+                if !dead_manifests.contains(&(name, d)) {
+                    live.insert(d.clone());
+                }
+            }
+            for d in &repo.hidden {
+                if !doomed_hidden.contains(&(name.clone(), d.clone())) {
+                    live.insert(d.clone());
+                }
+            }
+        }
+        report.manifests_deleted = doomed.manifests.len() as u64;
+        report.links_removed = doomed.links.len() as u64;
+        live
+    } else {
+        let doomed_for_sweep = std::mem::take(&mut doomed);
+        let (token, now) = (lease.token().to_string(), app.now());
+        let (m, l) = app
+            .meta(move |m| m.sweep(&doomed_for_sweep, &model, old_before, &token, now))
+            .await
+            .map_err(|e| (e, false))?
+            .ok_or((lease_lost(), false))?;
+        report.manifests_deleted = m;
+        report.links_removed = l;
+        app.meta(|m| m.live_digests())
+            .await
+            .map_err(|e| (e, true))?
+    };
+    // Chunks running sync jobs of this replica stored or found and will
+    // link (pinned under the sweep's read lock, so the set is complete
+    // now); other replicas' jobs check theirs afterwards (`App::settle`).
+    let pinned = app.syncs.pinned();
+    for b in stored {
+        let digest = b.digest.to_string();
+        if live.contains(&digest) || pinned.contains(&digest) {
+            continue;
+        }
+        if b.modified >= old_before {
+            report.blobs_in_grace += 1;
+            continue;
+        }
+        if !dry_run {
+            if !lease.still_held(app).await.map_err(|e| (e, true))? {
+                return Err((lease_lost(), true));
+            }
+            app.blobs
+                .delete(&b.digest)
+                .await
+                .map_err(|e| (e.into(), true))?;
+        }
+        report.blobs_deleted += 1;
+        report.bytes_reclaimed += b.size;
+    }
+    drop(_exclusive);
+    tracing::info!(
+        dry_run,
+        versions_purged = report.versions_purged,
+        manifests_deleted = report.manifests_deleted,
+        links_removed = report.links_removed,
+        blobs_deleted = report.blobs_deleted,
+        bytes_reclaimed = report.bytes_reclaimed,
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        "garbage collection"
+    );
+    Ok(report)
+}
+
+/// A pass that stalled past its lease stops: another may be running.
+fn lease_lost() -> RegistryError {
+    RegistryError::internal(
+        "garbage collection stopped: it held its lease too long and another pass may be running; collect again",
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::app::Policy;
+    use bytes::Bytes;
+    use std::time::Duration;
+
+    const REPO: &str = "ns/vol";
+    const GRACE: u64 = 3600;
+
+    async fn open(policy: Policy) -> (tempfile::TempDir, App) {
+        let dir = tempfile::tempdir().unwrap();
+        let app = crate::server::open_app(dir.path(), policy).await.unwrap();
+        (dir, app)
+    }
+
+    fn policy() -> Policy {
+        Policy {
+            gc_grace_seconds: GRACE,
+            upload_ttl_seconds: 10 * GRACE,
+            ..Policy::default()
+        }
+    }
+
+    fn digest(bytes: &[u8]) -> Sha256Digest {
+        Sha256Digest(Sha256::digest(bytes).into())
+    }
+
+    /// Stores `bytes` as a blob linked in `REPO` now, as a finished upload.
+    async fn push_blob(app: &App, bytes: &'static [u8]) -> Sha256Digest {
+        let d = digest(bytes);
+        app.blobs.put(&d, Bytes::from_static(bytes)).await.unwrap();
+        let (ds, now, n) = (d.to_string(), app.now(), bytes.len() as u64);
+        app.meta(move |m| m.link_blob(REPO, &ds, n, now))
+            .await
+            .unwrap();
+        d
+    }
+
+    /// An image manifest of `config` and `layer`.
+    fn image(config: &Sha256Digest, layer: &Sha256Digest) -> Bytes {
+        Bytes::from(
+            serde_json::json!({
+                "schemaVersion": 2,
+                "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
+                           "digest": config.to_string(), "size": 2},
+                "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar",
+                            "digest": layer.to_string(), "size": 5}],
+            })
+            .to_string(),
+        )
+    }
+
+    async fn linked(app: &App, d: &Sha256Digest) -> bool {
+        let d = d.to_string();
+        app.meta(move |m| m.blob_size(REPO, &d))
+            .await
+            .unwrap()
+            .is_some()
+    }
+
+    async fn stored(app: &App, d: &Sha256Digest) -> bool {
+        app.blobs.size(d).await.unwrap().is_some()
+    }
+
+    /// A client pushes blobs, waits longer than the grace period, then
+    /// stores a manifest without checking them with HEAD first; the
+    /// manifest lands after marking and before the sweep.
+    #[tokio::test]
+    async fn a_manifest_stored_between_mark_and_sweep_keeps_its_blobs() {
+        let (_dir, app) = open(policy()).await;
+        let config = push_blob(&app, b"{}").await;
+        let layer = push_blob(&app, b"layer").await;
+        app.clock.advance(2 * GRACE as i64);
+
+        let marked = mark(&app, false).await.unwrap();
+        let m = image(&config, &layer);
+        crate::service::manifests::store_manifest(&app, REPO, "v1", m, None)
+            .await
+            .unwrap();
+        sweep(&app, marked).await.unwrap();
+
+        for d in [&config, &layer] {
+            assert!(linked(&app, d).await, "{d} unlinked under a new manifest");
+            assert!(stored(&app, d).await, "{d} deleted under a new manifest");
+        }
+        // And the next pass, with the manifest marked, keeps them too.
+        collect(&app, false).await.unwrap();
+        assert!(stored(&app, &layer).await);
+    }
+
+    /// A push that finds a blob with `HEAD` references it later: the
+    /// check renews the link in the store, where a pass on any replica
+    /// sees it, and concurrent checks share one transaction.
+    #[tokio::test]
+    async fn a_blob_checked_with_head_outlives_the_grace_period() {
+        let (_dir, app) = open(policy()).await;
+        let checked = push_blob(&app, b"checked").await;
+        let unchecked = push_blob(&app, b"unchecked").await;
+        app.clock.advance(2 * GRACE as i64);
+        let (a, b) = (checked.to_string(), checked.to_string());
+        let (x, y) = tokio::join!(app.check_blob(REPO, &a), app.check_blob(REPO, &b));
+        assert_eq!((x.unwrap(), y.unwrap()), (Some(7), Some(7)));
+        let k = key(&[REPO, &checked.to_string()]);
+        let (_, at) = app.meta(move |m| m.link(&k)).await.unwrap().unwrap();
+        assert_eq!(at, app.now(), "the check did not renew the link");
+        assert_eq!(
+            app.check_blob(REPO, &unchecked.to_string().replace('a', "b"))
+                .await
+                .unwrap(),
+            None
+        );
+
+        collect(&app, false).await.unwrap();
+        assert!(linked(&app, &checked).await && stored(&app, &checked).await);
+        assert!(!linked(&app, &unchecked).await && !stored(&app, &unchecked).await);
+    }
+
+    /// A pass takes the store-wide lease; another replica's pass is
+    /// refused while it runs, and the lease goes with the pass.
+    #[tokio::test]
+    async fn one_pass_at_a_time_across_replicas() {
+        let (_dir, app) = open(policy()).await;
+        let now = app.now();
+        let other = app
+            .meta(move |m| {
+                m.acquire_claim(crate::store::meta::sweeps::GC_CLAIM, "replica-b", now, 60)
+            })
+            .await
+            .unwrap()
+            .unwrap()
+            .token;
+        let refused = collect(&app, false).await.unwrap_err();
+        assert!(
+            refused.is(Code::TooManyRequests) && refused.to_string().contains("replica-b"),
+            "{refused}"
+        );
+        app.meta(move |m| m.release_claim(crate::store::meta::sweeps::GC_CLAIM, &other))
+            .await
+            .unwrap();
+        collect(&app, false).await.unwrap();
+        collect(&app, false).await.unwrap();
+        assert_eq!(app.meta.sweeps_begun(), 2);
+        let now = app.now();
+        let after = app.meta(move |m| m.sweep_mark()).await.unwrap();
+        let since = app.meta(move |m| m.since_mark(after, now)).await.unwrap();
+        assert_eq!(
+            since,
+            crate::store::meta::sweeps::SinceMark::Untouched,
+            "a sweep left open"
+        );
+    }
+
+    /// A write that relied on bytes while another replica's pass, dead
+    /// mid-sweep, left the sweep sequence odd waits for that pass's lease.
+    /// Once it lapses and a new pass takes the lease (a dry run here, which
+    /// then waits for the sweep lock the writes hold), writes go on and the
+    /// pass finishes: neither waits on the other until the new lease lapses
+    /// (issue 28: 119 s, when any live lease counted as sweeping).
+    #[tokio::test]
+    async fn writes_and_a_new_pass_do_not_wait_on_each_other_after_a_dead_sweep() {
+        let (_dir, app) = open(policy()).await;
+        let app = std::sync::Arc::new(app);
+        let config = push_blob(&app, b"{}").await;
+        let layer = push_blob(&app, b"layer").await;
+        let now = app.now();
+        app.meta(move |m| {
+            crate::store::meta::sweeps::plant_dead_sweep(m, "replica-b", now);
+            Ok(())
+        })
+        .await
+        .unwrap();
+        let write = |tag: &'static str| {
+            let (app, m) = (std::sync::Arc::clone(&app), image(&config, &layer));
+            tokio::spawn(async move {
+                crate::service::manifests::store_manifest(&app, REPO, tag, m, None)
+                    .await
+                    .map(|_| ())
+            })
+        };
+        let first = write("v1");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert!(
+            !first.is_finished(),
+            "a write went on during another replica's sweep, its lease live"
+        );
+
+        app.clock
+            .advance(crate::store::meta::sweeps::GC_LEASE_SECONDS as i64 + 1);
+        let marked = mark(&app, true).await.unwrap();
+        let second = write("v2");
+        for w in [first, second] {
+            tokio::time::timeout(Duration::from_secs(5), w)
+                .await
+                .expect("a write waited on a pass that was not sweeping")
+                .unwrap()
+                .unwrap();
+        }
+        tokio::time::timeout(Duration::from_secs(5), sweep(&app, marked))
+            .await
+            .expect("the pass waited on the writes for the sweep lock")
+            .unwrap();
+        // The next pass sweeps, and leaves no sweep open.
+        collect(&app, false).await.unwrap();
+        let (after, now) = (app.meta(|m| m.sweep_mark()).await.unwrap(), app.now());
+        let since = app.meta(move |m| m.since_mark(after, now)).await.unwrap();
+        assert_eq!(since, crate::store::meta::sweeps::SinceMark::Untouched);
+    }
+
+    /// A pass this replica's earlier process left mid-sweep (killed) is
+    /// ended as soon as a pass or a write meets it, lease and odd
+    /// sequence, instead of blocking both until its lease lapses.
+    #[tokio::test]
+    async fn a_dead_pass_of_this_replica_is_ended_at_once() {
+        let (_dir, app) = open(policy()).await;
+        let config = push_blob(&app, b"{}").await;
+        let layer = push_blob(&app, b"layer").await;
+        let plant = || {
+            let (replica, now) = (crate::store::meta::sweeps::replica(&app), app.now());
+            app.meta(move |m| {
+                crate::store::meta::sweeps::plant_dead_sweep(m, &replica, now);
+                Ok(())
+            })
+        };
+
+        plant().await.unwrap();
+        let pass = tokio::time::timeout(Duration::from_secs(2), collect(&app, true)).await;
+        assert!(
+            matches!(pass, Ok(Ok(_))),
+            "a pass waited on this replica's dead one: {pass:?}"
+        );
+
+        plant().await.unwrap();
+        let m = image(&config, &layer);
+        let stored = tokio::time::timeout(
+            Duration::from_secs(2),
+            crate::service::manifests::store_manifest(&app, REPO, "v1", m, None),
+        )
+        .await;
+        assert!(
+            matches!(stored, Ok(Ok(_))),
+            "a write waited on this replica's dead pass"
+        );
+        let (after, now) = (app.meta(|m| m.sweep_mark()).await.unwrap(), app.now());
+        let since = app.meta(move |m| m.since_mark(after, now)).await.unwrap();
+        assert_eq!(since, crate::store::meta::sweeps::SinceMark::Untouched);
+        collect(&app, false).await.unwrap();
+    }
+
+    /// A manifest garbage collection cannot read must stop the pass, not
+    /// count as referencing nothing.
+    #[tokio::test]
+    async fn an_unreadable_manifest_stops_the_sweep() {
+        for damage in ["missing", "garbage"] {
+            let (dir, app) = open(policy()).await;
+            let config = push_blob(&app, b"{}").await;
+            let layer = push_blob(&app, b"layer").await;
+            let (m, _) = crate::service::manifests::store_manifest(
+                &app,
+                REPO,
+                "v1",
+                image(&config, &layer),
+                None,
+            )
+            .await
+            .unwrap();
+            app.clock.advance(2 * GRACE as i64);
+            let hex = m.to_string()["sha256:".len()..].to_string();
+            let file = dir.path().join("blobs/sha256").join(&hex[..2]).join(&hex);
+            match damage {
+                "missing" => std::fs::remove_file(&file).unwrap(),
+                _ => std::fs::write(&file, b"not a manifest").unwrap(),
+            }
+            let pass = collect(&app, false).await;
+            assert!(pass.is_err(), "{damage}: the pass went on: {pass:?}");
+            for d in [&config, &layer] {
+                assert!(linked(&app, d).await, "{damage}: {d} unlinked");
+                assert!(stored(&app, d).await, "{damage}: {d} deleted");
+            }
+        }
+    }
+
+    /// An abandoned session goes after the upload TTL: its row, its data
+    /// file and its in-memory state; and its repository is no longer busy.
+    #[tokio::test]
+    async fn abandoned_uploads_expire_and_stop_protecting_their_repository() {
+        let (dir, app) = open(policy()).await;
+        let stray = push_blob(&app, b"stray").await;
+        let id = crate::service::uploads::start(&app, REPO).await.unwrap();
+        let file = dir.path().join("uploads").join(&id);
+        assert!(file.exists());
+
+        // Within the TTL the session stays, and protects the repository.
+        app.clock.advance(2 * GRACE as i64);
+        collect(&app, false).await.unwrap();
+        assert!(file.exists() && app.uploads.is_loaded(&id));
+        assert!(linked(&app, &stray).await);
+
+        app.clock.advance(10 * GRACE as i64);
+        let report = collect(&app, false).await.unwrap();
+        let i = id.clone();
+        assert_eq!(app.meta(move |m| m.upload_repo(&i)).await.unwrap(), None);
+        assert!(!file.exists(), "the data file of an expired session stays");
+        assert!(!app.uploads.is_loaded(&id));
+        assert_eq!(report.links_removed, 1);
+        assert!(!linked(&app, &stray).await);
+        assert!(!stored(&app, &stray).await);
+    }
+}

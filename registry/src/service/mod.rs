@@ -1,0 +1,10 @@
+//! What a request or a job does.
+
+pub mod gc;
+pub mod manifests;
+pub mod pull_through;
+pub mod stats;
+pub mod syncs;
+pub mod trees;
+pub mod uploads;
+pub mod volumes;

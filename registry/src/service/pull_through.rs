@@ -1,0 +1,578 @@
+//! Pull-through cache mode (`sealvol serve --upstream URL`), as
+//! distribution's proxy mode: the registry serves what an upstream
+//! registry holds and keeps what it fetched, so a fleet's pulls cross the
+//! long link once.
+//!
+//! - A blob a client asks for that is not here is fetched from the upstream
+//!   once, however many clients ask at once (the others wait for that one
+//!   fetch), streamed into the blob store through an upload whose sha256
+//!   must be the digest asked for: a corrupt upstream blob is refused and
+//!   not kept. It is then served from here.
+//! - A manifest by digest is answered from here once fetched (it cannot
+//!   change); a tag is resolved on the upstream again once it is older
+//!   than `tag_ttl_seconds`, and the last resolution serves while the
+//!   upstream is unreachable.
+//! - Blobs stay within `cache_size`, least recently used going first.
+//! - Pushes, deletes and the volume API are refused: writes go to the
+//!   upstream.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures_util::future::{BoxFuture, Shared};
+use futures_util::{FutureExt as _, StreamExt as _, TryStreamExt as _};
+use oci_client::client::{ClientConfig, ClientProtocol};
+use oci_client::errors::{OciDistributionError, OciErrorCode};
+use oci_client::secrets::RegistryAuth;
+use oci_client::{Client, Reference};
+use sealvol_spec::Sha256Digest;
+use sha2::{Digest as _, Sha256};
+
+use crate::error::{Code, RegistryError, Result};
+use crate::state::app::App;
+use crate::store::{AppendError, BodyError};
+
+/// Media types asked of the upstream for a manifest.
+const MANIFEST_TYPES: &[&str] = &[
+    "application/vnd.oci.image.index.v1+json",
+    "application/vnd.oci.image.manifest.v1+json",
+    "application/vnd.docker.distribution.manifest.list.v2+json",
+    "application/vnd.docker.distribution.manifest.v2+json",
+];
+
+/// `registry.toml` fields of the mode.
+#[derive(Clone, Debug)]
+pub struct UpstreamConfig {
+    /// `http(s)://host[:port]` or `host[:port]` (loopback is plain HTTP).
+    pub url: String,
+    /// A file holding `USER:PASSWORD` for the upstream.
+    pub credentials_file: Option<std::path::PathBuf>,
+    pub tag_ttl_seconds: u64,
+    /// Bytes of blobs kept at most; `None` unbounded.
+    pub cache_size: Option<u64>,
+}
+
+/// Counters a test or `/metrics` reads.
+#[derive(Debug, Default)]
+pub struct UpstreamStats {
+    pub blobs_fetched: AtomicU64,
+    pub bytes_fetched: AtomicU64,
+    pub manifests_fetched: AtomicU64,
+}
+
+type Fetch = Shared<BoxFuture<'static, Result<()>>>;
+
+/// The upstream registry and what this cache knows of it.
+pub struct Upstream {
+    /// What messages call it.
+    pub url: String,
+    registry: String,
+    client: Client,
+    auth: RegistryAuth,
+    tag_ttl: u64,
+    cache_size: Option<u64>,
+    /// `(repo, tag)` -> when it was last resolved on the upstream.
+    resolved: Mutex<HashMap<(String, String), u64>>,
+    /// Blob fetches under way.
+    fetching: Mutex<HashMap<Sha256Digest, Fetch>>,
+    /// Blob -> when it was last served (this process); older blobs count
+    /// from when they were stored.
+    used: Mutex<HashMap<Sha256Digest, u64>>,
+    /// One eviction at a time.
+    evicting: tokio::sync::Mutex<()>,
+    /// Blobs and manifests a request is about to serve, with how many
+    /// requests: eviction leaves them.
+    pinned: Mutex<HashMap<Sha256Digest, usize>>,
+    /// The last eviction left the cache over `cache_size` (pins).
+    over: std::sync::atomic::AtomicBool,
+    pub stats: UpstreamStats,
+}
+
+impl Upstream {
+    pub fn new(config: &UpstreamConfig) -> std::result::Result<Upstream, String> {
+        let url = config.url.trim_end_matches('/');
+        let (scheme, registry) = match url.split_once("://") {
+            Some((s @ ("http" | "https"), rest)) => (Some(s), rest),
+            Some((s, _)) => return Err(format!("upstream {url}: scheme {s} is not http or https")),
+            None => (None, url),
+        };
+        if registry.is_empty() || registry.contains('/') {
+            return Err(format!(
+                "upstream {url}: give the registry as http(s)://host[:port]"
+            ));
+        }
+        let plain = match scheme {
+            Some(s) => s == "http",
+            None => sealvol_spec::reference::is_loopback_host(registry),
+        };
+        let auth = match &config.credentials_file {
+            None => RegistryAuth::Anonymous,
+            Some(file) => read_credentials(file)?,
+        };
+        let client = Client::new(ClientConfig {
+            protocol: if plain {
+                ClientProtocol::Http
+            } else {
+                ClientProtocol::Https
+            },
+            connect_timeout: Some(Duration::from_secs(10)),
+            read_timeout: Some(Duration::from_secs(60)),
+            user_agent: concat!("sealvol/", env!("CARGO_PKG_VERSION")),
+            ..Default::default()
+        });
+        Ok(Upstream {
+            url: url.to_string(),
+            registry: registry.to_string(),
+            client,
+            auth,
+            tag_ttl: config.tag_ttl_seconds,
+            cache_size: config.cache_size,
+            resolved: Mutex::default(),
+            fetching: Mutex::default(),
+            used: Mutex::default(),
+            evicting: tokio::sync::Mutex::new(()),
+            pinned: Mutex::default(),
+            over: Default::default(),
+            stats: UpstreamStats::default(),
+        })
+    }
+
+    fn reference(&self, repo: &str, reference: &str) -> Reference {
+        if reference.contains(':') {
+            Reference::with_digest(self.registry.clone(), repo.into(), reference.into())
+        } else {
+            Reference::with_tag(self.registry.clone(), repo.into(), reference.into())
+        }
+    }
+
+    /// What an upstream failure means for the client: its 404 is ours,
+    /// anything else is a bad gateway.
+    fn failed(&self, what: &str, e: OciDistributionError, unknown: Code) -> RegistryError {
+        let not_found = match &e {
+            OciDistributionError::RegistryError { envelope, .. } => {
+                envelope.errors.iter().any(|e| {
+                    matches!(
+                        e.code,
+                        OciErrorCode::ManifestUnknown
+                            | OciErrorCode::BlobUnknown
+                            | OciErrorCode::NameUnknown
+                            | OciErrorCode::NotFound
+                    )
+                })
+            }
+            OciDistributionError::ServerError { code, .. } => *code == 404,
+            OciDistributionError::RequestError(e) => e.status().map(|s| s.as_u16()) == Some(404),
+            OciDistributionError::ImageManifestNotFoundError(_) => true,
+            _ => false,
+        };
+        if not_found {
+            return RegistryError::new(
+                unknown,
+                format!("{what} is not on the upstream {}", self.url),
+            );
+        }
+        RegistryError::Upstream(format!("upstream {}: {what}: {e}", self.url))
+    }
+
+    fn pin(&self, digest: Sha256Digest) -> Pin<'_> {
+        *self
+            .pinned
+            .lock()
+            .expect("pinned lock")
+            .entry(digest)
+            .or_default() += 1;
+        Pin { up: self, digest }
+    }
+
+    /// Records that `digest` was served now, for the LRU order.
+    pub(crate) fn used(&self, digest: &Sha256Digest, now: u64) {
+        self.used.lock().expect("used lock").insert(*digest, now);
+    }
+}
+
+/// A blob or manifest eviction leaves alone while this lives.
+pub(crate) struct Pin<'a> {
+    up: &'a Upstream,
+    digest: Sha256Digest,
+}
+
+impl Drop for Pin<'_> {
+    fn drop(&mut self) {
+        let mut pinned = self.up.pinned.lock().expect("pinned lock");
+        if let Some(n) = pinned.get_mut(&self.digest) {
+            *n -= 1;
+            if *n == 0 {
+                pinned.remove(&self.digest);
+            }
+        }
+    }
+}
+
+/// `USER:PASSWORD` from a file; its contents never appear in an error.
+fn read_credentials(file: &Path) -> std::result::Result<RegistryAuth, String> {
+    let text = std::fs::read_to_string(file).map_err(|e| {
+        format!(
+            "cannot read upstream_credentials_file {}: {e}",
+            file.display()
+        )
+    })?;
+    match text.trim_end_matches(['\r', '\n']).split_once(':') {
+        Some((user, password)) if !user.is_empty() && !password.contains('\n') => {
+            Ok(RegistryAuth::Basic(user.to_string(), password.to_string()))
+        }
+        _ => Err(format!(
+            "upstream_credentials_file {} must hold USER:PASSWORD on one line",
+            file.display()
+        )),
+    }
+}
+
+/// The answer to a write on a pull-through cache.
+pub(crate) fn refuse_write(up: &Upstream) -> RegistryError {
+    RegistryError::with_status(
+        Code::Unsupported,
+        axum::http::StatusCode::METHOD_NOT_ALLOWED,
+        format!(
+            "this registry is a pull-through cache of {}; push and delete there",
+            up.url
+        ),
+    )
+}
+
+/// Makes manifest `reference` of `name` present here: a digest fetched
+/// once, a tag resolved again when its last resolution is older than the
+/// TTL (kept when the upstream cannot be reached). The manifest it
+/// resolves to stays pinned while the answer holds the [`Pin`].
+pub(crate) async fn manifest<'a>(
+    app: &App,
+    up: &'a Upstream,
+    name: &str,
+    reference: &str,
+) -> Result<Pin<'a>> {
+    let now = app.now();
+    if reference.contains(':') {
+        let digest = crate::service::manifests::parse_digest(reference)?;
+        let pin = up.pin(digest);
+        if !have_manifest(app, name, &digest).await? {
+            fetch_manifest(app, up, name, reference, Some(digest)).await?;
+        }
+        return Ok(pin);
+    }
+    crate::service::manifests::check_tag(reference)?;
+    let key = (name.to_string(), reference.to_string());
+    let fresh = (up.resolved.lock().expect("resolved lock"))
+        .get(&key)
+        .is_some_and(|at| now < at.saturating_add(up.tag_ttl));
+    if fresh {
+        if let Some(pin) = cached_tag(app, up, name, reference).await? {
+            return Ok(pin);
+        }
+    }
+    match fetch_manifest(app, up, name, reference, None).await {
+        Ok(pin) => {
+            up.resolved.lock().expect("resolved lock").insert(key, now);
+            Ok(pin)
+        }
+        // Unreachable or failing: what this cache resolved last serves.
+        Err(e @ RegistryError::Upstream(_)) => match cached_tag(app, up, name, reference).await? {
+            Some(pin) => {
+                tracing::warn!(upstream = %up.url, repo = name, tag = reference, error = %e, "serving a cached tag");
+                Ok(pin)
+            }
+            None => Err(e),
+        },
+        Err(e) => Err(e),
+    }
+}
+
+/// The manifest tag `tag` of `name` resolves to here, pinned, when it is
+/// stored.
+async fn cached_tag<'a>(
+    app: &App,
+    up: &'a Upstream,
+    name: &str,
+    tag: &str,
+) -> Result<Option<Pin<'a>>> {
+    let (repo, t) = (name.to_string(), tag.to_string());
+    let Some(d) = app.meta(move |m| m.resolve_tag(&repo, &t)).await? else {
+        return Ok(None);
+    };
+    let digest = crate::service::manifests::parse_digest(&d)?;
+    let pin = up.pin(digest);
+    Ok(have_manifest(app, name, &digest).await?.then_some(pin))
+}
+
+async fn have_manifest(app: &App, name: &str, digest: &Sha256Digest) -> Result<bool> {
+    let (repo, d) = (name.to_string(), digest.to_string());
+    let recorded = app.meta(move |m| m.manifest(&repo, &d)).await?.is_some();
+    Ok(recorded && app.blobs.size(digest).await?.is_some())
+}
+
+/// Fetches a manifest from the upstream and records it here, under the tag
+/// when `reference` is one. Its blobs are fetched when asked for.
+async fn fetch_manifest<'a>(
+    app: &App,
+    up: &'a Upstream,
+    name: &str,
+    reference: &str,
+    want: Option<Sha256Digest>,
+) -> Result<Pin<'a>> {
+    let what = format!("manifest {name}:{reference}");
+    let r = up.reference(name, reference);
+    let (bytes, _) = (up.client)
+        .pull_manifest_raw(&r, &up.auth, MANIFEST_TYPES)
+        .await
+        .map_err(|e| up.failed(&what, e, Code::ManifestUnknown))?;
+    if bytes.len() > crate::service::manifests::MAX_MANIFEST {
+        return Err(bad_upstream(up, &format!("{what} is over 4 MiB")));
+    }
+    let digest = Sha256Digest(Sha256::digest(&bytes).into());
+    if want.is_some_and(|w| w != digest) {
+        return Err(bad_upstream(
+            up,
+            &format!("{what}: the bytes hash to {digest}"),
+        ));
+    }
+    let parsed = crate::service::manifests::parse_manifest(&bytes, None)
+        .map_err(|e| bad_upstream(up, &format!("{what}: {e}")))?;
+    up.stats.manifests_fetched.fetch_add(1, Ordering::Relaxed);
+    let record = crate::store::meta::ManifestRecord {
+        media_type: parsed.media_type,
+        size: bytes.len() as u64,
+        subject: None,
+        stored_at: app.now(),
+    };
+    let pin = up.pin(digest);
+    let _sweep = app.sweep.read().await;
+    let mark = app.sweep_mark().await?;
+    app.blobs.put(&digest, bytes.clone()).await?;
+    let (repo, d, now) = (name.to_string(), digest.to_string(), app.now());
+    let tag = (!reference.contains(':')).then(|| reference.to_string());
+    // A cache records what the upstream accepted: its blobs arrive later,
+    // so nothing is required to be here first.
+    app.meta(move |m| {
+        m.put_manifest(
+            &repo,
+            &d,
+            &record,
+            &crate::store::meta::References::default(),
+            tag.as_deref(),
+            None,
+            None,
+            now,
+        )
+    })
+    .await?
+    .map_err(|what| RegistryError::internal(format!("caching a manifest needed {what}")))?;
+    // Recorded: not held while waiting out another replica's sweep.
+    drop(_sweep);
+    if !app.settle(mark, &[digest]).await?.is_empty() {
+        app.blobs.put(&digest, bytes).await?;
+    }
+    Ok(pin)
+}
+
+fn bad_upstream(up: &Upstream, what: &str) -> RegistryError {
+    RegistryError::Upstream(format!(
+        "upstream {} sent a bad answer: {what}; nothing was kept",
+        up.url
+    ))
+}
+
+/// Makes blob `digest` of `name` present here, fetching it from the
+/// upstream once however many requests wait for it; pinned while the
+/// answer holds the [`Pin`].
+pub(crate) async fn blob<'a>(
+    app: &Arc<App>,
+    up: &'a Arc<Upstream>,
+    name: &str,
+    digest: &Sha256Digest,
+) -> Result<Pin<'a>> {
+    let pin = up.pin(*digest);
+    let (repo, d) = (name.to_string(), digest.to_string());
+    let linked = app.meta(move |m| m.blob_size(&repo, &d)).await?.is_some();
+    if linked && app.blobs.size(digest).await?.is_some() {
+        return Ok(pin);
+    }
+    let fetch = {
+        let mut fetching = up.fetching.lock().expect("fetching lock");
+        match fetching.get(digest) {
+            Some(f) => f.clone(),
+            None => {
+                // Its own task: a client that hangs up does not cancel the
+                // fetch the others wait for.
+                let (app, up2, name, digest2) =
+                    (Arc::clone(app), Arc::clone(up), name.to_string(), *digest);
+                let task = tokio::spawn(async move {
+                    let r = fetch_blob(&app, &up2, &name, &digest2).await;
+                    up2.fetching.lock().expect("fetching lock").remove(&digest2);
+                    r
+                });
+                let f: Fetch = async move {
+                    task.await
+                        .unwrap_or_else(|e| Err(RegistryError::internal(e)))
+                }
+                .boxed()
+                .shared();
+                fetching.insert(*digest, f.clone());
+                f
+            }
+        }
+    };
+    fetch.await?;
+    // A waiter of another repository links it too.
+    let (repo, d, now) = (name.to_string(), digest.to_string(), app.now());
+    if let Some(size) = app.blobs.size(digest).await? {
+        app.meta(move |m| m.link_blob(&repo, &d, size, now)).await?;
+    }
+    Ok(pin)
+}
+
+async fn fetch_blob(app: &App, up: &Upstream, name: &str, digest: &Sha256Digest) -> Result<()> {
+    let what = format!("blob {digest} of {name}");
+    let r = up.reference(name, &digest.to_string());
+    up.client.store_auth_if_needed(&up.registry, &up.auth).await;
+    let d = digest.to_string();
+    let sized = (up.client)
+        .pull_blob_stream(&r, d.as_str())
+        .await
+        .map_err(|e| up.failed(&what, e, Code::BlobUnknown))?;
+    if let (Some(len), Some(max)) = (sized.content_length, up.cache_size) {
+        if len > max {
+            return Err(bad_upstream(
+                up,
+                &format!("{what} is {len} bytes, more than cache_size {max}"),
+            ));
+        }
+    }
+    // Into an upload of the blob store, hashed as it streams; a body
+    // longer than announced is cut off and fails the hash.
+    let limit = sized.content_length.unwrap_or(u64::MAX);
+    let mut seen = 0u64;
+    let body = sized
+        .stream
+        .map_err(|e| BodyError(e.to_string()))
+        .take_while(move |piece| {
+            if let Ok(p) = piece {
+                seen += p.len() as u64;
+            }
+            std::future::ready(seen <= limit.saturating_add(1))
+        })
+        .boxed();
+    let id = uuid::Uuid::new_v4().to_string();
+    app.blobs.create_upload(&id).await?;
+    let result = async {
+        let appended = app
+            .blobs
+            .append_upload(&id, 0, body, Some(Sha256::new()))
+            .await;
+        match appended.result {
+            Ok(()) => {}
+            // The stream checks the digest too, so bad bytes may end it.
+            Err(AppendError::Body(BodyError(e))) => {
+                return Err(RegistryError::Upstream(format!(
+                    "upstream {} sent a bad answer: {what}: {e}; nothing was kept",
+                    up.url
+                )))
+            }
+            Err(AppendError::Store(e)) => return Err(e.into()),
+        }
+        let got = match appended.hasher {
+            Some(h) => Sha256Digest(h.finalize().into()),
+            None => app.blobs.hash_upload(&id).await?,
+        };
+        if got != *digest {
+            return Err(bad_upstream(
+                up,
+                &format!("{what}: the bytes hash to {got}"),
+            ));
+        }
+        let _sweep = app.sweep.read().await;
+        app.blobs.commit_upload(&id, digest).await?;
+        let (repo, d, size, now) = (
+            name.to_string(),
+            digest.to_string(),
+            appended.size,
+            app.now(),
+        );
+        app.meta(move |m| m.link_blob(&repo, &d, size, now)).await?;
+        up.stats.blobs_fetched.fetch_add(1, Ordering::Relaxed);
+        up.stats.bytes_fetched.fetch_add(size, Ordering::Relaxed);
+        metrics::counter!("sealvol_upstream_blobs_fetched_total").increment(1);
+        metrics::counter!("sealvol_upstream_bytes_fetched_total").increment(size);
+        Ok(size)
+    }
+    .await;
+    if result.is_err() {
+        let _ = app.blobs.remove_upload(&id).await;
+    }
+    result?;
+    evict(app, up).await
+}
+
+/// Deletes the least recently used blobs while the cache holds more than
+/// `cache_size`, down to nine tenths of it, sparing the pinned ones (about
+/// to be served). Deleted blobs stay linked: the next request for one
+/// fetches it again.
+async fn evict(app: &App, up: &Upstream) -> Result<()> {
+    let Some(max) = up.cache_size else {
+        return Ok(());
+    };
+    let _one = up.evicting.lock().await;
+    let mut stored = app.blobs.list().await?;
+    let mut total: u64 = stored.iter().map(|b| b.size).sum();
+    if total <= max {
+        return Ok(());
+    }
+    {
+        let used = up.used.lock().expect("used lock");
+        stored.sort_by_key(|b| used.get(&b.digest).copied().unwrap_or(b.modified));
+    }
+    let target = max / 10 * 9;
+    let _sweep = app.sweep.write().await;
+    for b in stored {
+        if total <= target {
+            break;
+        }
+        if up
+            .pinned
+            .lock()
+            .expect("pinned lock")
+            .contains_key(&b.digest)
+        {
+            continue;
+        }
+        app.blobs.delete(&b.digest).await?;
+        up.used.lock().expect("used lock").remove(&b.digest);
+        total -= b.size;
+    }
+    // Pinned blobs kept it over: the requests serving them settle it.
+    up.over.store(total > max, Ordering::Relaxed);
+    Ok(())
+}
+
+/// After a request let go of its pin: evicts what pins kept over
+/// `cache_size`.
+pub(crate) async fn settle(app: &App, up: &Upstream) {
+    if up.over.load(Ordering::Relaxed) {
+        if let Err(e) = evict(app, up).await {
+            tracing::warn!(error = %e, "could not evict cached blobs");
+        }
+    }
+}
+
+/// Tags of `name` as the upstream lists them; what this cache knows when
+/// the upstream cannot be reached.
+pub(crate) async fn tags(up: &Upstream, name: &str) -> Option<Vec<String>> {
+    let r = up.reference(name, "latest");
+    match up.client.list_tags(&r, &up.auth, None, None).await {
+        Ok(t) => Some(t.tags),
+        Err(e) => {
+            tracing::warn!(upstream = %up.url, repo = name, error = %e, "listing tags upstream failed; answering from the cache");
+            None
+        }
+    }
+}

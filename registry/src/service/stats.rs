@@ -1,0 +1,265 @@
+//! What a volume's versions hold and what storing them costs after
+//! deduplication (`GET /api/v1/volumes/NAME/-/stats`, SPEC.md §7.3).
+//!
+//! Stored bytes are the sizes of the distinct chunks of the volume's
+//! versions that garbage collection keeps (alive, and deleted but
+//! restorable). The registry keeps that set of chunks per volume
+//! (`volume_chunks`, one row per chunk with its size) and its totals in
+//! the volume's record, and grows them in the transaction that seals a
+//! version (the chunk sizes read from its chunk manifests before it), so a
+//! read costs nothing. Deletes and restores leave the set alone (a deleted
+//! version is still stored); a purge can take chunks out of it, and
+//! working out which would need every other version's chunks in the purge
+//! transaction, so a purge marks the totals unknown instead and the next
+//! read rebuilds them from the versions' manifests. Volumes sealed by a
+//! release before this one start unknown the same way.
+
+use std::collections::BTreeMap;
+
+use sealvol_spec::api;
+use sealvol_spec::Sha256Digest;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{RegistryError, Result};
+use crate::service::trees::Unreadable;
+use crate::service::volumes::{Lifecycle, VolumeRecord};
+use crate::state::app::App;
+use crate::store::meta::engine::{TableDefinition, WriteTransaction, U64};
+use crate::store::meta::{key, prefix, MetaError, MetaStore};
+
+/// The metadata layer's results (the module's `Result` is the API's).
+type MetaResult<T, E = MetaError> = std::result::Result<T, E>;
+
+/// `repo \0 sha256:<hex>` → the chunk's size: the distinct chunks of the
+/// volume's kept versions, while its record's `stats` is known.
+pub(crate) const VOLUME_CHUNKS: TableDefinition<U64> = TableDefinition::new("volume_chunks");
+
+/// The totals of a volume's chunk set.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ChunkTotals {
+    pub stored_bytes: u64,
+    pub chunks: u64,
+}
+
+/// A version's distinct chunks with their sizes, as its chunk manifests
+/// list them.
+pub type ChunkSizes = Vec<(Sha256Digest, u64)>;
+
+/// In the transaction that seals a version of `repo`: adds its chunks to
+/// the volume's set. `chunks` is `None` when they could not be read; the
+/// totals are then unknown until a read rebuilds them.
+pub(crate) fn add_sealed(
+    tx: &WriteTransaction,
+    repo: &str,
+    vol: &mut VolumeRecord,
+    chunks: Option<&ChunkSizes>,
+) -> MetaResult<()> {
+    let (Some(totals), Some(chunks)) = (vol.stats.as_mut(), chunks) else {
+        vol.stats = None;
+        return Ok(());
+    };
+    // The volume's set in one read, then the new chunks in one write: on
+    // a shared engine a row at a time would hold every writer off for a
+    // round trip per chunk of the version.
+    let mut t = tx.open_table(VOLUME_CHUNKS)?;
+    let (lo, hi) = prefix(&[repo]);
+    let mut known = std::collections::HashSet::new();
+    for row in t.range(lo.as_str()..hi.as_str())? {
+        known.insert(row?.0.value().to_string());
+    }
+    let mut new = Vec::new();
+    for (digest, size) in chunks {
+        let k = key(&[repo, &digest.to_string()]);
+        if !known.contains(&k) {
+            totals.stored_bytes += size;
+            totals.chunks += 1;
+            new.push((k, *size));
+        }
+    }
+    t.insert_many(new)?;
+    Ok(())
+}
+
+/// In the transaction that purges a version of `repo`: its chunks may
+/// leave the set, so the totals are unknown until rebuilt.
+pub(crate) fn purged(vol: &mut VolumeRecord) {
+    vol.stats = None;
+    vol.stats_epoch += 1;
+}
+
+/// What a stats read found: the totals, or what rebuilding them needs.
+pub(crate) struct Read {
+    pub stats: api::VolumeStats,
+    /// `None`: unknown; rebuild from these versions' current indexes.
+    pub totals: Option<ChunkTotals>,
+    pub indexes: Vec<String>,
+    /// The volume's sequence and stats epoch when read: a rebuild stores
+    /// its result only if neither moved.
+    pub stamp: (u64, u64),
+}
+
+impl MetaStore {
+    /// The counts of `repo`'s kept versions and its chunk totals, if known.
+    pub(crate) fn read_stats(
+        &self,
+        repo: &str,
+        retention: u64,
+        now: u64,
+    ) -> MetaResult<Read, crate::service::volumes::LifecycleError> {
+        let tx = self.db.begin_read()?;
+        let vol = crate::service::volumes::volume_record(&tx, repo)?.ok_or_else(|| {
+            crate::service::volumes::LifecycleError::VolumeUnknown(repo.to_string())
+        })?;
+        let mut stats = api::VolumeStats {
+            name: repo.to_string(),
+            ..Default::default()
+        };
+        let mut indexes = Vec::new();
+        for r in crate::service::volumes::version_records(&tx, repo)? {
+            let kept = match r.lifecycle {
+                Lifecycle::Alive => true,
+                Lifecycle::Tombstoned => r
+                    .tombstoned_at
+                    .is_some_and(|t| t.saturating_add(retention) > now),
+            };
+            if kept {
+                stats.versions += 1;
+                stats.logical_bytes += r.size.unwrap_or(0);
+                indexes.push(r.index_digest.clone());
+            }
+        }
+        if let Some(t) = vol.stats {
+            stats.stored_bytes = t.stored_bytes;
+            stats.chunks = t.chunks;
+        }
+        Ok(Read {
+            stats,
+            totals: vol.stats,
+            indexes,
+            stamp: (vol.sequence, vol.stats_epoch),
+        })
+    }
+
+    /// Stores a rebuilt chunk set of `repo` unless the volume changed
+    /// since `stamp` (another seal or purge; the next read rebuilds).
+    pub(crate) fn store_stats(
+        &self,
+        repo: &str,
+        stamp: (u64, u64),
+        set: &BTreeMap<Sha256Digest, u64>,
+    ) -> MetaResult<()> {
+        let tx = self.db.begin_write()?;
+        let Some(mut vol) = crate::service::volumes::volume_record_rw(&tx, repo)? else {
+            return Ok(());
+        };
+        if (vol.sequence, vol.stats_epoch) != stamp || vol.stats.is_some() {
+            return Ok(());
+        }
+        let mut t = tx.open_table(VOLUME_CHUNKS)?;
+        let (lo, hi) = prefix(&[repo]);
+        let mut stale = Vec::new();
+        for row in t.range(lo.as_str()..hi.as_str())? {
+            let (k, _) = row?;
+            let digest = &k.value()[repo.len() + 1..];
+            if !digest
+                .parse()
+                .is_ok_and(|d: Sha256Digest| set.contains_key(&d))
+            {
+                stale.push(k.value().to_string());
+            }
+        }
+        t.remove_many(&stale)?;
+        let mut totals = ChunkTotals::default();
+        let mut rows = Vec::with_capacity(set.len());
+        for (digest, size) in set {
+            rows.push((key(&[repo, &digest.to_string()]), *size));
+            totals.stored_bytes += size;
+            totals.chunks += 1;
+        }
+        t.insert_many(rows)?;
+        drop(t);
+        vol.stats = Some(totals);
+        crate::service::volumes::put_volume_record(&tx, repo, &vol)?;
+        tx.commit()?;
+        Ok(())
+    }
+}
+
+/// The distinct chunks of a version index, with their sizes, from its
+/// chunk manifests; why not when one is not stored or not a chunk
+/// manifest.
+pub(crate) async fn chunk_sizes(
+    app: &App,
+    ix: &sealvol_spec::oci::VersionIndex,
+) -> std::result::Result<ChunkSizes, Unreadable> {
+    use sealvol_spec::oci::{artifact_layers, sha256_of, MT_CHUNKS_MANIFEST};
+    let mut out = BTreeMap::new();
+    for m in &ix.chunk_manifests {
+        let d = sha256_of(m).ok_or_else(|| {
+            Unreadable::Invalid(format!("chunk manifest {} is not sha256", m.digest()))
+        })?;
+        let bytes = (app.blobs.get(&d).await?)
+            .ok_or_else(|| Unreadable::Missing(format!("chunk manifest {d}")))?;
+        let layers = artifact_layers(&bytes, MT_CHUNKS_MANIFEST)
+            .map_err(|e| Unreadable::Invalid(format!("{d} is not a chunk manifest: {e}")))?;
+        for layer in layers {
+            let chunk = sha256_of(&layer).ok_or_else(|| {
+                Unreadable::Invalid(format!("chunk {} of {d} is not sha256", layer.digest()))
+            })?;
+            out.insert(chunk, layer.size());
+        }
+    }
+    Ok(out.into_iter().collect())
+}
+
+/// `GET /api/v1/volumes/NAME/-/stats`: the totals as recorded, rebuilt
+/// first when unknown.
+pub(crate) async fn volume_stats(app: &App, repo: &str) -> Result<api::VolumeStats> {
+    let (retention, now) = (app.policy.retention_seconds, app.now());
+    let name = repo.to_string();
+    let read = app
+        .lifecycle(move |m| m.read_stats(&name, retention, now))
+        .await?;
+    if read.totals.is_some() {
+        return Ok(read.stats);
+    }
+    // A version that cannot be read (sealed by an earlier release that
+    // did not check it) leaves the totals short; they are answered, so the
+    // rest of the volume stays readable, but not kept, and the next read
+    // tries again.
+    let mut set = BTreeMap::new();
+    let mut unread = Vec::new();
+    for index in &read.indexes {
+        let chunks = match read_index(app, index).await {
+            Ok(ix) => chunk_sizes(app, &ix).await.map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        match chunks {
+            Ok(chunks) => set.extend(chunks),
+            Err(why) => unread.push(format!("{index}: {why}")),
+        }
+    }
+    let mut stats = read.stats;
+    stats.stored_bytes = set.values().sum();
+    stats.chunks = set.len() as u64;
+    if !unread.is_empty() {
+        tracing::warn!(
+            "the stats of {repo} leave out versions whose chunk manifests cannot be read: {}",
+            unread.join("; ")
+        );
+        return Ok(stats);
+    }
+    let (name, stamp) = (repo.to_string(), read.stamp);
+    app.meta(move |m| m.store_stats(&name, stamp, &set)).await?;
+    Ok(stats)
+}
+
+/// A version index stored in the registry, parsed.
+pub(crate) async fn read_index(app: &App, index: &str) -> Result<sealvol_spec::oci::VersionIndex> {
+    let digest: Sha256Digest = index.parse().map_err(RegistryError::internal)?;
+    let bytes =
+        app.blobs.get(&digest).await?.ok_or_else(|| {
+            RegistryError::internal(format!("version index {index} is not stored"))
+        })?;
+    sealvol_spec::oci::VersionIndex::parse(&bytes).map_err(RegistryError::internal)
+}

@@ -1,0 +1,3 @@
+//! Sync jobs: run, copy, publish.
+
+pub mod runner;

@@ -1,0 +1,3 @@
+//! What one process holds in memory; lost on restart.
+
+pub mod app;

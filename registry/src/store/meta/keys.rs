@@ -1,0 +1,267 @@
+//! Scoped, expiring API keys (SPEC.md §7.5) for CI jobs and GPU nodes:
+//! an admin creates one with repository globs and actions, the registry
+//! shows its secret once and keeps only its SHA-256, and the key logs in
+//! with Basic auth (user name: its id) or through `/token`, like a user
+//! whose rights are exactly the key's scope, never admin.
+//!
+//! A SHA-256 is enough here, unlike for passwords: the secret is 32
+//! random bytes, so there is nothing to guess from its hash.
+
+use std::io::Read;
+use std::sync::Arc;
+
+use crate::store::meta::engine::{Bytes, TableDefinition, WriteTransaction};
+use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
+use sealvol_spec::api::{self, Action, API_KEY_PREFIX};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::service::volumes::rfc3339;
+use crate::store::meta::{MetaError, MetaStore};
+
+/// key id -> [`KeyRecord`] as JSON.
+pub(crate) const API_KEYS: TableDefinition<Bytes> = TableDefinition::new("api_keys");
+
+pub(crate) fn create_tables(tx: &WriteTransaction) -> Result<(), MetaError> {
+    tx.open_table(API_KEYS)?;
+    Ok(())
+}
+
+/// Most keys a registry holds, and most globs one key names.
+const MAX_KEYS: usize = 10_000;
+const MAX_GLOBS: usize = 64;
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct KeyRecord {
+    repositories: Vec<String>,
+    actions: Vec<Action>,
+    created_by: String,
+    created_at: u64,
+    expires_at: Option<u64>,
+    /// Hex SHA-256 of the secret.
+    secret_sha256: String,
+}
+
+impl KeyRecord {
+    fn view(&self, id: &str) -> api::ApiKey {
+        api::ApiKey {
+            id: id.to_string(),
+            repositories: self.repositories.clone(),
+            actions: self.actions.clone(),
+            created_by: self.created_by.clone(),
+            created_at: rfc3339(self.created_at),
+            expires_at: self.expires_at.map(rfc3339),
+        }
+    }
+}
+
+/// A key that logged in: what it may do.
+#[derive(Debug)]
+pub struct KeyGrant {
+    pub id: String,
+    repositories: GlobSet,
+    actions: Vec<Action>,
+}
+
+impl PartialEq for KeyGrant {
+    fn eq(&self, other: &KeyGrant) -> bool {
+        self.id == other.id
+    }
+}
+impl Eq for KeyGrant {}
+
+impl KeyGrant {
+    pub fn allows(&self, repository: &str, action: Action) -> bool {
+        self.actions.contains(&action) && self.repositories.is_match(repository)
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum KeyError {
+    #[error("{0}")]
+    Invalid(String),
+    #[error("no API key {0}")]
+    Unknown(String),
+    #[error(transparent)]
+    Meta(#[from] MetaError),
+}
+
+crate::store::meta::from_redb!(KeyError, KeyError::Meta);
+
+fn compile(patterns: &[String]) -> Result<GlobSet, KeyError> {
+    let mut set = GlobSetBuilder::new();
+    for p in patterns {
+        let glob = GlobBuilder::new(p)
+            .literal_separator(true)
+            .build()
+            .map_err(|e| KeyError::Invalid(format!("repository pattern {p:?}: {}", e.kind())))?;
+        set.add(glob);
+    }
+    set.build()
+        .map_err(|e| KeyError::Invalid(format!("repository patterns: {e}")))
+}
+
+fn random_hex(n: usize) -> Result<String, KeyError> {
+    let mut bytes = vec![0u8; n];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut r| r.read_exact(&mut bytes))
+        .map_err(|e| KeyError::Meta(MetaError(format!("cannot read random bytes: {e}"))))?;
+    Ok(hex::encode(bytes))
+}
+
+fn sha256_hex(s: &str) -> String {
+    hex::encode(Sha256::digest(s.as_bytes()))
+}
+
+impl MetaStore {
+    /// Creates a key for `by`; the answer holds its secret, shown once.
+    pub fn create_key(
+        &self,
+        req: &api::ApiKeyRequest,
+        expires_at: Option<u64>,
+        by: &str,
+        now: u64,
+    ) -> Result<api::NewApiKey, KeyError> {
+        if req.repositories.is_empty() || req.repositories.len() > MAX_GLOBS {
+            return Err(KeyError::Invalid(format!(
+                "a key names 1 to {MAX_GLOBS} repository patterns"
+            )));
+        }
+        if req.actions.is_empty() {
+            return Err(KeyError::Invalid("a key needs at least one action".into()));
+        }
+        if expires_at.is_some_and(|t| t <= now) {
+            return Err(KeyError::Invalid("expires_at is in the past".into()));
+        }
+        compile(&req.repositories)?;
+        let id = format!("{API_KEY_PREFIX}{}", random_hex(8)?);
+        let secret = random_hex(32)?;
+        let mut actions = req.actions.clone();
+        actions.sort();
+        actions.dedup();
+        let record = KeyRecord {
+            repositories: req.repositories.clone(),
+            actions,
+            created_by: by.to_string(),
+            created_at: now,
+            expires_at,
+            secret_sha256: sha256_hex(&secret),
+        };
+        let tx = self.db.begin_write()?;
+        {
+            let mut table = tx.open_table(API_KEYS)?;
+            if table.len()? as usize >= MAX_KEYS {
+                return Err(KeyError::Invalid(format!(
+                    "this registry holds {MAX_KEYS} keys already; revoke some"
+                )));
+            }
+            let json = serde_json::to_vec(&record)?;
+            table.insert(id.as_str(), json.as_slice())?;
+        }
+        tx.commit()?;
+        Ok(api::NewApiKey {
+            key: record.view(&id),
+            secret,
+        })
+    }
+
+    /// Every key, by id.
+    pub fn keys(&self) -> Result<Vec<api::ApiKey>, KeyError> {
+        let tx = self.db.begin_read()?;
+        let mut out = Vec::new();
+        for row in tx.open_table(API_KEYS)?.iter()? {
+            let (k, v) = row?;
+            let r: KeyRecord = serde_json::from_slice(v.value())?;
+            out.push(r.view(k.value()));
+        }
+        Ok(out)
+    }
+
+    pub fn delete_key(&self, id: &str) -> Result<(), KeyError> {
+        let tx = self.db.begin_write()?;
+        let removed = tx.open_table(API_KEYS)?.remove(id)?.is_some();
+        tx.commit()?;
+        if removed {
+            Ok(())
+        } else {
+            Err(KeyError::Unknown(id.to_string()))
+        }
+    }
+
+    /// The key `id` if it exists, has not expired, and (when `secret` is
+    /// given) `secret` is its secret.
+    pub fn key_grant(
+        &self,
+        id: &str,
+        secret: Option<&str>,
+        now: u64,
+    ) -> Result<Option<Arc<KeyGrant>>, KeyError> {
+        let tx = self.db.begin_read()?;
+        let table = tx.open_table(API_KEYS)?;
+        let Some(v) = table.get(id)? else {
+            return Ok(None);
+        };
+        let r: KeyRecord = serde_json::from_slice(v.value())?;
+        if r.expires_at.is_some_and(|t| t <= now) {
+            return Ok(None);
+        }
+        if secret.is_some_and(|s| sha256_hex(s) != r.secret_sha256) {
+            return Ok(None);
+        }
+        Ok(Some(Arc::new(KeyGrant {
+            id: id.to_string(),
+            repositories: compile(&r.repositories)?,
+            actions: r.actions,
+        })))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_key_logs_in_with_its_secret_until_it_expires_or_is_revoked() {
+        let (_dir, meta) = MetaStore::temporary();
+        let req = api::ApiKeyRequest {
+            repositories: vec!["weights/**".into()],
+            actions: vec![Action::Pull],
+            expires_at: None,
+        };
+        let k = meta.create_key(&req, Some(2_000), "admin", 1_000).unwrap();
+        assert!(k.key.id.starts_with(API_KEY_PREFIX));
+        let g = meta
+            .key_grant(&k.key.id, Some(&k.secret), 1_500)
+            .unwrap()
+            .unwrap();
+        assert!(g.allows("weights/a/b", Action::Pull));
+        assert!(!g.allows("weights/a", Action::Push));
+        assert!(!g.allows("other/a", Action::Pull));
+        assert!(meta
+            .key_grant(&k.key.id, Some("wrong"), 1_500)
+            .unwrap()
+            .is_none());
+        assert!(meta
+            .key_grant(&k.key.id, Some(&k.secret), 2_000)
+            .unwrap()
+            .is_none());
+        assert_eq!(meta.keys().unwrap(), vec![k.key.clone()]);
+        meta.delete_key(&k.key.id).unwrap();
+        assert!(meta
+            .key_grant(&k.key.id, Some(&k.secret), 1_500)
+            .unwrap()
+            .is_none());
+        assert!(matches!(
+            meta.delete_key(&k.key.id),
+            Err(KeyError::Unknown(_))
+        ));
+        let bad = api::ApiKeyRequest {
+            actions: vec![],
+            ..req
+        };
+        assert!(matches!(
+            meta.create_key(&bad, None, "admin", 1),
+            Err(KeyError::Invalid(_))
+        ));
+    }
+}

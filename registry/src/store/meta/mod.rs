@@ -1,0 +1,674 @@
+//! Registry metadata in redb: repositories, which blobs each repository
+//! may see, manifests, tags, the referrers index and upload sessions.
+//! Every change is one transaction, so a crash leaves either all of it or
+//! none of it.
+//!
+//! Keys join their parts with NUL, which no repository name, tag or digest
+//! contains, so a repository's rows form one contiguous key range.
+
+pub mod claims;
+pub mod engine;
+pub mod keys;
+pub mod secrets;
+pub mod sweeps;
+pub mod syncs;
+
+use std::path::Path;
+
+use crate::store::meta::engine::{Bytes, Database, Str, TableDefinition, WriteTransaction, U64};
+use serde::{Deserialize, Serialize};
+
+pub(crate) const REPOS: TableDefinition<U64> = TableDefinition::new("repos");
+/// `repo NUL digest` -> size: the blobs a repository may see.
+pub(crate) const BLOB_LINKS: TableDefinition<U64> = TableDefinition::new("blob_links");
+/// `repo NUL digest` -> when the link was made or renewed (Unix seconds);
+/// garbage collection's grace period counts from it. Links made before
+/// this table existed have no row and count as old.
+pub(crate) const LINK_TIMES: TableDefinition<U64> = TableDefinition::new("link_times");
+pub(crate) const MANIFESTS: TableDefinition<Bytes> = TableDefinition::new("manifests");
+pub(crate) const TAGS: TableDefinition<Str> = TableDefinition::new("tags");
+pub(crate) const REFERRERS: TableDefinition<Bytes> = TableDefinition::new("referrers");
+pub(crate) const UPLOADS: TableDefinition<Str> = TableDefinition::new("uploads");
+/// Upload id -> when the session was started or last written to (Unix
+/// seconds); a session idle longer than the upload TTL is abandoned.
+/// Sessions from before this table have no row; the first expiry pass
+/// gives them one, so they get a full TTL from the upgrade.
+pub(crate) const UPLOAD_TIMES: TableDefinition<U64> = TableDefinition::new("upload_times");
+
+#[derive(Debug, thiserror::Error)]
+#[error("metadata store: {0}")]
+pub struct MetaError(pub(crate) String);
+
+/// Implements `From` for every error a metadata transaction can raise,
+/// through `$via` (a function from the displayed error).
+macro_rules! from_redb {
+    ($target:ty, $via:expr) => {
+        $crate::store::meta::from_redb!(
+            $target,
+            $via,
+            redb::DatabaseError,
+            redb::TransactionError,
+            redb::TableError,
+            redb::StorageError,
+            redb::CommitError,
+            $crate::store::meta::engine::TableError,
+            serde_json::Error
+        );
+    };
+    ($target:ty, $via:expr, $($t:ty),*) => {$(
+        impl From<$t> for $target {
+            fn from(e: $t) -> Self {
+                $via($crate::store::meta::MetaError(e.to_string()))
+            }
+        }
+    )*};
+}
+pub(crate) use from_redb;
+from_redb!(MetaError, std::convert::identity);
+
+pub type Result<T> = std::result::Result<T, MetaError>;
+
+/// What the registry keeps about a manifest (its bytes are a blob).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ManifestRecord {
+    pub media_type: String,
+    pub size: u64,
+    /// Descriptor of this manifest as listed by the referrers API, when it
+    /// has a `subject`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subject: Option<String>,
+    /// When it was last stored (Unix seconds); 0 for records older than
+    /// the field. Garbage collection spares manifests younger than its
+    /// grace period, such as the shards a push stores before its index.
+    #[serde(default)]
+    pub stored_at: u64,
+}
+
+pub(crate) fn key(parts: &[&str]) -> String {
+    parts.join("\0")
+}
+
+/// The key range of every row whose key starts with `parts` + NUL.
+pub(crate) fn prefix(parts: &[&str]) -> (String, String) {
+    let p = key(parts);
+    (format!("{p}\0"), format!("{p}\x01"))
+}
+
+pub struct MetaStore {
+    pub(crate) db: Database,
+}
+
+/// What a manifest PUT needs to exist in the repository first.
+#[derive(Debug, Default)]
+pub struct References {
+    pub blobs: Vec<String>,
+    pub children: Vec<String>,
+}
+
+/// Makes `digest` visible in `repo`, recording the repository if new.
+fn link(tx: &WriteTransaction, repo: &str, digest: &str, size: u64, now: u64) -> Result<()> {
+    let k = key(&[repo, digest]);
+    tx.open_table(BLOB_LINKS)?.insert(k.as_str(), size)?;
+    tx.open_table(LINK_TIMES)?.insert(k.as_str(), now)?;
+    ensure_repo(tx, repo, now)
+}
+
+fn ensure_repo(tx: &WriteTransaction, repo: &str, now: u64) -> Result<()> {
+    let mut repos = tx.open_table(REPOS)?;
+    if repos.get(repo)?.is_none() {
+        repos.insert(repo, now)?;
+    }
+    Ok(())
+}
+
+/// Removes a manifest's row and its referrer rows (not its tags), and
+/// returns the record it had.
+pub(crate) fn drop_manifest(
+    tx: &WriteTransaction,
+    repo: &str,
+    digest: &str,
+) -> Result<Option<ManifestRecord>> {
+    let record: Option<ManifestRecord> = {
+        let mut manifests = tx.open_table(MANIFESTS)?;
+        let removed = manifests.remove(key(&[repo, digest]).as_str())?;
+        match removed {
+            Some(v) => Some(serde_json::from_slice(v.value())?),
+            None => None,
+        }
+    };
+    if record.as_ref().is_some_and(|r| r.subject.is_some()) {
+        // The subject digest is inside the descriptor; find the row by suffix.
+        let mut refs = tx.open_table(REFERRERS)?;
+        let (lo, hi) = prefix(&[repo]);
+        let suffix = format!("\0{digest}");
+        let rows: Vec<String> = refs
+            .range(lo.as_str()..hi.as_str())?
+            .filter_map(|r| r.ok())
+            .map(|(k, _)| k.value().to_string())
+            .filter(|k| k.ends_with(&suffix))
+            .collect();
+        for k in rows {
+            refs.remove(k.as_str())?;
+        }
+    }
+    Ok(record)
+}
+
+impl MetaStore {
+    /// A store in a new temporary folder, for tests: the folder goes
+    /// when the returned guard is dropped.
+    #[cfg(test)]
+    pub(crate) fn temporary() -> (tempfile::TempDir, MetaStore) {
+        let dir = tempfile::tempdir().expect("a temporary folder");
+        let m = MetaStore::open(&dir.path().join("meta.redb")).expect("a new metadata store");
+        (dir, m)
+    }
+
+    pub fn open(path: &Path) -> Result<MetaStore> {
+        let db = Database::Redb(redb::Database::create(path)?);
+        // Create every table once so that readers never see a missing one.
+        let tx = db.begin_write()?;
+        tx.open_table(REPOS)?;
+        tx.open_table(BLOB_LINKS)?;
+        tx.open_table(MANIFESTS)?;
+        tx.open_table(TAGS)?;
+        tx.open_table(REFERRERS)?;
+        tx.open_table(UPLOADS)?;
+        tx.open_table(UPLOAD_TIMES)?;
+        tx.open_table(LINK_TIMES)?;
+        crate::service::volumes::create_tables(&tx)?;
+        crate::store::meta::syncs::create_tables(&tx)?;
+        crate::store::meta::keys::create_tables(&tx)?;
+        crate::store::meta::claims::create_tables(&tx)?;
+        crate::store::meta::sweeps::create_tables(&tx)?;
+        tx.commit()?;
+        Ok(MetaStore { db })
+    }
+
+    /// The metadata in PostgreSQL at `url` (`store::postgres`), shared by
+    /// every replica that connects to it.
+    pub fn open_postgres(url: &str, password: Option<&str>) -> Result<MetaStore> {
+        Ok(MetaStore {
+            db: Database::Postgres(crate::store::meta::engine::postgres::Pg::connect(
+                url, password,
+            )?),
+        })
+    }
+
+    /// Opens the database at `path` after sealing the secrets an earlier
+    /// release kept in plaintext. redb is copy-on-write: the pages that
+    /// held them are freed, not overwritten, and compaction only moves
+    /// pages about. So when there were any, every table is copied into a
+    /// fresh file that replaces the old one, and no freed page survives.
+    pub fn open_sealing_secrets(
+        path: &Path,
+        key: &crate::store::meta::secrets::SecretKey,
+    ) -> Result<MetaStore> {
+        let meta = MetaStore::open(path)?;
+        let sealed = meta.seal_plaintext_secrets(key)?;
+        let meta = if sealed == 0 {
+            meta
+        } else {
+            drop(meta);
+            rewrite(path)?;
+            tracing::warn!(
+                "sealed {sealed} sync secret(s) stored in plaintext by an earlier release"
+            );
+            MetaStore::open(path)?
+        };
+        let unbound: Vec<String> = meta
+            .secrets()?
+            .into_iter()
+            .filter(|s| s.for_sources.is_empty())
+            .map(|s| s.name)
+            .collect();
+        if !unbound.is_empty() {
+            tracing::warn!(
+                "sync secret(s) {} are bound to no source, so only admins' jobs may use them; bind each with `sealvol secret bind NAME --for URI`",
+                unbound.join(", ")
+            );
+        }
+        Ok(meta)
+    }
+
+    pub fn repo_exists(&self, repo: &str) -> Result<bool> {
+        let tx = self.db.begin_read()?;
+        Ok(tx.open_table(REPOS)?.get(repo)?.is_some())
+    }
+
+    /// Makes `digest` visible in `repo`.
+    pub fn link_blob(&self, repo: &str, digest: &str, size: u64, now: u64) -> Result<()> {
+        let tx = self.db.begin_write()?;
+        link(&tx, repo, digest, size, now)?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Makes every `(digest, size)` visible in `repo`, in one transaction.
+    pub fn link_blobs(&self, repo: &str, blobs: &[(String, u64)], now: u64) -> Result<()> {
+        let tx = self.db.begin_write()?;
+        for (digest, size) in blobs {
+            link(&tx, repo, digest, *size, now)?;
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// The size of `digest` if `repo` may see it.
+    pub fn blob_size(&self, repo: &str, digest: &str) -> Result<Option<u64>> {
+        let tx = self.db.begin_read()?;
+        let t = tx.open_table(BLOB_LINKS)?;
+        Ok(t.get(key(&[repo, digest]).as_str())?.map(|v| v.value()))
+    }
+
+    /// The size and link time of link `repo NUL digest` ([`key`]).
+    pub fn link(&self, k: &str) -> Result<Option<(u64, u64)>> {
+        let tx = self.db.begin_read()?;
+        let Some(size) = tx.open_table(BLOB_LINKS)?.get(k)?.map(|v| v.value()) else {
+            return Ok(None);
+        };
+        let at = tx.open_table(LINK_TIMES)?.get(k)?.map_or(0, |v| v.value());
+        Ok(Some((size, at)))
+    }
+
+    /// Renews the time of each link in `keys` that still exists to `now`,
+    /// in one transaction; answers which exist.
+    pub fn renew_links(&self, keys: &[String], now: u64) -> Result<Vec<bool>> {
+        let tx = self.db.begin_write()?;
+        let mut out = Vec::with_capacity(keys.len());
+        {
+            let links = tx.open_table(BLOB_LINKS)?;
+            let mut times = tx.open_table(LINK_TIMES)?;
+            for k in keys {
+                let linked = links.get(k)?.is_some();
+                if linked && times.get(k)?.is_none_or(|t| t.value() < now) {
+                    times.insert(k, now)?;
+                }
+                out.push(linked);
+            }
+        }
+        tx.commit()?;
+        Ok(out)
+    }
+
+    pub fn unlink_blob(&self, repo: &str, digest: &str) -> Result<bool> {
+        let tx = self.db.begin_write()?;
+        let k = key(&[repo, digest]);
+        let removed = tx.open_table(BLOB_LINKS)?.remove(k.as_str())?.is_some();
+        tx.open_table(LINK_TIMES)?.remove(k.as_str())?;
+        tx.commit()?;
+        Ok(removed)
+    }
+
+    /// Records a manifest after checking, in the same transaction, that
+    /// everything it references is in the repository (so no concurrent
+    /// delete can slip in between); optionally seals it as a version of the
+    /// volume (SPEC.md §7.1), tags it, and indexes it as a referrer of
+    /// `subject` (digest, descriptor JSON). Answers `Err(what)` naming the
+    /// first missing reference instead.
+    #[allow(clippy::too_many_arguments)]
+    pub fn put_manifest(
+        &self,
+        repo: &str,
+        digest: &str,
+        record: &ManifestRecord,
+        refs: &References,
+        tag: Option<&str>,
+        subject: Option<&str>,
+        version: Option<&crate::service::volumes::Sealed>,
+        now: u64,
+    ) -> Result<std::result::Result<(), String>> {
+        let tx = self.db.begin_write()?;
+        {
+            let links = tx.open_table(BLOB_LINKS)?;
+            if let Some(b) = refs
+                .blobs
+                .iter()
+                .find(|b| !matches!(links.get(key(&[repo, b]).as_str()), Ok(Some(_))))
+            {
+                return Ok(Err(format!("blob {b}")));
+            }
+            let manifests = tx.open_table(MANIFESTS)?;
+            if let Some(c) = refs
+                .children
+                .iter()
+                .find(|c| !matches!(manifests.get(key(&[repo, c]).as_str()), Ok(Some(_))))
+            {
+                return Ok(Err(format!("manifest {c}")));
+            }
+        }
+        {
+            let bytes = serde_json::to_vec(record)?;
+            tx.open_table(MANIFESTS)?
+                .insert(key(&[repo, digest]).as_str(), bytes.as_slice())?;
+            if let (Some(s), Some(desc)) = (subject, &record.subject) {
+                tx.open_table(REFERRERS)?
+                    .insert(key(&[repo, s, digest]).as_str(), desc.as_bytes())?;
+            }
+            ensure_repo(&tx, repo, now)?;
+            // A tag names the version: its current index, which may not be
+            // this one (SPEC.md §7.1: no downgrade).
+            let target = match version {
+                Some(v) => crate::service::volumes::seal(&tx, repo, digest, v, now)?,
+                None => digest.to_string(),
+            };
+            if let Some(t) = tag {
+                crate::service::volumes::put_tag(&tx, repo, t, &target, None, now)?;
+            }
+        }
+        tx.commit()?;
+        Ok(Ok(()))
+    }
+
+    pub fn manifest(&self, repo: &str, digest: &str) -> Result<Option<ManifestRecord>> {
+        let tx = self.db.begin_read()?;
+        let t = tx.open_table(MANIFESTS)?;
+        match t.get(key(&[repo, digest]).as_str())? {
+            Some(v) => Ok(Some(serde_json::from_slice(v.value())?)),
+            None => Ok(None),
+        }
+    }
+
+    pub fn resolve_tag(&self, repo: &str, tag: &str) -> Result<Option<String>> {
+        let tx = self.db.begin_read()?;
+        let t = tx.open_table(TAGS)?;
+        Ok(t.get(key(&[repo, tag]).as_str())?
+            .map(|v| v.value().to_string()))
+    }
+
+    /// Deletes a manifest with the tags that point at it and its referrer
+    /// entries; the index of a version is tombstoned instead, so it can be
+    /// restored (SPEC.md §7.1). Returns false when it did not exist.
+    pub fn delete_manifest(&self, repo: &str, digest: &str, now: u64) -> Result<bool> {
+        let tx = self.db.begin_write()?;
+        let existed;
+        {
+            if tx
+                .open_table(MANIFESTS)?
+                .get(key(&[repo, digest]).as_str())?
+                .is_none()
+            {
+                return Ok(false);
+            }
+            if let Some(version) = crate::service::volumes::version_of_index(&tx, repo, digest)? {
+                // Hides every index of the version, this one included.
+                crate::service::volumes::tombstone(&tx, repo, &version, now)
+                    .map_err(|e| MetaError(e.to_string()))?;
+                existed = true;
+            } else {
+                existed = drop_manifest(&tx, repo, digest)?.is_some();
+                crate::service::volumes::drop_tags_of(&tx, repo, &[digest.to_string()], now)?;
+            }
+        }
+        tx.commit()?;
+        Ok(existed)
+    }
+
+    /// Removes a tag (not what it points at).
+    pub fn delete_tag(&self, repo: &str, tag: &str, now: u64) -> Result<bool> {
+        let tx = self.db.begin_write()?;
+        let removed = crate::service::volumes::remove_tag(&tx, repo, tag, now)?;
+        tx.commit()?;
+        Ok(removed)
+    }
+
+    /// Tags of `repo` in lexical order after `last`, at most `n`, and
+    /// whether more follow.
+    pub fn tags(&self, repo: &str, last: Option<&str>, n: usize) -> Result<(Vec<String>, bool)> {
+        let tx = self.db.begin_read()?;
+        let t = tx.open_table(TAGS)?;
+        let (lo, hi) = prefix(&[repo]);
+        let start = match last {
+            Some(l) => format!("{}\x01", key(&[repo, l])),
+            None => lo,
+        };
+        let strip = repo.len() + 1;
+        let mut out = Vec::new();
+        for row in t.range(start.as_str()..hi.as_str())? {
+            let (k, _) = row?;
+            if out.len() == n {
+                return Ok((out, true));
+            }
+            out.push(k.value()[strip..].to_string());
+        }
+        Ok((out, false))
+    }
+
+    /// Repository names in lexical order after `last`, at most `n`.
+    pub fn catalog(&self, last: Option<&str>, n: usize) -> Result<(Vec<String>, bool)> {
+        let tx = self.db.begin_read()?;
+        let t = tx.open_table(REPOS)?;
+        let mut out = Vec::new();
+        let iter = match last {
+            Some(l) => t.range(format!("{l}\0").as_str()..)?,
+            None => t.range::<&str>(..)?,
+        };
+        for row in iter {
+            let (k, _) = row?;
+            if out.len() == n {
+                return Ok((out, true));
+            }
+            out.push(k.value().to_string());
+        }
+        Ok((out, false))
+    }
+
+    /// Descriptor JSON of every manifest in `repo` whose subject is `subject`.
+    pub fn referrers(&self, repo: &str, subject: &str) -> Result<Vec<String>> {
+        let tx = self.db.begin_read()?;
+        let t = tx.open_table(REFERRERS)?;
+        let (lo, hi) = prefix(&[repo, subject]);
+        let mut out = Vec::new();
+        for row in t.range(lo.as_str()..hi.as_str())? {
+            let (_, v) = row?;
+            out.push(String::from_utf8_lossy(v.value()).into_owned());
+        }
+        Ok(out)
+    }
+
+    pub fn put_upload(&self, id: &str, repo: &str, now: u64) -> Result<()> {
+        let tx = self.db.begin_write()?;
+        tx.open_table(UPLOADS)?.insert(id, repo)?;
+        tx.open_table(UPLOAD_TIMES)?.insert(id, now)?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Records that upload `id` was written to at `now`, if it still exists.
+    pub fn touch_upload(&self, id: &str, now: u64) -> Result<()> {
+        let tx = self.db.begin_write()?;
+        if tx.open_table(UPLOADS)?.get(id)?.is_some() {
+            tx.open_table(UPLOAD_TIMES)?.insert(id, now)?;
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Sessions idle since `now - ttl` or longer. A session without a
+    /// time (older than the time table) is stamped `now` instead.
+    pub fn stale_uploads(&self, now: u64, ttl: u64) -> Result<Vec<String>> {
+        let tx = self.db.begin_write()?;
+        let mut stale = Vec::new();
+        {
+            let uploads = tx.open_table(UPLOADS)?;
+            let mut times = tx.open_table(UPLOAD_TIMES)?;
+            let mut unstamped = Vec::new();
+            for row in uploads.range::<&str>(..)? {
+                let (id, _) = row?;
+                let id = id.value().to_string();
+                match times.get(id.as_str())?.map(|t| t.value()) {
+                    Some(t) if t.saturating_add(ttl) <= now => stale.push(id),
+                    Some(_) => {}
+                    None => unstamped.push(id),
+                }
+            }
+            for id in unstamped {
+                times.insert(id.as_str(), now)?;
+            }
+        }
+        tx.commit()?;
+        Ok(stale)
+    }
+
+    /// Ends session `id` if it is still idle since `now - ttl` (a write
+    /// may have come in since [`Self::stale_uploads`]); true when it did.
+    pub fn end_stale_upload(&self, id: &str, now: u64, ttl: u64) -> Result<bool> {
+        let tx = self.db.begin_write()?;
+        let stale = tx
+            .open_table(UPLOAD_TIMES)?
+            .get(id)?
+            .is_some_and(|t| t.value().saturating_add(ttl) <= now);
+        if stale {
+            tx.open_table(UPLOADS)?.remove(id)?;
+            tx.open_table(UPLOAD_TIMES)?.remove(id)?;
+        }
+        tx.commit()?;
+        Ok(stale)
+    }
+
+    pub fn upload_repo(&self, id: &str) -> Result<Option<String>> {
+        let tx = self.db.begin_read()?;
+        let t = tx.open_table(UPLOADS)?;
+        Ok(t.get(id)?.map(|v| v.value().to_string()))
+    }
+
+    /// Ends an upload session; with `blob`, makes it visible in the
+    /// session's repository in the same transaction.
+    pub fn finish_upload(&self, id: &str, blob: Option<(&str, &str, u64)>, now: u64) -> Result<()> {
+        let tx = self.db.begin_write()?;
+        {
+            tx.open_table(UPLOADS)?.remove(id)?;
+            tx.open_table(UPLOAD_TIMES)?.remove(id)?;
+            if let Some((repo, digest, size)) = blob {
+                link(&tx, repo, digest, size, now)?;
+            }
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    pub fn uploads(&self) -> Result<Vec<String>> {
+        let tx = self.db.begin_read()?;
+        let t = tx.open_table(UPLOADS)?;
+        let mut out = Vec::new();
+        for row in t.range::<&str>(..)? {
+            out.push(row?.0.value().to_string());
+        }
+        Ok(out)
+    }
+}
+
+/// Copies every table of the database at `path` into a new file and puts
+/// it in its place (a crash before the rename leaves the old file whole).
+/// Tables are copied by the types the registry's tables have: keys are
+/// text; values bytes, numbers or text.
+fn rewrite(path: &Path) -> Result<()> {
+    let io = |e: std::io::Error| MetaError(format!("rewriting {}: {e}", path.display()));
+    let fresh = path.with_extension("redb.rewrite");
+    match std::fs::remove_file(&fresh) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(io(e)),
+    }
+    {
+        use redb::ReadableDatabase as _;
+        let src = redb::Database::open(path)?;
+        let dst = redb::Database::create(&fresh)?;
+        let r = src.begin_read()?;
+        let w = dst.begin_write()?;
+        for handle in r.list_tables()? {
+            let name = redb::TableHandle::name(&handle).to_string();
+            if !(copy_table::<&[u8]>(&r, &w, &name)?
+                || copy_table::<u64>(&r, &w, &name)?
+                || copy_table::<&str>(&r, &w, &name)?)
+            {
+                return Err(MetaError(format!(
+                    "rewriting {}: table {name} has types this release does not know",
+                    path.display()
+                )));
+            }
+        }
+        w.commit()?;
+    }
+    std::fs::File::open(&fresh)
+        .and_then(|f| f.sync_all())
+        .map_err(io)?;
+    std::fs::rename(&fresh, path).map_err(io)?;
+    if let Some(dir) = path.parent() {
+        std::fs::File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(io)?;
+    }
+    Ok(())
+}
+
+/// Copies table `name` if its values are `V`; false when they are not.
+fn copy_table<V: redb::Value + 'static>(
+    r: &redb::ReadTransaction,
+    w: &redb::WriteTransaction,
+    name: &str,
+) -> Result<bool> {
+    let def: redb::TableDefinition<&str, V> = redb::TableDefinition::new(name);
+    use redb::ReadableTable as _;
+    let src = match r.open_table(def) {
+        Ok(t) => t,
+        Err(redb::TableError::TableTypeMismatch { .. }) => return Ok(false),
+        Err(e) => return Err(e.into()),
+    };
+    let mut dst = w.open_table(def)?;
+    for row in src.iter()? {
+        let (k, v) = row?;
+        dst.insert(k.value(), v.value())?;
+    }
+    Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tags_paginate_in_order_and_manifest_delete_drops_its_tags() {
+        let (_dir, m) = MetaStore::temporary();
+        let rec = ManifestRecord {
+            media_type: "application/vnd.oci.image.manifest.v1+json".into(),
+            size: 10,
+            subject: None,
+            stored_at: 0,
+        };
+        let none = References::default();
+        for t in ["b", "a", "c"] {
+            m.put_manifest("ns/repo", "sha256:aa", &rec, &none, Some(t), None, None, 0)
+                .unwrap()
+                .unwrap();
+        }
+        m.put_manifest(
+            "ns/repo2",
+            "sha256:bb",
+            &rec,
+            &none,
+            Some("z"),
+            None,
+            None,
+            0,
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            m.tags("ns/repo", None, 2).unwrap(),
+            (vec!["a".into(), "b".into()], true)
+        );
+        assert_eq!(
+            m.tags("ns/repo", Some("b"), 2).unwrap(),
+            (vec!["c".into()], false)
+        );
+        assert_eq!(m.catalog(None, 10).unwrap().0, ["ns/repo", "ns/repo2"]);
+        assert_eq!(m.catalog(Some("ns/repo"), 10).unwrap().0, ["ns/repo2"]);
+        assert!(m.delete_manifest("ns/repo", "sha256:aa", 0).unwrap());
+        assert_eq!(m.tags("ns/repo", None, 10).unwrap().0, Vec::<String>::new());
+        assert_eq!(
+            m.resolve_tag("ns/repo2", "z").unwrap().as_deref(),
+            Some("sha256:bb")
+        );
+    }
+}
