@@ -1,6 +1,6 @@
 //! The commands that need the registry's volume API (SPEC.md §7): rm,
 //! restore, update, gc. Each parses its ref, calls
-//! `sealvol_client::lifecycle` and prints text (or one JSON document with
+//! `sealvol_client::volumes` and prints text (or one JSON document with
 //! `--output json`). Against a registry without the API each fails with
 //! one line: "registry HOST does not support … (it has no sealvol volume
 //! API)".
@@ -10,8 +10,8 @@ use std::time::SystemTime;
 
 use anyhow::bail;
 use sealvol_client::inspect::VersionInfo;
-use sealvol_client::lifecycle::{self, GcReport, Volume};
 use sealvol_client::resolve::display_ref;
+use sealvol_client::volumes::{self, GcReport, Volume};
 use sealvol_client::Remote;
 use sealvol_spec::reference::{Selector, VolumeRef};
 use serde::Serialize;
@@ -107,16 +107,16 @@ pub fn rm(
     }
     let deleted = match digest {
         Some(d) => {
-            let full = rt.block_on(lifecycle::resolve_digest(&remote, &volume, &d, false))?;
+            let full = rt.block_on(volumes::resolve_digest(&remote, &volume, &d, false))?;
             let shown = display_ref(
                 &remote,
                 &volume.with_selector(Selector::Digest(full.clone())),
             );
             confirm(&format!("Delete {shown}?"), yes)?;
-            vec![rt.block_on(lifecycle::delete_version(&remote, &volume, &full))?]
+            vec![rt.block_on(volumes::delete_version(&remote, &volume, &full))?]
         }
         None => {
-            let record = rt.block_on(lifecycle::volume(&remote, &volume))?;
+            let record = rt.block_on(volumes::volume(&remote, &volume))?;
             if record.alive == 0 {
                 eprintln!("{shown_volume} has no versions left to delete");
                 Vec::new()
@@ -127,7 +127,7 @@ pub fn rm(
                     &format!("Delete all {n} {versions} of {shown_volume}?"),
                     yes,
                 )?;
-                rt.block_on(lifecycle::delete_volume(&remote, &volume))?
+                rt.block_on(volumes::delete_volume(&remote, &volume))?
             }
         }
     };
@@ -174,7 +174,7 @@ pub fn restore(target: &str, conn: &Conn, output: Output) -> anyhow::Result<()> 
     if vref.path.is_some() {
         bail!("{target}: restore brings back a whole version; give it without a path");
     }
-    let v = runtime()?.block_on(lifecycle::restore(&remote, &volume, digest))?;
+    let v = runtime()?.block_on(volumes::restore(&remote, &volume, digest))?;
     let v = VersionInfo::from_api(&remote, &volume, v);
     match output {
         Output::Json => print_json(&v)?,
@@ -234,7 +234,7 @@ pub fn update(target: &str, expires_at: &str, conn: &Conn, output: Output) -> an
             "{target}: update changes a whole volume; give {shown} without a tag, digest or path"
         );
     }
-    let record = runtime()?.block_on(lifecycle::update(&remote, &volume, at))?;
+    let record = runtime()?.block_on(volumes::update(&remote, &volume, at))?;
     match output {
         Output::Json => print_json(&VolumeOut {
             reference: shown,
@@ -261,7 +261,7 @@ pub fn gc(
 ) -> anyhow::Result<()> {
     let registry = registry.unwrap_or_else(VolumeRef::default_registry);
     let remote = Remote::connect(&registry, conn.insecure)?;
-    let report = runtime()?.block_on(lifecycle::gc(&remote, dry_run))?;
+    let report = runtime()?.block_on(volumes::gc(&remote, dry_run))?;
     match output {
         Output::Json => print_json(&report)?,
         Output::Text => print!("{}", gc_text(&registry, &report)),

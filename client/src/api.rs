@@ -2,7 +2,7 @@
 //! side, as every caller shares it: whether a registry has the API (asked
 //! once per [`Remote`]), sending a call and mapping a refused one to one
 //! actionable error (`CallCtx`: the volume calls of
-//! [`crate::lifecycle`], the sync and secret calls of [`crate::sync`], the
+//! [`crate::volumes`], the sync and secret calls of [`crate::sync`], the
 //! key calls of [`crate::keys`] each say what their errors name), and
 //! decoding an answer. The endpoints themselves live in those modules.
 

@@ -10,9 +10,9 @@ use sealvol_spec::api::{self as wire, Claim, ErrorCode};
 use sealvol_spec::reference::{Selector, VolumeRef};
 
 use crate::api::{decode, require, segment, send, supported, to_body};
-use crate::lifecycle::{volume_path, Ctx, Failed, Op};
 use crate::remote::{Remote, TransportError};
 use crate::resolve::display_ref;
+use crate::volumes::{volume_path, Ctx, Failed, Op};
 use crate::Error;
 
 /// `POST /api/v1/volumes/NAME/-/claim`: takes the volume's push claim, or

@@ -16,11 +16,11 @@ use sealvol_spec::{B3Digest, Sha256Digest};
 use serde::Serialize;
 
 use crate::cache::ChunkCache;
-use crate::lifecycle::{self, Lifecycle};
 use crate::pull::{fetch_chunk, FetchStats};
 use crate::remote::{Remote, TransportError};
 use crate::resolve::{display_ref, load_tree, resolve, Resolved};
 use crate::verified::InOrder;
+use crate::volumes::{self, Lifecycle};
 use crate::Error;
 
 /// Namespaces of a registry: the first components of its repositories.
@@ -218,7 +218,7 @@ pub struct VersionInfo {
 
 impl VersionInfo {
     /// A version as the volume API records it.
-    pub fn from_api(remote: &Remote, volume: &VolumeRef, v: lifecycle::Version) -> VersionInfo {
+    pub fn from_api(remote: &Remote, volume: &VolumeRef, v: volumes::Version) -> VersionInfo {
         VersionInfo {
             reference: display_ref(
                 remote,
@@ -257,7 +257,7 @@ pub async fn versions(
     include_tombstoned: bool,
 ) -> Result<Vec<VersionInfo>, Error> {
     if crate::api::supported(remote).await? {
-        return Ok(lifecycle::versions(remote, volume, include_tombstoned)
+        return Ok(volumes::versions(remote, volume, include_tombstoned)
             .await?
             .into_iter()
             .map(|v| VersionInfo::from_api(remote, volume, v))
@@ -364,7 +364,7 @@ pub async fn tag_set(
     let version = resolve(remote, vref).await?;
     let reference = display_ref(remote, &version.pinned.without_path());
     if let Some(at) = expires_at {
-        let set = lifecycle::set_tag(remote, vref, &tag, &version.index.digest, Some(at)).await?;
+        let set = volumes::set_tag(remote, vref, &tag, &version.index.digest, Some(at)).await?;
         return Ok(VersionInfoShort {
             reference,
             digest: set.digest,

@@ -28,7 +28,6 @@ pub mod filestate;
 pub mod hosts;
 pub mod inspect;
 pub mod keys;
-pub mod lifecycle;
 pub mod pull;
 pub mod push;
 pub mod remote;
@@ -38,6 +37,7 @@ pub mod sync;
 pub mod upgrade;
 pub mod verified;
 pub mod verify;
+pub mod volumes;
 pub mod walk;
 
 pub use cache_dir::CacheDir;

@@ -15,6 +15,7 @@ use oci_client::errors::{OciDistributionError, OciEnvelope, OciErrorCode};
 use oci_client::secrets::RegistryAuth;
 use oci_client::{Client, Reference, RegistryOperation};
 use reqwest::{StatusCode, Url};
+use sealvol_spec::api::ApiInfo;
 use sealvol_spec::Sha256Digest;
 use sha2::Digest as _;
 use tokio::sync::OnceCell;
@@ -70,7 +71,7 @@ pub struct Remote {
     open: Arc<OnceCell<bool>>,
     /// What `GET /api/v1` said (SPEC.md §7.3): `None` when the registry has
     /// no volume API. See [`crate::api::info`].
-    api: Arc<OnceCell<Option<crate::lifecycle::ApiInfo>>>,
+    api: Arc<OnceCell<Option<ApiInfo>>>,
     /// Hosts tried before this registry for reads ([`crate::hosts`]).
     mirrors: Arc<Vec<MirrorHost>>,
     /// Tries per request before an error is final: fewer on a mirror,
@@ -86,7 +87,7 @@ struct MirrorHost {
 }
 
 /// A registry's answer to a volume API call (SPEC.md §7): the status and
-/// the body, whatever they are; [`crate::lifecycle`] reads them.
+/// the body, whatever they are; [`crate::volumes`] reads them.
 #[derive(Clone, Debug)]
 pub struct ApiAnswer {
     pub status: u16,
@@ -855,7 +856,7 @@ impl Remote {
     }
 
     /// What this connection learned of the registry's volume API.
-    pub(crate) fn api_info_cell(&self) -> &OnceCell<Option<crate::lifecycle::ApiInfo>> {
+    pub(crate) fn api_info_cell(&self) -> &OnceCell<Option<ApiInfo>> {
         &self.api
     }
 

@@ -15,10 +15,10 @@
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), sealvol_client::Error> {
-//! use sealvol_client::{lifecycle, Remote};
+//! use sealvol_client::{volumes, Remote};
 //! let remote = Remote::connect("127.0.0.1:5000", false)?;
 //! let volume: sealvol_spec::reference::VolumeRef = "bdn:weights/llama".parse().unwrap();
-//! for v in lifecycle::versions(&remote, &volume, true).await? {
+//! for v in volumes::versions(&remote, &volume, true).await? {
 //!     println!("{} {} {}", v.sequence, v.digest, v.lifecycle);
 //! }
 //! # Ok(()) }
