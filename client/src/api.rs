@@ -12,8 +12,8 @@ use sealvol_spec::api::{ApiInfo, ErrorBody, API};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use crate::remote::{ApiAnswer, Remote, TransportError};
-use crate::Error;
+use crate::remote::{ApiAnswer, Remote};
+use crate::{Error, TransportError};
 
 /// What the registry says about its volume API: `None` when it has none.
 /// Asked once per [`Remote`] (and its clones); a registry that cannot be

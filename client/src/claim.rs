@@ -10,10 +10,10 @@ use sealvol_spec::api::{self as wire, Claim, ErrorCode};
 use sealvol_spec::reference::{Selector, VolumeRef};
 
 use crate::api::{decode, require, segment, send, supported, to_body};
-use crate::remote::{Remote, TransportError};
+use crate::remote::Remote;
 use crate::resolve::display_ref;
 use crate::volumes::{volume_path, Ctx, Failed, Op};
-use crate::Error;
+use crate::{Error, TransportError};
 
 /// `POST /api/v1/volumes/NAME/-/claim`: takes the volume's push claim, or
 /// fails with "another push to REF is in progress; push again".

@@ -17,11 +17,11 @@ use serde::Serialize;
 
 use crate::cache::ChunkCache;
 use crate::pull::{fetch_chunk, FetchStats};
-use crate::remote::{Remote, TransportError};
+use crate::remote::Remote;
 use crate::resolve::{display_ref, load_tree, resolve, Resolved};
 use crate::verified::InOrder;
 use crate::volumes::{self, Lifecycle};
-use crate::Error;
+use crate::{Error, TransportError};
 
 /// Namespaces of a registry: the first components of its repositories.
 pub async fn namespaces(remote: &Remote) -> Result<Vec<String>, Error> {

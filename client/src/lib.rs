@@ -13,8 +13,6 @@
 //! println!("{} files, {}", sealed.stats.files, sealed.digest);
 //! ```
 
-use std::path::{Path, PathBuf};
-
 pub mod api;
 pub mod buffers;
 pub mod cache;
@@ -24,6 +22,7 @@ pub mod claim;
 pub mod credentials;
 
 mod dest;
+mod error;
 pub mod filestate;
 pub mod hosts;
 pub mod inspect;
@@ -42,52 +41,9 @@ pub mod walk;
 
 pub use cache_dir::CacheDir;
 pub use chunker::ReadMode;
-pub use remote::{Remote, TransportError};
+pub use error::{Error, SealError, TransportError};
+pub use remote::Remote;
 pub use seal::{seal, seal_with_progress, ChunkLocation, SealOptions, Sealed};
-
-/// Why a push, pull or inspection failed: one line a user can act on.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error(transparent)]
-    Seal(#[from] SealError),
-    #[error(transparent)]
-    Transport(#[from] TransportError),
-    #[error("{0}")]
-    NotFound(String),
-    #[error("{0}")]
-    NotAVersion(String),
-    #[error("{0}; the registry holds damaged data or a proxy altered it")]
-    Corrupt(String),
-    /// A tree index whose own bytes break SPEC.md §2.3 (its sha256 matched:
-    /// a publisher, or a mirror serving another tree, wrote it so).
-    #[error("the version's tree index is invalid: {0}")]
-    InvalidTree(String),
-    #[error("{0}")]
-    Usage(String),
-    /// A version whose bytes cannot be verified against its digest, refused
-    /// by policy.
-    #[error("{0}")]
-    Unverified(String),
-    /// The registry refused because of what someone else is doing, or the
-    /// state the object is in (SPEC.md §7.2: 409).
-    #[error("{0}")]
-    Conflict(String),
-    /// What was asked for existed once and is gone for good (SPEC.md §7.2:
-    /// 410).
-    #[error("{0}")]
-    Gone(String),
-    #[error("{}: {message}", path.display())]
-    Io { path: PathBuf, message: String },
-}
-
-impl Error {
-    pub(crate) fn io(path: &Path, e: std::io::Error) -> Error {
-        Error::Io {
-            path: path.to_path_buf(),
-            message: e.to_string(),
-        }
-    }
-}
 
 /// Where a long operation is, for progress bars. Calls come from many
 /// tasks at once; implementations count atomically.
@@ -104,33 +60,3 @@ pub trait Progress: Send + Sync {
 pub struct NoProgress;
 
 impl Progress for NoProgress {}
-
-/// Why sealing failed. Messages name the path and say what to do.
-#[derive(Debug, thiserror::Error)]
-pub enum SealError {
-    #[error("{}: {message}", path.display())]
-    Io { path: PathBuf, message: String },
-    #[error("{} is not a directory", .0.display())]
-    NotADirectory(PathBuf),
-    #[error("{}: name is not valid UTF-8; rename it or exclude it with --exclude", .0.display())]
-    NotUtf8(PathBuf),
-    #[error("{}: special files (sockets, FIFOs, devices) cannot be sealed; exclude it with --exclude", .0.display())]
-    SpecialFile(PathBuf),
-    #[error("{}: file changed while it was being sealed; seal again once it is stable", .0.display())]
-    Changed(PathBuf),
-    #[error(transparent)]
-    Glob(#[from] sealvol_spec::filter::GlobError),
-    #[error(transparent)]
-    Chunking(#[from] sealvol_spec::chunking::ChunkingError),
-    #[error(transparent)]
-    Tree(#[from] sealvol_spec::tree::TreeError),
-}
-
-impl SealError {
-    pub(crate) fn io(path: &Path, e: std::io::Error) -> SealError {
-        SealError::Io {
-            path: path.to_path_buf(),
-            message: e.to_string(),
-        }
-    }
-}

@@ -25,9 +25,9 @@ use sealvol_spec::{B3Digest, ChunkingParams, Sha256Digest, TreeFormat};
 use serde::Serialize;
 
 use crate::cache::SeenBlobs;
-use crate::remote::{Remote, TransportError};
+use crate::remote::Remote;
 use crate::resolve::display_ref;
-use crate::{ChunkLocation, Error, Progress, SealOptions};
+use crate::{ChunkLocation, Error, Progress, SealOptions, TransportError};
 
 /// What to push besides the directory and the ref.
 #[derive(Clone, Debug, Default)]

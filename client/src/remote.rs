@@ -21,37 +21,7 @@ use sha2::Digest as _;
 use tokio::sync::OnceCell;
 
 use crate::credentials;
-
-/// Why a registry call failed. Each message is one line that names the
-/// registry or the object and says what to do.
-#[derive(Debug, thiserror::Error)]
-pub enum TransportError {
-    #[error("registry {registry} is unreachable ({message}); check the address, or start it with `sealvol serve`")]
-    Unreachable { registry: String, message: String },
-    #[error("{0}")]
-    NotFound(String),
-    #[error(
-        "registry {registry} denied access ({message}); log in with `sealvol login {registry}`"
-    )]
-    Denied { registry: String, message: String },
-    #[error("registry {registry}: {message}")]
-    Registry { registry: String, message: String },
-    #[error(
-        "{what} is corrupt: expected {expected}, got {actual}; the registry or a proxy altered it"
-    )]
-    Corrupt {
-        what: String,
-        expected: String,
-        actual: String,
-    },
-    #[error("{0}")]
-    Credentials(String),
-    #[error("registry {registry} does not support {what}")]
-    Unsupported { registry: String, what: String },
-    /// The hosts directory (mirrors) could not be read.
-    #[error("mirrors: {0}")]
-    Hosts(#[from] crate::hosts::HostsError),
-}
+use crate::TransportError;
 
 /// How many attempts a call gets, and the first pause between them.
 const ATTEMPTS: u32 = 4;

@@ -10,8 +10,8 @@ use sealvol_spec::reference::{Selector, Tag, VolumeRef};
 use sealvol_spec::tree::{TreeIndex, MAX_TREE_BYTES};
 use sealvol_spec::{B3Digest, DigestSelector, Sha256Digest};
 
-use crate::remote::{Remote, TransportError};
-use crate::Error;
+use crate::remote::Remote;
+use crate::{Error, TransportError};
 
 /// A version found on a registry.
 #[derive(Clone, Debug)]

@@ -42,9 +42,9 @@ use sealvol_spec::reference::{Selector, Tag, VolumeRef};
 use sealvol_spec::DigestSelector;
 
 use crate::api::{self, decode, get, segment, send, CallCtx};
-use crate::remote::{Remote, TransportError};
+use crate::remote::Remote;
 use crate::resolve::display_ref;
-use crate::Error;
+use crate::{Error, TransportError};
 
 /// How often [`wait`] asks for a job by default.
 pub const POLL_INTERVAL: Duration = Duration::from_millis(500);

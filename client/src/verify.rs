@@ -23,10 +23,10 @@ use serde::Serialize;
 
 use crate::inspect::diff;
 use crate::pull::{fetch_chunk, FetchStats};
-use crate::remote::{Remote, TransportError};
+use crate::remote::Remote;
 use crate::resolve::{display_ref, load_tree, resolve};
 use crate::verified::InOrder;
-use crate::{Error, SealOptions};
+use crate::{Error, SealOptions, TransportError};
 
 /// One thing missing from the registry, or found damaged.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]

@@ -35,9 +35,9 @@ use crate::api::{
     decode, error_code, get, human_seconds, one_line, other_failure, require, segment, send,
     to_body, CallCtx,
 };
-use crate::remote::{Remote, TransportError};
+use crate::remote::Remote;
 use crate::resolve::display_ref;
-use crate::Error;
+use crate::{Error, TransportError};
 
 /// The bodies of SPEC.md §7.3, one definition shared with the registry.
 pub use sealvol_spec::api::{
