@@ -3,7 +3,7 @@
 //! a version on another registry — and seals it as a stream into a chunk
 //! store, one object at a time, with no staging copy on disk.
 //!
-//! [`source::open`] turns a URI into a [`Source`]: a listing of
+//! [`open`] turns a URI into a [`Source`]: a listing of
 //! [`Object`]s, each with the size and checksum the source vouches for, and
 //! a byte stream per object read at the version the listing saw.
 //! [`sealer::seal_object`] cuts that stream into the chunks of SPEC.md §4,
@@ -61,15 +61,17 @@ pub mod hf;
 mod http;
 pub mod net;
 pub mod oci;
+pub mod schemes;
 pub mod scope;
 pub mod sealer;
 pub mod source;
 pub mod store;
 
 pub use net::NetPolicy;
+pub use schemes::open;
 pub use scope::Scope;
 pub use sealer::{seal_object, ChunkSink, SealedObject};
-pub use source::{open, Source, SourceOptions};
+pub use source::{Source, SourceOptions};
 
 /// Why a sync failed; [`ErrorKind::code`] is the job's error code (SPEC.md §8.2).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -1,5 +1,7 @@
-//! Sources by URI scheme (SPEC.md §8.1): the [`Source`] trait and the URI
-//! dispatch to each scheme's module.
+//! What every source is (SPEC.md §8.1): the [`Source`] trait, the
+//! [`SourceOptions`] each is opened with, and the check that a key makes a
+//! valid tree path. Which module opens which URI scheme is
+//! [`crate::schemes`]'s, above every source.
 //!
 //! Not where bytes are chunked or checked against the listing: that is
 //! [`crate::sealer`], which every source's bytes go through alike.
@@ -35,28 +37,6 @@ pub struct SourceOptions {
     /// Where the source may connect (SPEC.md §8.4). The default refuses
     /// loopback, link-local and metadata addresses.
     pub net: crate::net::NetPolicy,
-}
-
-/// Opens the source `uri` names; fails with `INVALID_SOURCE` for a URI it
-/// cannot use, before any request is made.
-pub fn open(uri: &str, opts: &SourceOptions) -> Result<Box<dyn Source>, SyncError> {
-    let scheme = uri.split_once("://").map(|(s, _)| s).ok_or_else(|| {
-        SyncError::new(
-            ErrorKind::InvalidSource,
-            format!("{uri}: not a source URI; use hf://ORG/REPO, s3://BUCKET/PREFIX, gs://, azure://, r2://, cw://, dir:///PATH or oci://HOST/REPO:TAG"),
-        )
-    })?;
-    match scheme {
-        "hf" => Ok(Box::new(crate::hf::HfSource::new(uri, opts)?)),
-        "s3" | "r2" | "cw" | "azure" => Ok(Box::new(crate::store::StoreSource::new(uri, opts)?)),
-        "gs" => Ok(Box::new(crate::gcs::GcsSource::new(uri, opts)?)),
-        "dir" => Ok(Box::new(crate::dir::DirSource::new(uri, opts)?)),
-        "oci" => Ok(Box::new(crate::oci::OciSource::new(uri, opts)?)),
-        other => Err(SyncError::new(
-            ErrorKind::InvalidSource,
-            format!("{uri}: unknown scheme {other}://; use hf, s3, r2, cw, gs, azure, dir or oci"),
-        )),
-    }
 }
 
 /// Checks a path built from a source key and says which key broke the
