@@ -6,10 +6,10 @@ use clap::Subcommand;
 use sealvol_client::keys;
 use sealvol_spec::api::{Action, ApiKeyRequest};
 
-use crate::lifecycle::parse_expiry_or_never;
+use crate::expiry::parse_expiry_or_never;
+use crate::output::Output;
 use crate::sync::Ask;
 use crate::volume::{print_json, runtime};
-use crate::Output;
 
 #[derive(Subcommand)]
 pub enum AdminAction {

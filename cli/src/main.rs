@@ -5,16 +5,20 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context as _;
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Parser, Subcommand};
 use sealvol_client::{CacheDir, ReadMode, SealOptions};
 
 mod admin;
+mod expiry;
 mod lifecycle;
 mod mount;
+mod output;
 mod progress;
 mod sync;
 mod verify;
 mod volume;
+
+use output::Output;
 
 #[derive(Parser)]
 #[command(
@@ -25,12 +29,6 @@ mod volume;
 struct Cli {
     #[command(subcommand)]
     command: Command,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-enum Output {
-    Text,
-    Json,
 }
 
 #[derive(Subcommand)]

@@ -19,8 +19,8 @@ use sealvol_client::Remote;
 use sealvol_spec::reference::VolumeRef;
 use serde::Serialize;
 
+use crate::output::Output;
 use crate::volume::{connect, human, parse_ref, print_json, read_hidden_line, runtime, Conn};
-use crate::Output;
 
 #[derive(Subcommand)]
 pub enum SyncAction {

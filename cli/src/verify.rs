@@ -9,8 +9,9 @@ use sealvol_client::CacheDir;
 use sealvol_client::SealOptions;
 use sealvol_spec::{B3Digest, VolumeRef};
 
+use crate::output::Output;
+use crate::progress;
 use crate::volume::{connect, human, parse_ref, print_json, runtime, Conn};
-use crate::{progress, Output};
 
 #[allow(clippy::too_many_arguments)]
 pub fn verify(

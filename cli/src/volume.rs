@@ -14,7 +14,8 @@ use sealvol_client::resolve::{check_legacy, display_ref, legacy_warning, Legacy}
 use sealvol_client::{CacheDir, Remote};
 use sealvol_spec::reference::{is_name_component, VolumeRef};
 
-use crate::{progress, Output};
+use crate::output::Output;
+use crate::progress;
 
 /// Flags every registry command shares.
 #[derive(clap::Args, Clone, Debug)]
@@ -436,7 +437,7 @@ pub fn tag_set(
 ) -> anyhow::Result<()> {
     let vref = parse_ref(target)?;
     let expires_at = expires_at
-        .map(|s| crate::lifecycle::parse_expiry(s, std::time::SystemTime::now()))
+        .map(|s| crate::expiry::parse_expiry(s, std::time::SystemTime::now()))
         .transpose()?;
     let remote = connect(&vref, conn)?;
     let done = runtime()?.block_on(inspect::tag_set(&remote, &vref, tag, expires_at))?;
