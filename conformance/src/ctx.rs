@@ -6,11 +6,11 @@
 use reqwest::header::{ACCEPT, CONTENT_TYPE, RANGE};
 use reqwest::{Method, Url};
 
-use crate::check::{CheckFailure, Pre};
 use crate::content::{
     image_config, image_index, image_manifest, with_platform, Blob, Manifest, ManifestExtras,
     ACCEPT_MANIFESTS, ANN_PURPOSE, ANN_RUN, OCI_EMPTY, OCI_LAYER, OCTET_STREAM,
 };
+use crate::failure::{CheckFailure, Pre};
 use crate::http::{with_query, Registry, Resp};
 
 /// Artifact type of the first referrer (set through `artifactType`).

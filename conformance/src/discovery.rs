@@ -5,9 +5,10 @@
 use reqwest::{Method, Url};
 use serde_json::Value;
 
-use crate::check::{Check, CheckFailure, CheckResultOf, Pre, Workflow};
+use crate::check::{Check, CheckResultOf, Workflow};
 use crate::content::{sha256_digest, Manifest, ANN_PURPOSE, ANN_RUN, OCI_INDEX, OCI_MANIFEST};
 use crate::ctx::{Ctx, REFERRER_A_TYPE, REFERRER_B_CONFIG};
+use crate::failure::{CheckFailure, Pre};
 use crate::http::Resp;
 
 /// Pages followed at most when collecting a paginated list.

@@ -7,8 +7,8 @@ use reqwest::blocking::{Client, RequestBuilder};
 use reqwest::header::HeaderMap;
 use reqwest::{Method, Url};
 
-use crate::check::CheckFailure;
-use crate::RunError;
+use crate::error::RunError;
+use crate::failure::CheckFailure;
 
 /// At most this many characters of a response body go into a failure reason.
 const BODY_SNIPPET: usize = 240;

@@ -31,6 +31,8 @@ pub mod check;
 pub mod content;
 pub mod ctx;
 pub mod discovery;
+mod error;
+pub mod failure;
 pub mod http;
 pub mod management;
 pub mod pull;
@@ -42,7 +44,9 @@ use std::time::Duration;
 
 use reqwest::Method;
 
-pub use check::{Check, CheckFailure, Workflow};
+pub use check::{Check, Workflow};
+pub use error::RunError;
+pub use failure::CheckFailure;
 pub use report::{CheckResult, Report, WorkflowTally};
 
 /// The default repository the checks push to.
@@ -70,22 +74,6 @@ impl Config {
             credentials: None,
         }
     }
-}
-
-/// Why a run could not start (usage errors and an unreachable registry).
-#[derive(Debug, thiserror::Error)]
-pub enum RunError {
-    #[error("invalid registry URL {url:?}: {reason}")]
-    InvalidUrl { url: String, reason: String },
-    #[error(
-        "invalid namespace {0:?}: it must be a repository name matching \
-         [a-z0-9]+([._-][a-z0-9]+)*(/[a-z0-9]+([._-][a-z0-9]+)*)*, under 250 characters"
-    )]
-    InvalidNamespace(String),
-    #[error("registry at {url} is unreachable: {reason}")]
-    Unreachable { url: String, reason: String },
-    #[error("cannot build the HTTP client: {0}")]
-    Client(String),
 }
 
 /// Every check, in run order (base, push, pull, discovery, management).

@@ -3,8 +3,9 @@
 
 use reqwest::Method;
 
-use crate::check::{Check, CheckResultOf, Pre, Workflow};
+use crate::check::{Check, CheckResultOf, Workflow};
 use crate::ctx::Ctx;
+use crate::failure::Pre;
 
 pub(crate) fn checks() -> Vec<Check> {
     use Workflow::Management;

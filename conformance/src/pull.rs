@@ -3,9 +3,10 @@
 
 use reqwest::Method;
 
-use crate::check::{Check, CheckResultOf, Pre, Workflow};
+use crate::check::{Check, CheckResultOf, Workflow};
 use crate::content::{sha256_digest, Manifest};
 use crate::ctx::Ctx;
+use crate::failure::Pre;
 use crate::http::Resp;
 
 pub(crate) fn checks() -> Vec<Check> {

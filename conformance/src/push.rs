@@ -5,12 +5,13 @@
 use reqwest::header::CONTENT_TYPE;
 use reqwest::Method;
 
-use crate::check::{Check, CheckFailure, CheckResultOf, Pre, Workflow};
+use crate::check::{Check, CheckResultOf, Workflow};
 use crate::content::{
     image_index, image_manifest, padded_manifest, sha256_digest, Blob, Manifest, ManifestExtras,
     OCI_MANIFEST, OCTET_STREAM,
 };
 use crate::ctx::Ctx;
+use crate::failure::{CheckFailure, Pre};
 use crate::http::Resp;
 
 /// Size the spec says registries should accept ("at least 4 megabytes");
