@@ -16,9 +16,10 @@ no edges.
 A path maps to the file of the deepest module it names that exists as a file
 (`a/b.rs` or `a/b/mod.rs`, else `a.rs` or `a/mod.rs`, ..., else the crate
 root, `lib.rs` or `main.rs`); see `Crate.module_file`. When the name after
-that module is a `pub use` re-export in the module's file (`pub use
-remote::Remote;` in lib.rs), the path follows the re-export to the file that
-defines it, so `crate::Remote` counts as an import of remote.rs. A `pub use`
+that module is brought in by a `use` item of the module's file (`pub use
+remote::Remote;` in lib.rs, or a private `use` a descendant can see), the
+path follows it to the file that defines the name, so `crate::Remote`
+counts as an import of remote.rs. A `pub use`
 of a file's own submodules (that same line in lib.rs) is not an edge:
 re-exporting is fine, defining is what counts. A private `use` of a child
 module by its plain name (`use remote::Remote;` in lib.rs) is an edge.
@@ -150,7 +151,7 @@ class Crate:
             self.root = "main.rs"
         else:
             sys.exit(f"{src}: neither lib.rs nor main.rs")
-        self._reexports = {}
+        self._imported = {}
 
     def module_of(self, rel):
         """The module path (list of names) that file `rel` holds."""
@@ -173,20 +174,20 @@ class Crate:
                     return cand, k
         return self.root, 0
 
-    def reexports(self, rel):
-        """`pub use` items of file `rel`: name -> absolute path (list)."""
-        if rel not in self._reexports:
+    def imported_names(self, rel):
+        """Names the `use` items of file `rel` bring into its module, public
+        or not (a private one is visible to the module's descendants):
+        name -> absolute path (list)."""
+        if rel not in self._imported:
             found = {}
             module = self.module_of(rel)
             for m in USE_ITEM.finditer(self.files[rel]):
-                if not m.group(1).strip():
-                    continue
                 for path, alias in expand_use_tree(m.group(2)):
                     absolute = self.absolute(path, module, relative_ok=True)
                     if absolute is not None and path[-1] != "*":
                         found[alias or path[-1]] = absolute
-            self._reexports[rel] = found
-        return self._reexports[rel]
+            self._imported[rel] = found
+        return self._imported[rel]
 
     def absolute(self, path, module, relative_ok=False):
         """`path` as crate-relative segments, from a file of module `module`,
@@ -213,14 +214,14 @@ class Crate:
         return None
 
     def resolve(self, segments, seen=None):
-        """The file that defines crate path `segments`, following `pub use`
-        re-exports of the module file the path stops in."""
+        """The file that defines crate path `segments`, following the `use`
+        items (re-exports) of the module file the path stops in."""
         rel, used = self.module_file(segments)
         rest = segments[used:]
         if rest and rest[0] != "*":
             seen = seen or set()
             key = (rel, rest[0])
-            target = self.reexports(rel).get(rest[0])
+            target = self.imported_names(rel).get(rest[0])
             if target is not None and key not in seen:
                 seen.add(key)
                 return self.resolve(target + rest[1:], seen)
