@@ -24,8 +24,8 @@ use tower_http::trace::TraceLayer;
 use crate::auth::policy;
 use crate::auth::{Auth, AuthConfig, AuthError};
 use crate::http::oci::dispatch;
-use crate::service::uploads::Uploads;
 use crate::state::app::{App, Policy};
+use crate::state::uploads::Uploads;
 use crate::store::meta::secrets::SecretKey;
 use crate::store::meta::MetaStore;
 use crate::store::{MetadataConfig, MetadataKind, StorageConfig};
@@ -156,7 +156,7 @@ impl Default for Config {
             upload_ttl_seconds: Policy::default().upload_ttl_seconds,
             test_clock: false,
             sync_workers: 2,
-            sync_lease_seconds: crate::service::syncs::runner::DEFAULT_LEASE_SECONDS,
+            sync_lease_seconds: crate::state::syncs::DEFAULT_LEASE_SECONDS,
             sync_dir_roots: Vec::new(),
             sync_endpoints: Vec::new(),
             secrets_key_file: None,
@@ -652,22 +652,21 @@ pub async fn serve(config: Config, ready: impl FnOnce(SocketAddr)) -> Result<(),
     .await?;
     app.clock = crate::clock::Clock::from_config(config.test_clock);
     if let Some(url) = &config.upstream {
-        let upstream = crate::service::pull_through::Upstream::new(
-            &crate::service::pull_through::UpstreamConfig {
+        let upstream =
+            crate::state::upstream::Upstream::new(&crate::state::upstream::UpstreamConfig {
                 url: url.clone(),
                 credentials_file: config.upstream_credentials_file.clone(),
                 tag_ttl_seconds: config.tag_ttl_seconds,
                 cache_size: config.cache_size,
-            },
-        )
-        .map_err(|message| ServeError::Config {
-            path: PathBuf::from("registry.toml"),
-            message,
-        })?;
+            })
+            .map_err(|message| ServeError::Config {
+                path: PathBuf::from("registry.toml"),
+                message,
+            })?;
         app.upstream = Some(Arc::new(upstream));
     }
     let app = Arc::new(app);
-    *app.syncs.dirs.write().expect("dirs lock") = crate::service::syncs::runner::DirPolicy {
+    *app.syncs.dirs.write().expect("dirs lock") = crate::state::syncs::DirPolicy {
         data_root: Some(config.root.clone()),
         roots: config.sync_dir_roots.clone(),
     };
@@ -680,7 +679,7 @@ pub async fn serve(config: Config, ready: impl FnOnce(SocketAddr)) -> Result<(),
     // A GC pass this replica's previous process left mid-sweep holds every
     // write until its lease lapses; end it before serving (writes and
     // passes would end it too, but other replicas' writes only wait).
-    if let Err(e) = app.end_dead_pass().await {
+    if let Err(e) = crate::service::links::end_dead_pass(&app).await {
         tracing::warn!("could not end a garbage collection pass left unfinished: {e}");
     }
     (app.syncs.lease_seconds).store(

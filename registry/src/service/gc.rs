@@ -21,17 +21,20 @@
 //! pass before anything is swept, since what it references is unknown.
 
 use std::collections::{HashMap, HashSet};
-use std::time::Instant;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use sealvol_spec::api::GcReport;
 use sealvol_spec::Sha256Digest;
 use sha2::{Digest as _, Sha256};
 
 use crate::error::{Code, RegistryError, Result};
+use crate::service::links::{end_dead_pass, replica, HELD_HERE};
 use crate::service::manifests::parse_manifest;
 use crate::service::volumes::{self, HIDDEN, TAG_EXPIRY, VERSIONS, VERSION_OF_INDEX, VOLUMES};
 use crate::state::app::App;
-use crate::store::meta::sweeps::HeldLease;
+use crate::store::meta::claims::SameHolder;
+use crate::store::meta::sweeps::{GC_CLAIM, GC_LEASE_SECONDS};
 use crate::store::meta::{
     drop_manifest, key, prefix, MetaError, MetaStore, BLOB_LINKS, LINK_TIMES, MANIFESTS, TAGS,
     UPLOADS, UPLOAD_TIMES,
@@ -680,6 +683,90 @@ fn lease_lost() -> RegistryError {
     )
 }
 
+/// The GC lease a pass holds. It is renewed at each step of the pass
+/// ([`HeldLease::still_held`]: between manifests read while marking, and
+/// between deletions), and released by [`HeldLease::release`]; a pass that
+/// fails or panics leaves it to lapse, or to its replica to end
+/// ([`App::end_dead_pass`]) once the pass is dropped.
+pub(crate) struct HeldLease {
+    token: String,
+    renewed_at: Mutex<std::time::Instant>,
+}
+
+impl HeldLease {
+    /// Takes the lease, or answers who holds it. A lease this replica's
+    /// earlier process left is ended first, so a restarted registry can
+    /// collect at once.
+    pub(crate) async fn take(app: &App) -> Result<std::result::Result<Self, String>> {
+        end_dead_pass(app).await?;
+        let holder = replica(app);
+        let token = uuid::Uuid::new_v4().to_string();
+        // Known here before it is written (see `HELD_HERE`); forgotten when
+        // `lease` drops, taken or not.
+        HELD_HERE
+            .lock()
+            .expect("held leases lock")
+            .insert(token.clone());
+        let lease = HeldLease {
+            token: token.clone(),
+            renewed_at: Mutex::new(std::time::Instant::now()),
+        };
+        let now = app.now();
+        let taken = app
+            .meta(move |m| {
+                m.take_claim(
+                    GC_CLAIM,
+                    &holder,
+                    &token,
+                    now,
+                    GC_LEASE_SECONDS,
+                    SameHolder::Refuse,
+                )
+            })
+            .await?;
+        Ok(taken.map(|_| lease).map_err(|held| held.holder))
+    }
+
+    pub(crate) fn token(&self) -> &str {
+        &self.token
+    }
+
+    /// Whether the lease is still this pass's, renewing it when a tenth
+    /// of it went by: checked before each deletion, so a pass stalled past
+    /// its lease stops instead of racing the next.
+    pub(crate) async fn still_held(&self, app: &App) -> Result<bool> {
+        let due = Duration::from_secs(GC_LEASE_SECONDS / 10);
+        if self.renewed_at.lock().expect("lease lock").elapsed() < due {
+            return Ok(true);
+        }
+        let (t, now) = (self.token.clone(), app.now());
+        let held = app
+            .meta(move |m| m.renew_claim(GC_CLAIM, &t, now, GC_LEASE_SECONDS))
+            .await?
+            .is_some();
+        if held {
+            *self.renewed_at.lock().expect("lease lock") = std::time::Instant::now();
+        }
+        Ok(held)
+    }
+
+    pub(crate) async fn release(self, app: &App) {
+        let token = self.token.clone();
+        if let Err(e) = app.meta(move |m| m.release_claim(GC_CLAIM, &token)).await {
+            tracing::warn!(error = %e, "could not release the GC lease");
+        }
+    }
+}
+
+impl Drop for HeldLease {
+    fn drop(&mut self) {
+        HELD_HERE
+            .lock()
+            .expect("held leases lock")
+            .remove(&self.token);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -782,13 +869,16 @@ mod tests {
         let unchecked = push_blob(&app, b"unchecked").await;
         app.clock.advance(2 * GRACE as i64);
         let (a, b) = (checked.to_string(), checked.to_string());
-        let (x, y) = tokio::join!(app.check_blob(REPO, &a), app.check_blob(REPO, &b));
+        let (x, y) = tokio::join!(
+            crate::service::links::check_blob(&app, REPO, &a),
+            crate::service::links::check_blob(&app, REPO, &b)
+        );
         assert_eq!((x.unwrap(), y.unwrap()), (Some(7), Some(7)));
         let k = key(&[REPO, &checked.to_string()]);
         let (_, at) = app.meta(move |m| m.link(&k)).await.unwrap().unwrap();
         assert_eq!(at, app.now(), "the check did not renew the link");
         assert_eq!(
-            app.check_blob(REPO, &unchecked.to_string().replace('a', "b"))
+            crate::service::links::check_blob(&app, REPO, &unchecked.to_string().replace('a', "b"))
                 .await
                 .unwrap(),
             None
@@ -849,7 +939,7 @@ mod tests {
         let now = app.now();
         app.meta(move |m| {
             crate::store::meta::sweeps::plant_dead_sweep(m, "replica-b", now);
-            Ok(())
+            Ok::<_, crate::error::RegistryError>(())
         })
         .await
         .unwrap();
@@ -899,10 +989,10 @@ mod tests {
         let config = push_blob(&app, b"{}").await;
         let layer = push_blob(&app, b"layer").await;
         let plant = || {
-            let (replica, now) = (crate::store::meta::sweeps::replica(&app), app.now());
+            let (replica, now) = (crate::service::links::replica(&app), app.now());
             app.meta(move |m| {
                 crate::store::meta::sweeps::plant_dead_sweep(m, &replica, now);
-                Ok(())
+                Ok::<_, crate::error::RegistryError>(())
             })
         };
 

@@ -200,7 +200,7 @@ pub(crate) async fn store_manifest(
     // repository; they are checked in the transaction that records the
     // manifest, with garbage collection's sweep held off.
     let _sweep = app.sweep.read().await;
-    let mark = app.sweep_mark().await?;
+    let mark = crate::service::links::sweep_mark(app).await?;
     app.blobs.put(&digest, bytes.clone()).await?;
     let (repo, d, subject) = (
         name.to_string(),
@@ -226,7 +226,11 @@ pub(crate) async fn store_manifest(
     // not held while waiting out another replica's sweep (a write that
     // waits holding it would keep this replica's next pass waiting too).
     drop(_sweep);
-    if stored.is_ok() && !app.settle(mark, &[digest]).await?.is_empty() {
+    if stored.is_ok()
+        && !crate::service::links::settle(app, mark, &[digest])
+            .await?
+            .is_empty()
+    {
         // A sweep on another replica took the bytes as they were stored.
         app.blobs.put(&digest, bytes.clone()).await?;
     }

@@ -1,6 +1,7 @@
 //! What a request or a job does.
 
 pub mod gc;
+pub mod links;
 pub mod manifests;
 pub mod pull_through;
 pub mod stats;

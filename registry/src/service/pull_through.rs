@@ -16,23 +16,16 @@
 //! - Pushes, deletes and the volume API are refused: writes go to the
 //!   upstream.
 
-use std::collections::HashMap;
-use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
-use futures_util::future::{BoxFuture, Shared};
 use futures_util::{FutureExt as _, StreamExt as _, TryStreamExt as _};
-use oci_client::client::{ClientConfig, ClientProtocol};
-use oci_client::errors::{OciDistributionError, OciErrorCode};
-use oci_client::secrets::RegistryAuth;
-use oci_client::{Client, Reference};
 use sealvol_spec::Sha256Digest;
 use sha2::{Digest as _, Sha256};
 
 use crate::error::{Code, RegistryError, Result};
 use crate::state::app::App;
+use crate::state::upstream::{Fetch, Pin, Upstream};
 use crate::store::{AppendError, BodyError};
 
 /// Media types asked of the upstream for a manifest.
@@ -42,193 +35,6 @@ const MANIFEST_TYPES: &[&str] = &[
     "application/vnd.docker.distribution.manifest.list.v2+json",
     "application/vnd.docker.distribution.manifest.v2+json",
 ];
-
-/// `registry.toml` fields of the mode.
-#[derive(Clone, Debug)]
-pub struct UpstreamConfig {
-    /// `http(s)://host[:port]` or `host[:port]` (loopback is plain HTTP).
-    pub url: String,
-    /// A file holding `USER:PASSWORD` for the upstream.
-    pub credentials_file: Option<std::path::PathBuf>,
-    pub tag_ttl_seconds: u64,
-    /// Bytes of blobs kept at most; `None` unbounded.
-    pub cache_size: Option<u64>,
-}
-
-/// Counters a test or `/metrics` reads.
-#[derive(Debug, Default)]
-pub struct UpstreamStats {
-    pub blobs_fetched: AtomicU64,
-    pub bytes_fetched: AtomicU64,
-    pub manifests_fetched: AtomicU64,
-}
-
-type Fetch = Shared<BoxFuture<'static, Result<()>>>;
-
-/// The upstream registry and what this cache knows of it.
-pub struct Upstream {
-    /// What messages call it.
-    pub url: String,
-    registry: String,
-    client: Client,
-    auth: RegistryAuth,
-    tag_ttl: u64,
-    cache_size: Option<u64>,
-    /// `(repo, tag)` -> when it was last resolved on the upstream.
-    resolved: Mutex<HashMap<(String, String), u64>>,
-    /// Blob fetches under way.
-    fetching: Mutex<HashMap<Sha256Digest, Fetch>>,
-    /// Blob -> when it was last served (this process); older blobs count
-    /// from when they were stored.
-    used: Mutex<HashMap<Sha256Digest, u64>>,
-    /// One eviction at a time.
-    evicting: tokio::sync::Mutex<()>,
-    /// Blobs and manifests a request is about to serve, with how many
-    /// requests: eviction leaves them.
-    pinned: Mutex<HashMap<Sha256Digest, usize>>,
-    /// The last eviction left the cache over `cache_size` (pins).
-    over: std::sync::atomic::AtomicBool,
-    pub stats: UpstreamStats,
-}
-
-impl Upstream {
-    pub fn new(config: &UpstreamConfig) -> std::result::Result<Upstream, String> {
-        let url = config.url.trim_end_matches('/');
-        let (scheme, registry) = match url.split_once("://") {
-            Some((s @ ("http" | "https"), rest)) => (Some(s), rest),
-            Some((s, _)) => return Err(format!("upstream {url}: scheme {s} is not http or https")),
-            None => (None, url),
-        };
-        if registry.is_empty() || registry.contains('/') {
-            return Err(format!(
-                "upstream {url}: give the registry as http(s)://host[:port]"
-            ));
-        }
-        let plain = match scheme {
-            Some(s) => s == "http",
-            None => sealvol_spec::reference::is_loopback_host(registry),
-        };
-        let auth = match &config.credentials_file {
-            None => RegistryAuth::Anonymous,
-            Some(file) => read_credentials(file)?,
-        };
-        let client = Client::new(ClientConfig {
-            protocol: if plain {
-                ClientProtocol::Http
-            } else {
-                ClientProtocol::Https
-            },
-            connect_timeout: Some(Duration::from_secs(10)),
-            read_timeout: Some(Duration::from_secs(60)),
-            user_agent: concat!("sealvol/", env!("CARGO_PKG_VERSION")),
-            ..Default::default()
-        });
-        Ok(Upstream {
-            url: url.to_string(),
-            registry: registry.to_string(),
-            client,
-            auth,
-            tag_ttl: config.tag_ttl_seconds,
-            cache_size: config.cache_size,
-            resolved: Mutex::default(),
-            fetching: Mutex::default(),
-            used: Mutex::default(),
-            evicting: tokio::sync::Mutex::new(()),
-            pinned: Mutex::default(),
-            over: Default::default(),
-            stats: UpstreamStats::default(),
-        })
-    }
-
-    fn reference(&self, repo: &str, reference: &str) -> Reference {
-        if reference.contains(':') {
-            Reference::with_digest(self.registry.clone(), repo.into(), reference.into())
-        } else {
-            Reference::with_tag(self.registry.clone(), repo.into(), reference.into())
-        }
-    }
-
-    /// What an upstream failure means for the client: its 404 is ours,
-    /// anything else is a bad gateway.
-    fn failed(&self, what: &str, e: OciDistributionError, unknown: Code) -> RegistryError {
-        let not_found = match &e {
-            OciDistributionError::RegistryError { envelope, .. } => {
-                envelope.errors.iter().any(|e| {
-                    matches!(
-                        e.code,
-                        OciErrorCode::ManifestUnknown
-                            | OciErrorCode::BlobUnknown
-                            | OciErrorCode::NameUnknown
-                            | OciErrorCode::NotFound
-                    )
-                })
-            }
-            OciDistributionError::ServerError { code, .. } => *code == 404,
-            OciDistributionError::RequestError(e) => e.status().map(|s| s.as_u16()) == Some(404),
-            OciDistributionError::ImageManifestNotFoundError(_) => true,
-            _ => false,
-        };
-        if not_found {
-            return RegistryError::new(
-                unknown,
-                format!("{what} is not on the upstream {}", self.url),
-            );
-        }
-        RegistryError::Upstream(format!("upstream {}: {what}: {e}", self.url))
-    }
-
-    fn pin(&self, digest: Sha256Digest) -> Pin<'_> {
-        *self
-            .pinned
-            .lock()
-            .expect("pinned lock")
-            .entry(digest)
-            .or_default() += 1;
-        Pin { up: self, digest }
-    }
-
-    /// Records that `digest` was served now, for the LRU order.
-    pub(crate) fn used(&self, digest: &Sha256Digest, now: u64) {
-        self.used.lock().expect("used lock").insert(*digest, now);
-    }
-}
-
-/// A blob or manifest eviction leaves alone while this lives.
-pub(crate) struct Pin<'a> {
-    up: &'a Upstream,
-    digest: Sha256Digest,
-}
-
-impl Drop for Pin<'_> {
-    fn drop(&mut self) {
-        let mut pinned = self.up.pinned.lock().expect("pinned lock");
-        if let Some(n) = pinned.get_mut(&self.digest) {
-            *n -= 1;
-            if *n == 0 {
-                pinned.remove(&self.digest);
-            }
-        }
-    }
-}
-
-/// `USER:PASSWORD` from a file; its contents never appear in an error.
-fn read_credentials(file: &Path) -> std::result::Result<RegistryAuth, String> {
-    let text = std::fs::read_to_string(file).map_err(|e| {
-        format!(
-            "cannot read upstream_credentials_file {}: {e}",
-            file.display()
-        )
-    })?;
-    match text.trim_end_matches(['\r', '\n']).split_once(':') {
-        Some((user, password)) if !user.is_empty() && !password.contains('\n') => {
-            Ok(RegistryAuth::Basic(user.to_string(), password.to_string()))
-        }
-        _ => Err(format!(
-            "upstream_credentials_file {} must hold USER:PASSWORD on one line",
-            file.display()
-        )),
-    }
-}
 
 /// The answer to a write on a pull-through cache.
 pub(crate) fn refuse_write(up: &Upstream) -> RegistryError {
@@ -347,7 +153,7 @@ async fn fetch_manifest<'a>(
     };
     let pin = up.pin(digest);
     let _sweep = app.sweep.read().await;
-    let mark = app.sweep_mark().await?;
+    let mark = crate::service::links::sweep_mark(app).await?;
     app.blobs.put(&digest, bytes.clone()).await?;
     let (repo, d, now) = (name.to_string(), digest.to_string(), app.now());
     let tag = (!reference.contains(':')).then(|| reference.to_string());
@@ -369,7 +175,10 @@ async fn fetch_manifest<'a>(
     .map_err(|what| RegistryError::internal(format!("caching a manifest needed {what}")))?;
     // Recorded: not held while waiting out another replica's sweep.
     drop(_sweep);
-    if !app.settle(mark, &[digest]).await?.is_empty() {
+    if !crate::service::links::settle(app, mark, &[digest])
+        .await?
+        .is_empty()
+    {
         app.blobs.put(&digest, bytes).await?;
     }
     Ok(pin)

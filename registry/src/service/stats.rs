@@ -218,7 +218,7 @@ pub(crate) async fn volume_stats(app: &App, repo: &str) -> Result<api::VolumeSta
     let (retention, now) = (app.policy.retention_seconds, app.now());
     let name = repo.to_string();
     let read = app
-        .lifecycle(move |m| m.read_stats(&name, retention, now))
+        .meta(move |m| m.read_stats(&name, retention, now))
         .await?;
     if read.totals.is_some() {
         return Ok(read.stats);

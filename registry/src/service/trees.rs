@@ -9,7 +9,7 @@
 //! tree and found the version digest the index claims (`manifests`).
 //! Clients still check everything themselves: that is their trust chain.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use sealvol_spec::oci::{
     artifact_layers, sha256_of, VersionIndex, MT_TREE_BLOB, MT_TREE_BLOB_V1, MT_TREE_MANIFEST,
@@ -21,35 +21,6 @@ use crate::state::app::App;
 use sealvol_spec::api;
 
 use crate::error::{Code, RegistryError, Result};
-
-/// How many decoded trees stay in memory: a web view pages through one
-/// version or compares two, and a tree of 100,000 files decodes to some
-/// tens of MiB.
-const KEPT: usize = 4;
-
-/// Recently read trees by tree blob digest, the most recent last.
-#[derive(Default)]
-pub struct TreeCache(Mutex<Vec<(Sha256Digest, Arc<TreeIndex>)>>);
-
-impl TreeCache {
-    fn get(&self, d: &Sha256Digest) -> Option<Arc<TreeIndex>> {
-        let mut kept = self.0.lock().expect("tree cache lock");
-        let i = kept.iter().position(|(k, _)| k == d)?;
-        let hit = kept.remove(i);
-        let tree = hit.1.clone();
-        kept.push(hit);
-        Some(tree)
-    }
-
-    fn put(&self, d: Sha256Digest, tree: Arc<TreeIndex>) {
-        let mut kept = self.0.lock().expect("tree cache lock");
-        kept.retain(|(k, _)| *k != d);
-        if kept.len() >= KEPT {
-            kept.remove(0);
-        }
-        kept.push((d, tree));
-    }
-}
 
 /// Why the tree of a version index cannot be read. The write path
 /// (`manifests`) refuses such an index; the read path answers it as a
@@ -164,7 +135,7 @@ pub(crate) async fn read_tree(
 pub(crate) async fn tree_of(app: &App, repo: &str, digest: &str) -> Result<Arc<TreeIndex>> {
     let retention = app.policy.retention_seconds;
     let (r, d) = (repo.to_string(), digest.to_string());
-    let version = app.lifecycle(move |m| m.version(&r, &d, retention)).await?;
+    let version = app.meta(move |m| m.version(&r, &d, retention)).await?;
     let index = version.index_digest.to_string();
     let index: Sha256Digest = index
         .parse()
@@ -213,27 +184,4 @@ pub(crate) fn entries_in(tree: &sealvol_spec::TreeIndex, dir: &str) -> Result<Ve
         return Ok(vec![api::EntryInfo::from(e)]);
     }
     Ok(tree.children(Some(dir)).map(api::EntryInfo::from).collect())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use sealvol_spec::ChunkingParams;
-
-    #[test]
-    fn the_cache_keeps_the_most_recent_trees() {
-        let cache = TreeCache::default();
-        let tree = Arc::new(TreeIndex::new(ChunkingParams::default(), Vec::new()).unwrap());
-        let d = |b: u8| Sha256Digest([b; 32]);
-        for b in 0..KEPT as u8 {
-            cache.put(d(b), tree.clone());
-        }
-        // Reading the oldest makes it the newest; the next put drops the
-        // second oldest instead.
-        assert!(cache.get(&d(0)).is_some());
-        cache.put(d(9), tree.clone());
-        assert!(cache.get(&d(0)).is_some());
-        assert!(cache.get(&d(1)).is_none());
-        assert!(cache.get(&d(9)).is_some());
-    }
 }

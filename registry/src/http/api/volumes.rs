@@ -387,9 +387,7 @@ async fn api_info(State(app): State<Arc<App>>) -> Result<Response> {
 
 /// `GET /api/v1/namespaces`: those holding a volume the caller may pull.
 async fn namespaces(State(app): State<Arc<App>>, caller: Caller) -> Result<Response> {
-    let namespaces = app
-        .lifecycle(move |m| m.namespaces(|v| caller.sees(v)))
-        .await?;
+    let namespaces = app.meta(move |m| m.namespaces(|v| caller.sees(v))).await?;
     ok(api::NamespaceList { namespaces })
 }
 
@@ -402,7 +400,7 @@ async fn volumes(
     let page = page_of(q.as_deref())?;
     let ns = query_value(q.as_deref(), "namespace");
     let filter = ns.clone();
-    let mut volumes = app.lifecycle(move |m| m.volumes(filter.as_deref())).await?;
+    let mut volumes = app.meta(move |m| m.volumes(filter.as_deref())).await?;
     volumes.retain(|v| caller.sees(&v.name));
     let (volumes, next) = page.take(volumes, |v| v.name.clone(), true);
     let extra: Vec<(&str, &str)> = ns.iter().map(|n| ("namespace", n.as_str())).collect();
@@ -450,17 +448,17 @@ async fn volume(
     let now = app.now();
     let name = name.0;
     match (sub, method) {
-        (VolumeSub::Volume, Method::GET) => ok(app.lifecycle(move |m| m.volume(&name)).await?),
+        (VolumeSub::Volume, Method::GET) => ok(app.meta(move |m| m.volume(&name)).await?),
         (VolumeSub::Volume, Method::PATCH) => {
             let b: api::VolumePatch = body(req_body).await?;
             let at = parse_time(b.expires_at.as_deref())?;
             ok(app
-                .lifecycle(move |m| m.set_volume_expiry(&name, at, now))
+                .meta(move |m| m.set_volume_expiry(&name, at, now))
                 .await?)
         }
         (VolumeSub::Volume, Method::DELETE) => {
             let tombstoned = app
-                .lifecycle(move |m| m.delete_volume(&name, now, retention))
+                .meta(move |m| m.delete_volume(&name, now, retention))
                 .await?;
             ok(api::Tombstoned { tombstoned })
         }
@@ -468,9 +466,7 @@ async fn volume(
             let page = page_of(q.as_deref())?;
             let all = query_flag(q.as_deref(), "include_tombstoned");
             let path = format!("/api/v1/volumes/{name}/-/versions");
-            let versions = app
-                .lifecycle(move |m| m.versions(&name, all, retention))
-                .await?;
+            let versions = app.meta(move |m| m.versions(&name, all, retention)).await?;
             let (versions, next) = page.take(versions, |v| v.digest.to_string(), false);
             let extra: &[(&str, &str)] = if all {
                 &[("include_tombstoned", "true")]
@@ -509,18 +505,18 @@ async fn volume(
         (VolumeSub::Stats, Method::GET) => {
             ok(crate::service::stats::volume_stats(app, &name).await?)
         }
-        (VolumeSub::Version(d), Method::GET) => ok(app
-            .lifecycle(move |m| m.version(&name, &d.0, retention))
-            .await?),
+        (VolumeSub::Version(d), Method::GET) => {
+            ok(app.meta(move |m| m.version(&name, &d.0, retention)).await?)
+        }
         (VolumeSub::Version(d), Method::DELETE) => ok(app
-            .lifecycle(move |m| m.delete_version(&name, &d.0, now, retention))
+            .meta(move |m| m.delete_version(&name, &d.0, now, retention))
             .await?),
         (VolumeSub::Restore(d), Method::POST) => {
             // Restoring puts manifests back that garbage collection may be
             // sweeping; wait for it.
             let _sweep = app.sweep.read().await;
             ok(app
-                .lifecycle(move |m| m.restore_version(&name, &d.0, now, retention))
+                .meta(move |m| m.restore_version(&name, &d.0, now, retention))
                 .await?)
         }
         (VolumeSub::Tag(tag), Method::PUT) => {
@@ -529,12 +525,12 @@ async fn volume(
             let at = parse_time(b.expires_at.as_deref())?;
             let tag = tag.to_string();
             ok(app
-                .lifecycle(move |m| m.set_tag(&name, &tag, &b.digest, at, now))
+                .meta(move |m| m.set_tag(&name, &tag, &b.digest, at, now))
                 .await?)
         }
         (VolumeSub::Tag(tag), Method::DELETE) => {
             let tag = tag.to_string();
-            app.lifecycle(move |m| m.remove_user_tag(&name, &tag, now))
+            app.meta(move |m| m.remove_user_tag(&name, &tag, now))
                 .await?;
             Ok(StatusCode::NO_CONTENT.into_response())
         }
@@ -583,8 +579,7 @@ async fn volume(
         }
         (VolumeSub::ClaimToken(token), Method::DELETE) => {
             let repo = name.clone();
-            app.lifecycle(move |m| m.release_claim(&repo, &token))
-                .await?;
+            app.meta(move |m| m.release_claim(&repo, &token)).await?;
             Ok(StatusCode::NO_CONTENT.into_response())
         }
         _ => Err(method_not_supported().await),
@@ -594,7 +589,7 @@ async fn volume(
 /// `GET /api/v1/keys`.
 async fn list_keys(State(app): State<Arc<App>>) -> Result<Response> {
     ok(api::ApiKeyList {
-        keys: app.lifecycle(|m| m.keys()).await?,
+        keys: app.meta(|m| m.keys()).await?,
     })
 }
 
@@ -609,14 +604,14 @@ async fn create_key(
     let expires = parse_time(b.expires_at.as_deref())?;
     let now = app.now();
     let key = app
-        .lifecycle(move |m| m.create_key(&b, expires, &by, now))
+        .meta(move |m| m.create_key(&b, expires, &by, now))
         .await?;
     json_response(StatusCode::CREATED, key)
 }
 
 /// `DELETE /api/v1/keys/ID`.
 async fn revoke_key(State(app): State<Arc<App>>, Param(id): Param) -> Result<Response> {
-    app.lifecycle(move |m| m.delete_key(&id)).await?;
+    app.meta(move |m| m.delete_key(&id)).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 

@@ -163,7 +163,7 @@ async fn handle_direct(app: Arc<App>, route: Route, req: Request) -> Result<Resp
 /// bring what is missing from the upstream first; writes are refused.
 async fn handle_cached(
     app: Arc<App>,
-    up: &Arc<crate::service::pull_through::Upstream>,
+    up: &Arc<crate::state::upstream::Upstream>,
     route: Route,
     req: Request,
 ) -> Result<Response> {
@@ -312,7 +312,9 @@ async fn catalog(
 async fn tags(app: &App, name: String, n: usize, last: Option<String>) -> Result<Response> {
     let repo = name.clone();
     let (exists, (tags, more)) = app
-        .meta(move |m| Ok((m.repo_exists(&repo)?, m.tags(&repo, last.as_deref(), n)?)))
+        .meta(move |m| {
+            Ok::<_, RegistryError>((m.repo_exists(&repo)?, m.tags(&repo, last.as_deref(), n)?))
+        })
         .await?;
     if !exists {
         return Err(RegistryError::new(
@@ -485,7 +487,7 @@ async fn get_blob(
         // references it later: the check renews the link for garbage
         // collection, with this replica's sweep held off meanwhile.
         let _sweep = app.sweep.read().await;
-        app.check_blob(&repo, &d).await?
+        crate::service::links::check_blob(app, &repo, &d).await?
     } else {
         app.meta(move |m| m.blob_size(&repo, &d)).await?
     };
@@ -605,14 +607,17 @@ async fn start_upload(app: &App, name: String, req: Request) -> Result<Response>
             check_name(&from)?;
             let (repo, d) = (name.clone(), digest.to_string());
             let _sweep = app.sweep.read().await;
-            let mark = app.sweep_mark().await?;
+            let mark = crate::service::links::sweep_mark(app).await?;
             let size = app.meta(move |m| m.blob_size(&from, &d)).await?;
             if let (Some(size), Some(_)) = (size, app.blobs.size(&digest).await?) {
                 let (d, now) = (digest.to_string(), app.now());
                 app.meta(move |m| m.link_blob(&repo, &d, size, now)).await?;
                 // Linked: not held while waiting out another replica's sweep.
                 drop(_sweep);
-                if app.settle(mark, &[digest]).await?.is_empty() {
+                if crate::service::links::settle(app, mark, &[digest])
+                    .await?
+                    .is_empty()
+                {
                     return Ok(blob_created(&name, &digest));
                 }
                 unlink_lost(app, &name, &digest).await?;
@@ -644,7 +649,7 @@ async fn monolithic(app: &App, name: String, digest: Sha256Digest, body: Body) -
             ));
         }
         let _sweep = app.sweep.read().await;
-        let mark = app.sweep_mark().await?;
+        let mark = crate::service::links::sweep_mark(app).await?;
         app.uploads.commit(&id, &digest).await?;
         let (repo, d, now) = (name.clone(), digest.to_string(), app.now());
         app.meta(move |m| m.link_blob(&repo, &d, size, now)).await?;
@@ -720,7 +725,7 @@ async fn append_body(
     req: Request,
 ) -> Result<(
     u64,
-    tokio::sync::OwnedMutexGuard<crate::service::uploads::Session>,
+    tokio::sync::OwnedMutexGuard<crate::state::uploads::Session>,
 )> {
     let start = chunk_start(req.headers())?;
     let mut session = app.uploads.session(id).await?.lock_owned().await;
@@ -755,7 +760,7 @@ async fn put_upload(app: &App, name: String, id: String, req: Request) -> Result
         ));
     }
     let sweep = app.sweep.read().await;
-    let mark = app.sweep_mark().await?;
+    let mark = crate::service::links::sweep_mark(app).await?;
     app.uploads.commit(&id, &digest).await?;
     let (i, repo, d, now) = (id.clone(), name.clone(), digest.to_string(), app.now());
     app.meta(move |m| m.finish_upload(&i, Some((&repo, &d, size)), now))
@@ -779,7 +784,10 @@ async fn settle_upload(
     name: &str,
     digest: &Sha256Digest,
 ) -> Result<()> {
-    if app.settle(mark, &[*digest]).await?.is_empty() {
+    if crate::service::links::settle(app, mark, &[*digest])
+        .await?
+        .is_empty()
+    {
         return Ok(());
     }
     unlink_lost(app, name, digest).await?;

@@ -257,7 +257,7 @@ async fn volumes(State(app): State<Arc<App>>, caller: Caller, RawQuery(q): RawQu
         n: Some(PAGE),
         last: param(q.as_deref(), "last").filter(|l| !l.is_empty()),
     };
-    let result = app.lifecycle(|m| m.volumes(None)).await;
+    let result = app.meta(|m| m.volumes(None)).await;
     match result {
         Ok(mut all) => {
             all.retain(|v| caller.sees(&v.name));
@@ -315,10 +315,8 @@ async fn volume_page(app: &App, who: &pages::Who, name: &str, q: Option<&str>) -
     checked_name(name)?;
     let retention = app.policy.retention_seconds;
     let (n1, n2) = (name.to_string(), name.to_string());
-    let volume = app.lifecycle(move |m| m.volume(&n1)).await?;
-    let versions = app
-        .lifecycle(move |m| m.versions(&n2, true, retention))
-        .await?;
+    let volume = app.meta(move |m| m.volume(&n1)).await?;
+    let versions = app.meta(move |m| m.versions(&n2, true, retention)).await?;
     let stats = crate::service::stats::volume_stats(app, name).await?;
     let page = Page {
         n: Some(PAGE),
@@ -343,7 +341,7 @@ async fn version_page(
     let digest = checked_digest(digest)?;
     let retention = app.policy.retention_seconds;
     let (n, d) = (name.to_string(), digest.clone());
-    let version = app.lifecycle(move |m| m.version(&n, &d, retention)).await?;
+    let version = app.meta(move |m| m.version(&n, &d, retention)).await?;
     let tree = crate::service::trees::tree_of(app, name, &digest).await?;
     let dir = param(q, "path").unwrap_or_default();
     let page = Page {
@@ -357,7 +355,7 @@ async fn version_page(
     );
     let (n, d) = (name.to_string(), version.digest.to_string());
     let others = app
-        .lifecycle(move |m| m.versions(&n, false, retention))
+        .meta(move |m| m.versions(&n, false, retention))
         .await?
         .into_iter()
         .filter(|v| v.digest.to_string() != d)
@@ -383,7 +381,7 @@ async fn confirm_delete(app: &App, who: &pages::Who, name: &str, digest: &str) -
     let digest = checked_digest(digest)?;
     let retention = app.policy.retention_seconds;
     let (n, d) = (name.to_string(), digest.clone());
-    let version = app.lifecycle(move |m| m.version(&n, &d, retention)).await?;
+    let version = app.meta(move |m| m.version(&n, &d, retention)).await?;
     Ok(html(
         StatusCode::OK,
         pages::confirm_delete(who, name, &version, retention),
@@ -449,13 +447,13 @@ async fn volume_action(app: &App, name: &str, sub: Sub, body: Body) -> Result<Re
             let digest = checked_digest(&field(&fields, "digest"))?;
             tag.parse::<sealvol_spec::Tag>()
                 .map_err(|e| RegistryError::new(api::ErrorCode::Invalid, e.to_string()))?;
-            app.lifecycle(move |m| m.set_tag(&n, &tag, &digest, None, now))
+            app.meta(move |m| m.set_tag(&n, &tag, &digest, None, now))
                 .await?;
             Ok(see_other(&back))
         }
         Sub::Delete(d) => {
             let d = checked_digest(&d)?;
-            app.lifecycle(move |m| m.delete_version(&n, &d, now, retention))
+            app.meta(move |m| m.delete_version(&n, &d, now, retention))
                 .await?;
             Ok(see_other(&back))
         }
@@ -463,7 +461,7 @@ async fn volume_action(app: &App, name: &str, sub: Sub, body: Body) -> Result<Re
             let d = checked_digest(&d)?;
             // As the API's restore: wait for a sweep in progress.
             let _sweep = app.sweep.read().await;
-            app.lifecycle(move |m| m.restore_version(&n, &d, now, retention))
+            app.meta(move |m| m.restore_version(&n, &d, now, retention))
                 .await?;
             Ok(see_other(&back))
         }

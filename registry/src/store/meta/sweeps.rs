@@ -44,16 +44,9 @@
 //! the number becomes even) instead of making every write wait until it
 //! lapses. Another replica's dead pass is over when its lease lapses.
 
-use std::collections::BTreeSet;
-use std::sync::Mutex;
-use std::time::Duration;
-
-use crate::error::Result;
-use crate::state::app::App;
-use crate::store::meta::claims::{Claim, SameHolder};
+use crate::store::meta::claims::Claim;
 use crate::store::meta::engine::{ReadableTable, Str, TableDefinition, WriteTransaction, U64};
 use crate::store::meta::{MetaError, MetaStore};
-use sealvol_spec::Sha256Digest;
 
 /// `"sweeps"` -> the sweep sequence: odd while a sweep deletes bytes.
 const GC_SWEEPS: TableDefinition<U64> = TableDefinition::new("gc_sweeps");
@@ -67,17 +60,6 @@ pub(crate) const GC_CLAIM: &str = "\0gc";
 /// How long a pass's lease lasts unless renewed (at each step of the
 /// pass once a tenth of it went by).
 pub const GC_LEASE_SECONDS: u64 = 60;
-
-/// The tokens of the GC leases passes of this process hold. Process-wide
-/// on purpose: what it tells is whether a lease naming this replica was
-/// taken by this process or left by an earlier one, and a token is added
-/// before its lease is written, so no lease of a live pass is ever
-/// mistaken for a dead one.
-static HELD_HERE: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
-
-fn held_here(token: &str) -> bool {
-    HELD_HERE.lock().expect("held leases lock").contains(token)
-}
 
 pub(crate) fn create_tables(tx: &WriteTransaction) -> std::result::Result<(), MetaError> {
     tx.open_table(GC_SWEEPS)?;
@@ -237,169 +219,13 @@ pub(crate) fn plant_dead_sweep(m: &MetaStore, holder: &str, now: u64) {
         &token,
         now,
         GC_LEASE_SECONDS,
-        SameHolder::Refuse,
+        crate::store::meta::claims::SameHolder::Refuse,
     )
     .unwrap()
     .unwrap();
     let tx = m.db.begin_write().unwrap();
     assert!(begin_sweep(&tx, &token, now).unwrap());
     tx.commit().unwrap();
-}
-
-/// This registry process's replica id, which the GC lease names.
-pub(crate) fn replica(app: &App) -> String {
-    app.syncs
-        .replica
-        .get()
-        .cloned()
-        .unwrap_or_else(|| "this registry".to_string())
-}
-
-/// The GC lease a pass holds. It is renewed at each step of the pass
-/// ([`HeldLease::still_held`]: between manifests read while marking, and
-/// between deletions), and released by [`HeldLease::release`]; a pass that
-/// fails or panics leaves it to lapse, or to its replica to end
-/// ([`App::end_dead_pass`]) once the pass is dropped.
-pub(crate) struct HeldLease {
-    token: String,
-    renewed_at: Mutex<std::time::Instant>,
-}
-
-impl HeldLease {
-    /// Takes the lease, or answers who holds it. A lease this replica's
-    /// earlier process left is ended first, so a restarted registry can
-    /// collect at once.
-    pub(crate) async fn take(app: &App) -> Result<std::result::Result<Self, String>> {
-        app.end_dead_pass().await?;
-        let holder = replica(app);
-        let token = uuid::Uuid::new_v4().to_string();
-        // Known here before it is written (see `HELD_HERE`); forgotten when
-        // `lease` drops, taken or not.
-        HELD_HERE
-            .lock()
-            .expect("held leases lock")
-            .insert(token.clone());
-        let lease = HeldLease {
-            token: token.clone(),
-            renewed_at: Mutex::new(std::time::Instant::now()),
-        };
-        let now = app.now();
-        let taken = app
-            .meta(move |m| {
-                m.take_claim(
-                    GC_CLAIM,
-                    &holder,
-                    &token,
-                    now,
-                    GC_LEASE_SECONDS,
-                    SameHolder::Refuse,
-                )
-            })
-            .await?;
-        Ok(taken.map(|_| lease).map_err(|held| held.holder))
-    }
-
-    pub(crate) fn token(&self) -> &str {
-        &self.token
-    }
-
-    /// Whether the lease is still this pass's, renewing it when a tenth
-    /// of it went by: checked before each deletion, so a pass stalled past
-    /// its lease stops instead of racing the next.
-    pub(crate) async fn still_held(&self, app: &App) -> Result<bool> {
-        let due = Duration::from_secs(GC_LEASE_SECONDS / 10);
-        if self.renewed_at.lock().expect("lease lock").elapsed() < due {
-            return Ok(true);
-        }
-        let (t, now) = (self.token.clone(), app.now());
-        let held = app
-            .meta(move |m| m.renew_claim(GC_CLAIM, &t, now, GC_LEASE_SECONDS))
-            .await?
-            .is_some();
-        if held {
-            *self.renewed_at.lock().expect("lease lock") = std::time::Instant::now();
-        }
-        Ok(held)
-    }
-
-    pub(crate) async fn release(self, app: &App) {
-        let token = self.token.clone();
-        if let Err(e) = app.meta(move |m| m.release_claim(GC_CLAIM, &token)).await {
-            tracing::warn!(error = %e, "could not release the GC lease");
-        }
-    }
-}
-
-impl Drop for HeldLease {
-    fn drop(&mut self) {
-        HELD_HERE
-            .lock()
-            .expect("held leases lock")
-            .remove(&self.token);
-    }
-}
-
-impl App {
-    /// The sweep sequence now: read before relying on blob bytes.
-    pub(crate) async fn sweep_mark(&self) -> Result<SweepMark> {
-        self.meta(|m| m.sweep_mark()).await
-    }
-
-    /// Ends a GC pass this replica left behind (see the module's "Dead
-    /// passes"), and makes a sweep sequence left odd by a lapsed lease
-    /// even; whether there was one.
-    pub(crate) async fn end_dead_pass(&self) -> Result<bool> {
-        let (replica, now) = (replica(self), self.now());
-        let ended = self
-            .meta(move |m| m.end_dead_pass(&replica, held_here, now))
-            .await?;
-        if ended {
-            tracing::warn!(
-                "ended a garbage collection pass that a stopped registry process left unfinished; collect again"
-            );
-        }
-        Ok(ended)
-    }
-
-    /// After recording a link or manifest that relies on `digests` since
-    /// `mark`: waits out a sweep that overlapped, and answers the digests
-    /// whose bytes it deleted (none unless a replica collected garbage
-    /// while this request ran). Writes drop [`App::sweep`] once their
-    /// record is committed, before this: a local sweep then sees the
-    /// record. One that still holds it shared waits only on another
-    /// replica's sweep (see "Lock order").
-    pub(crate) async fn settle(
-        &self,
-        mark: SweepMark,
-        digests: &[Sha256Digest],
-    ) -> Result<Vec<Sha256Digest>> {
-        loop {
-            let now = self.now();
-            match self.meta(move |m| m.since_mark(mark, now)).await? {
-                SinceMark::Untouched => return Ok(Vec::new()),
-                // Left by this replica's earlier process: nothing will end
-                // it but its lease lapsing, so end it now.
-                SinceMark::Sweeping(l) if l.holder == replica(self) && !held_here(&l.token) => {
-                    self.end_dead_pass().await?;
-                }
-                SinceMark::Sweeping(_) => tokio::time::sleep(Duration::from_millis(100)).await,
-                SinceMark::Swept => break,
-            }
-        }
-        let mut gone = Vec::new();
-        for d in digests {
-            if self.blobs.size(d).await?.is_none() {
-                gone.push(*d);
-            }
-        }
-        if !gone.is_empty() {
-            tracing::warn!(
-                blobs = gone.len(),
-                "garbage collection on another replica deleted bytes a request was storing"
-            );
-        }
-        Ok(gone)
-    }
 }
 
 #[cfg(test)]
@@ -413,9 +239,16 @@ mod tests {
     /// Takes the GC lease as `holder`'s pass would, at `now`: its token.
     fn lease(m: &MetaStore, holder: &str, now: u64) -> String {
         let token = uuid::Uuid::new_v4().to_string();
-        m.take_claim(GC_CLAIM, holder, &token, now, 60, SameHolder::Refuse)
-            .unwrap()
-            .unwrap();
+        m.take_claim(
+            GC_CLAIM,
+            holder,
+            &token,
+            now,
+            60,
+            crate::store::meta::claims::SameHolder::Refuse,
+        )
+        .unwrap()
+        .unwrap();
         token
     }
 
