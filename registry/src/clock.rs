@@ -58,6 +58,12 @@ impl Clock {
     }
 }
 
+/// RFC 3339 UTC, seconds precision.
+pub fn rfc3339(secs: u64) -> String {
+    humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs))
+        .to_string()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

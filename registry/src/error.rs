@@ -2,8 +2,7 @@
 //! spec's JSON body (`{"errors":[{"code","message","detail"}]}`) with the
 //! status the spec gives its code, in this one place.
 
-use axum::http::{HeaderValue, StatusCode};
-use axum::response::{IntoResponse, Response};
+use http::StatusCode;
 
 /// The codes of the error body, OCI's and the volume API's, spelled as
 /// SPEC.md and the client read them.
@@ -11,7 +10,7 @@ pub use sealvol_spec::api::ErrorCode as Code;
 
 /// The status a code answers with unless a handler overrides it: the
 /// distribution spec's, and SPEC.md §7.2's and §8.3's tables.
-fn default_status(code: Code) -> StatusCode {
+pub(crate) fn default_status(code: Code) -> StatusCode {
     match code {
         Code::BlobUnknown
         | Code::BlobUploadUnknown
@@ -113,93 +112,4 @@ impl From<std::io::Error> for RegistryError {
     }
 }
 
-impl From<crate::service::volumes::LifecycleError> for RegistryError {
-    fn from(e: crate::service::volumes::LifecycleError) -> Self {
-        use crate::service::volumes::LifecycleError as L;
-        let code = match &e {
-            L::VolumeUnknown(_) => Code::VolumeUnknown,
-            L::VersionUnknown(_) => Code::VersionUnknown,
-            L::TagUnknown { .. } => Code::TagUnknown,
-            L::NotDeleted(_) => Code::NotDeleted,
-            L::RetentionExpired { .. } => Code::RetentionExpired,
-            L::TagReserved(_) => Code::TagReserved,
-            L::Invalid(_) => Code::Invalid,
-            L::Meta(m) => return RegistryError::internal(m),
-        };
-        RegistryError::new(code, e.to_string())
-    }
-}
-
-impl From<crate::store::meta::keys::KeyError> for RegistryError {
-    fn from(e: crate::store::meta::keys::KeyError) -> Self {
-        use crate::store::meta::keys::KeyError as K;
-        match e {
-            K::Invalid(why) => RegistryError::new(Code::Invalid, why),
-            K::Unknown(_) => RegistryError::new(Code::KeyUnknown, e.to_string()),
-            K::Meta(m) => RegistryError::internal(m),
-        }
-    }
-}
-
-impl From<crate::store::meta::MetaError> for RegistryError {
-    fn from(e: crate::store::meta::MetaError) -> Self {
-        RegistryError::internal(e)
-    }
-}
-
 pub type Result<T> = std::result::Result<T, RegistryError>;
-
-/// 500 with distribution's `UNKNOWN` error body: for failures on our side,
-/// whose details go to the log rather than to the client. (`UNKNOWN` is
-/// not one of [`Code`]'s, which are the codes a handler may choose.)
-pub fn unknown(message: &str) -> Response {
-    let body = serde_json::json!({"errors": [{"code": "UNKNOWN", "message": message}]});
-    let mut resp = (StatusCode::INTERNAL_SERVER_ERROR, body.to_string()).into_response();
-    resp.headers_mut()
-        .insert("content-type", HeaderValue::from_static("application/json"));
-    resp
-}
-
-/// What the catch-panic layer answers for a handler that panicked: a bug,
-/// logged, never a dropped connection or a dead worker.
-pub fn panicked(why: Box<dyn std::any::Any + Send + 'static>) -> Response {
-    let why = why
-        .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| why.downcast_ref::<String>().cloned())
-        .unwrap_or_default();
-    tracing::error!("a request handler panicked: {why}");
-    unknown("internal error; the registry's log says more")
-}
-
-impl IntoResponse for RegistryError {
-    fn into_response(self) -> Response {
-        let (status, code, message) = match self {
-            RegistryError::Oci {
-                code,
-                message,
-                status,
-            } => (status.unwrap_or(default_status(code)), code, message),
-            RegistryError::Internal(m) => {
-                tracing::error!("{m}");
-                return unknown("internal error; the registry's log says more");
-            }
-            RegistryError::Damaged(m) => {
-                tracing::error!("{m}");
-                return unknown(&m);
-            }
-            RegistryError::Upstream(m) => {
-                tracing::warn!("{m}");
-                let mut resp = unknown(&m);
-                *resp.status_mut() = StatusCode::BAD_GATEWAY;
-                return resp;
-            }
-        };
-        let body = sealvol_spec::api::ErrorBody::new(code, message);
-        let body = serde_json::to_string(&body).expect("an error body serializes");
-        let mut resp = (status, body).into_response();
-        resp.headers_mut()
-            .insert("content-type", HeaderValue::from_static("application/json"));
-        resp
-    }
-}

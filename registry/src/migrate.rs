@@ -172,7 +172,7 @@ impl MetaStore {
         let tx = self.db.begin_read()?;
         Ok(tx.open_table(crate::store::meta::REPOS)?.is_empty()?
             && tx
-                .open_table(crate::service::volumes::VOLUMES)?
+                .open_table(crate::store::meta::volumes::VOLUMES)?
                 .is_empty()?
             && tx
                 .open_table(crate::store::meta::syncs::SYNC_JOBS)?
@@ -198,12 +198,12 @@ impl MetaStore {
         n += copy_rows(&r, &w, crate::store::meta::MANIFESTS)?;
         n += copy_rows(&r, &w, crate::store::meta::TAGS)?;
         n += copy_rows(&r, &w, crate::store::meta::REFERRERS)?;
-        n += copy_rows(&r, &w, crate::service::volumes::VOLUMES)?;
-        n += copy_rows(&r, &w, crate::service::volumes::VERSIONS)?;
-        n += copy_rows(&r, &w, crate::service::volumes::VERSION_OF_INDEX)?;
-        n += copy_rows(&r, &w, crate::service::volumes::TAG_EXPIRY)?;
-        n += copy_rows(&r, &w, crate::service::volumes::HIDDEN)?;
-        n += copy_rows(&r, &w, crate::service::stats::VOLUME_CHUNKS)?;
+        n += copy_rows(&r, &w, crate::store::meta::volumes::VOLUMES)?;
+        n += copy_rows(&r, &w, crate::store::meta::volumes::VERSIONS)?;
+        n += copy_rows(&r, &w, crate::store::meta::volumes::VERSION_OF_INDEX)?;
+        n += copy_rows(&r, &w, crate::store::meta::volumes::TAG_EXPIRY)?;
+        n += copy_rows(&r, &w, crate::store::meta::volumes::HIDDEN)?;
+        n += copy_rows(&r, &w, crate::store::meta::volumes::stats::VOLUME_CHUNKS)?;
         n += copy_rows(&r, &w, crate::store::meta::syncs::SYNC_JOBS)?;
         n += copy_rows(&r, &w, crate::store::meta::syncs::SYNC_FILES)?;
         n += copy_rows(&r, &w, crate::store::meta::keys::API_KEYS)?;

@@ -476,7 +476,7 @@ pub fn router(
 
 /// The layer that turns a panicking request into a 500 `UNKNOWN` answer.
 pub fn catch_panics() -> CatchPanicLayer<fn(Box<dyn std::any::Any + Send + 'static>) -> Response> {
-    CatchPanicLayer::custom(crate::error::panicked as fn(_) -> Response)
+    CatchPanicLayer::custom(crate::http::respond::panicked as fn(_) -> Response)
 }
 
 /// Serves `router` on `listener` (HTTPS when `tls` is given) until

@@ -450,7 +450,7 @@ fn delete_restore_expiry_and_reclaim() {
         );
 
         // A tag that expires goes at the next pass after its time.
-        let soon = sealvol_registry::service::volumes::rfc3339(reg.app.now() + 3600);
+        let soon = sealvol_registry::clock::rfc3339(reg.app.now() + 3600);
         reg.api(
             Method::PUT,
             &format!("/volumes/{REPO}/-/tags/canary"),
@@ -516,7 +516,7 @@ fn delete_restore_expiry_and_reclaim() {
         assert_eq!(again["blobs_deleted"], 0, "{again}");
 
         // Volume expiry deletes every version (restorable).
-        let at = sealvol_registry::service::volumes::rfc3339(reg.app.now() + 60);
+        let at = sealvol_registry::clock::rfc3339(reg.app.now() + 60);
         let (s, vol) = reg
             .api(
                 Method::PATCH,

@@ -272,7 +272,7 @@ impl Issuer {
             access_token: token.clone(),
             token,
             expires_in: self.ttl,
-            issued_at: crate::service::volumes::rfc3339(now),
+            issued_at: crate::clock::rfc3339(now),
         })
     }
 

@@ -5,4 +5,5 @@ pub mod api;
 pub mod limits;
 pub mod oci;
 pub(crate) mod query;
+pub mod respond;
 pub mod ui;

@@ -31,10 +31,10 @@ use sha2::{Digest as _, Sha256};
 use crate::error::{Code, RegistryError, Result};
 use crate::service::links::{end_dead_pass, replica, HELD_HERE};
 use crate::service::manifests::parse_manifest;
-use crate::service::volumes::{self, HIDDEN, TAG_EXPIRY, VERSIONS, VERSION_OF_INDEX, VOLUMES};
 use crate::state::app::App;
 use crate::store::meta::claims::SameHolder;
 use crate::store::meta::sweeps::{GC_CLAIM, GC_LEASE_SECONDS};
+use crate::store::meta::volumes::{self, HIDDEN, TAG_EXPIRY, VERSIONS, VERSION_OF_INDEX, VOLUMES};
 use crate::store::meta::{
     drop_manifest, key, prefix, MetaError, MetaStore, BLOB_LINKS, LINK_TIMES, MANIFESTS, TAGS,
     UPLOADS, UPLOAD_TIMES,

@@ -266,7 +266,7 @@ async fn check_version(
     app: &App,
     name: &str,
     bytes: &[u8],
-) -> Result<crate::service::volumes::Sealed> {
+) -> Result<crate::store::meta::volumes::Sealed> {
     use crate::service::trees::Unreadable;
     use sealvol_spec::oci::sha256_of;
     let invalid =
@@ -345,7 +345,7 @@ async fn check_version(
             )));
         }
     }
-    let chunks = crate::service::stats::chunk_sizes(app, &ix)
+    let chunks = crate::service::volumes::chunk_sizes(app, &ix)
         .await
         .map_err(refused)?;
     let listed: std::collections::HashSet<&Sha256Digest> = chunks.iter().map(|(d, _)| d).collect();
@@ -354,7 +354,7 @@ async fn check_version(
             "chunk {missing} of its tree is in none of its chunk manifests"
         )));
     }
-    Ok(crate::service::volumes::Sealed::new(
+    Ok(crate::store::meta::volumes::Sealed::new(
         &ix,
         Some(found.format),
         Some(chunks),
@@ -364,7 +364,7 @@ async fn check_version(
 /// A `b3-<hex>` tag names the version of that digest (SPEC.md §5.3), and
 /// the registry keeps it on the version's current index: a manifest
 /// stored under it must be that version's index.
-fn check_digest_tag(tag: &str, sealed: Option<&crate::service::volumes::Sealed>) -> Result<()> {
+fn check_digest_tag(tag: &str, sealed: Option<&crate::store::meta::volumes::Sealed>) -> Result<()> {
     let Some(hex) = tag.strip_prefix("b3-") else {
         return Ok(());
     };

@@ -4,7 +4,6 @@ pub mod gc;
 pub mod links;
 pub mod manifests;
 pub mod pull_through;
-pub mod stats;
 pub mod syncs;
 pub mod trees;
 pub mod uploads;

@@ -63,7 +63,7 @@ pub(crate) async fn create(
         let tag: Tag = t
             .parse()
             .map_err(|e: sealvol_spec::reference::RefError| invalid(e.to_string()))?;
-        if crate::service::volumes::is_reserved(tag.as_str()) {
+        if crate::store::meta::volumes::is_reserved(tag.as_str()) {
             return Err(RegistryError::new(
                 Code::TagReserved,
                 format!("tag {t} is the registry's; choose another"),

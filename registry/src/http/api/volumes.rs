@@ -15,9 +15,9 @@ use sealvol_spec::api;
 use serde::Deserialize;
 
 use crate::auth::Caller;
+use crate::clock::rfc3339;
 use crate::error::{Code, RegistryError, Result};
 use crate::http::query::{flag as query_flag, next_link, param as query_value, Page};
-use crate::service::volumes::rfc3339;
 use crate::state::app::App;
 
 use crate::http::limits::MAX_API_BODY as MAX_BODY;
@@ -503,7 +503,7 @@ async fn volume(
             ok(d)
         }
         (VolumeSub::Stats, Method::GET) => {
-            ok(crate::service::stats::volume_stats(app, &name).await?)
+            ok(crate::service::volumes::volume_stats(app, &name).await?)
         }
         (VolumeSub::Version(d), Method::GET) => {
             ok(app.meta(move |m| m.version(&name, &d.0, retention)).await?)

@@ -317,7 +317,7 @@ async fn volume_page(app: &App, who: &pages::Who, name: &str, q: Option<&str>) -
     let (n1, n2) = (name.to_string(), name.to_string());
     let volume = app.meta(move |m| m.volume(&n1)).await?;
     let versions = app.meta(move |m| m.versions(&n2, true, retention)).await?;
-    let stats = crate::service::stats::volume_stats(app, name).await?;
+    let stats = crate::service::volumes::volume_stats(app, name).await?;
     let page = Page {
         n: Some(PAGE),
         last: param(q, "last").filter(|l| !l.is_empty()),

@@ -16,7 +16,7 @@ use sealvol_spec::api::{self, Action, API_KEY_PREFIX};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::service::volumes::rfc3339;
+use crate::clock::rfc3339;
 use crate::store::meta::{MetaError, MetaStore};
 
 /// key id -> [`KeyRecord`] as JSON.
@@ -213,6 +213,19 @@ impl MetaStore {
             repositories: compile(&r.repositories)?,
             actions: r.actions,
         })))
+    }
+}
+
+impl From<KeyError> for crate::error::RegistryError {
+    fn from(e: KeyError) -> Self {
+        use KeyError as K;
+        match e {
+            K::Invalid(why) => crate::error::RegistryError::new(crate::error::Code::Invalid, why),
+            K::Unknown(_) => {
+                crate::error::RegistryError::new(crate::error::Code::KeyUnknown, e.to_string())
+            }
+            K::Meta(m) => crate::error::RegistryError::internal(m),
+        }
     }
 }
 

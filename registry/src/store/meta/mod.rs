@@ -12,6 +12,7 @@ pub mod keys;
 pub mod secrets;
 pub mod sweeps;
 pub mod syncs;
+pub mod volumes;
 
 use std::path::Path;
 
@@ -176,7 +177,7 @@ impl MetaStore {
         tx.open_table(UPLOADS)?;
         tx.open_table(UPLOAD_TIMES)?;
         tx.open_table(LINK_TIMES)?;
-        crate::service::volumes::create_tables(&tx)?;
+        crate::store::meta::volumes::create_tables(&tx)?;
         crate::store::meta::syncs::create_tables(&tx)?;
         crate::store::meta::keys::create_tables(&tx)?;
         crate::store::meta::claims::create_tables(&tx)?;
@@ -315,7 +316,7 @@ impl MetaStore {
         refs: &References,
         tag: Option<&str>,
         subject: Option<&str>,
-        version: Option<&crate::service::volumes::Sealed>,
+        version: Option<&crate::store::meta::volumes::Sealed>,
         now: u64,
     ) -> Result<std::result::Result<(), String>> {
         let tx = self.db.begin_write()?;
@@ -349,11 +350,11 @@ impl MetaStore {
             // A tag names the version: its current index, which may not be
             // this one (SPEC.md §7.1: no downgrade).
             let target = match version {
-                Some(v) => crate::service::volumes::seal(&tx, repo, digest, v, now)?,
+                Some(v) => crate::store::meta::volumes::seal(&tx, repo, digest, v, now)?,
                 None => digest.to_string(),
             };
             if let Some(t) = tag {
-                crate::service::volumes::put_tag(&tx, repo, t, &target, None, now)?;
+                crate::store::meta::volumes::put_tag(&tx, repo, t, &target, None, now)?;
             }
         }
         tx.commit()?;
@@ -390,14 +391,15 @@ impl MetaStore {
             {
                 return Ok(false);
             }
-            if let Some(version) = crate::service::volumes::version_of_index(&tx, repo, digest)? {
+            if let Some(version) = crate::store::meta::volumes::version_of_index(&tx, repo, digest)?
+            {
                 // Hides every index of the version, this one included.
-                crate::service::volumes::tombstone(&tx, repo, &version, now)
+                crate::store::meta::volumes::tombstone(&tx, repo, &version, now)
                     .map_err(|e| MetaError(e.to_string()))?;
                 existed = true;
             } else {
                 existed = drop_manifest(&tx, repo, digest)?.is_some();
-                crate::service::volumes::drop_tags_of(&tx, repo, &[digest.to_string()], now)?;
+                crate::store::meta::volumes::drop_tags_of(&tx, repo, &[digest.to_string()], now)?;
             }
         }
         tx.commit()?;
@@ -407,7 +409,7 @@ impl MetaStore {
     /// Removes a tag (not what it points at).
     pub fn delete_tag(&self, repo: &str, tag: &str, now: u64) -> Result<bool> {
         let tx = self.db.begin_write()?;
-        let removed = crate::service::volumes::remove_tag(&tx, repo, tag, now)?;
+        let removed = crate::store::meta::volumes::remove_tag(&tx, repo, tag, now)?;
         tx.commit()?;
         Ok(removed)
     }
@@ -621,6 +623,12 @@ fn copy_table<V: redb::Value + 'static>(
         dst.insert(k.value(), v.value())?;
     }
     Ok(true)
+}
+
+impl From<MetaError> for crate::error::RegistryError {
+    fn from(e: MetaError) -> Self {
+        crate::error::RegistryError::internal(e)
+    }
 }
 
 #[cfg(test)]

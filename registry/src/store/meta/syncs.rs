@@ -11,7 +11,7 @@ use sealvol_spec::chain::{self, PieceCv};
 use sealvol_spec::{api, B3Digest, ChunkRef};
 use serde::{Deserialize, Serialize};
 
-use crate::service::volumes::rfc3339;
+use crate::clock::rfc3339;
 use crate::store::meta::secrets::{SecretKey, StoredSecret};
 use crate::store::meta::{key, prefix, MetaError, MetaStore, Result};
 

@@ -20,11 +20,8 @@ use sealvol_spec::api;
 use sealvol_spec::Sha256Digest;
 use serde::{Deserialize, Serialize};
 
-use crate::error::{RegistryError, Result};
-use crate::service::trees::Unreadable;
-use crate::service::volumes::{Lifecycle, VolumeRecord};
-use crate::state::app::App;
 use crate::store::meta::engine::{TableDefinition, WriteTransaction, U64};
+use crate::store::meta::volumes::{Lifecycle, VolumeRecord};
 use crate::store::meta::{key, prefix, MetaError, MetaStore};
 
 /// The metadata layer's results (the module's `Result` is the API's).
@@ -105,17 +102,17 @@ impl MetaStore {
         repo: &str,
         retention: u64,
         now: u64,
-    ) -> MetaResult<Read, crate::service::volumes::LifecycleError> {
+    ) -> MetaResult<Read, crate::store::meta::volumes::VolumeError> {
         let tx = self.db.begin_read()?;
-        let vol = crate::service::volumes::volume_record(&tx, repo)?.ok_or_else(|| {
-            crate::service::volumes::LifecycleError::VolumeUnknown(repo.to_string())
+        let vol = crate::store::meta::volumes::volume_record(&tx, repo)?.ok_or_else(|| {
+            crate::store::meta::volumes::VolumeError::VolumeUnknown(repo.to_string())
         })?;
         let mut stats = api::VolumeStats {
             name: repo.to_string(),
             ..Default::default()
         };
         let mut indexes = Vec::new();
-        for r in crate::service::volumes::version_records(&tx, repo)? {
+        for r in crate::store::meta::volumes::version_records(&tx, repo)? {
             let kept = match r.lifecycle {
                 Lifecycle::Alive => true,
                 Lifecycle::Tombstoned => r
@@ -149,7 +146,7 @@ impl MetaStore {
         set: &BTreeMap<Sha256Digest, u64>,
     ) -> MetaResult<()> {
         let tx = self.db.begin_write()?;
-        let Some(mut vol) = crate::service::volumes::volume_record_rw(&tx, repo)? else {
+        let Some(mut vol) = crate::store::meta::volumes::volume_record_rw(&tx, repo)? else {
             return Ok(());
         };
         if (vol.sequence, vol.stats_epoch) != stamp || vol.stats.is_some() {
@@ -179,87 +176,8 @@ impl MetaStore {
         t.insert_many(rows)?;
         drop(t);
         vol.stats = Some(totals);
-        crate::service::volumes::put_volume_record(&tx, repo, &vol)?;
+        crate::store::meta::volumes::put_volume_record(&tx, repo, &vol)?;
         tx.commit()?;
         Ok(())
     }
-}
-
-/// The distinct chunks of a version index, with their sizes, from its
-/// chunk manifests; why not when one is not stored or not a chunk
-/// manifest.
-pub(crate) async fn chunk_sizes(
-    app: &App,
-    ix: &sealvol_spec::oci::VersionIndex,
-) -> std::result::Result<ChunkSizes, Unreadable> {
-    use sealvol_spec::oci::{artifact_layers, sha256_of, MT_CHUNKS_MANIFEST};
-    let mut out = BTreeMap::new();
-    for m in &ix.chunk_manifests {
-        let d = sha256_of(m).ok_or_else(|| {
-            Unreadable::Invalid(format!("chunk manifest {} is not sha256", m.digest()))
-        })?;
-        let bytes = (app.blobs.get(&d).await?)
-            .ok_or_else(|| Unreadable::Missing(format!("chunk manifest {d}")))?;
-        let layers = artifact_layers(&bytes, MT_CHUNKS_MANIFEST)
-            .map_err(|e| Unreadable::Invalid(format!("{d} is not a chunk manifest: {e}")))?;
-        for layer in layers {
-            let chunk = sha256_of(&layer).ok_or_else(|| {
-                Unreadable::Invalid(format!("chunk {} of {d} is not sha256", layer.digest()))
-            })?;
-            out.insert(chunk, layer.size());
-        }
-    }
-    Ok(out.into_iter().collect())
-}
-
-/// `GET /api/v1/volumes/NAME/-/stats`: the totals as recorded, rebuilt
-/// first when unknown.
-pub(crate) async fn volume_stats(app: &App, repo: &str) -> Result<api::VolumeStats> {
-    let (retention, now) = (app.policy.retention_seconds, app.now());
-    let name = repo.to_string();
-    let read = app
-        .meta(move |m| m.read_stats(&name, retention, now))
-        .await?;
-    if read.totals.is_some() {
-        return Ok(read.stats);
-    }
-    // A version that cannot be read (sealed by an earlier release that
-    // did not check it) leaves the totals short; they are answered, so the
-    // rest of the volume stays readable, but not kept, and the next read
-    // tries again.
-    let mut set = BTreeMap::new();
-    let mut unread = Vec::new();
-    for index in &read.indexes {
-        let chunks = match read_index(app, index).await {
-            Ok(ix) => chunk_sizes(app, &ix).await.map_err(|e| e.to_string()),
-            Err(e) => Err(e.to_string()),
-        };
-        match chunks {
-            Ok(chunks) => set.extend(chunks),
-            Err(why) => unread.push(format!("{index}: {why}")),
-        }
-    }
-    let mut stats = read.stats;
-    stats.stored_bytes = set.values().sum();
-    stats.chunks = set.len() as u64;
-    if !unread.is_empty() {
-        tracing::warn!(
-            "the stats of {repo} leave out versions whose chunk manifests cannot be read: {}",
-            unread.join("; ")
-        );
-        return Ok(stats);
-    }
-    let (name, stamp) = (repo.to_string(), read.stamp);
-    app.meta(move |m| m.store_stats(&name, stamp, &set)).await?;
-    Ok(stats)
-}
-
-/// A version index stored in the registry, parsed.
-pub(crate) async fn read_index(app: &App, index: &str) -> Result<sealvol_spec::oci::VersionIndex> {
-    let digest: Sha256Digest = index.parse().map_err(RegistryError::internal)?;
-    let bytes =
-        app.blobs.get(&digest).await?.ok_or_else(|| {
-            RegistryError::internal(format!("version index {index} is not stored"))
-        })?;
-    sealvol_spec::oci::VersionIndex::parse(&bytes).map_err(RegistryError::internal)
 }
