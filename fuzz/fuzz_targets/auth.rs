@@ -9,7 +9,8 @@ use std::sync::OnceLock;
 use arbitrary::Arbitrary;
 use axum::http::HeaderValue;
 use libfuzzer_sys::fuzz_target;
-use sealvol_registry::auth::{basic_credentials, Htpasswd};
+use sealvol_registry::auth::Htpasswd;
+use sealvol_registry::http::layers::basic_credentials;
 use sealvol_registry::auth::tokens::{parse_scope, Issuer};
 
 #[derive(Arbitrary, Debug)]

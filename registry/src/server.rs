@@ -432,8 +432,8 @@ pub fn router(
         .with_state(app)
         .route(
             "/token",
-            get(crate::auth::token)
-                .post(crate::auth::token)
+            get(crate::http::token::token)
+                .post(crate::http::token::token)
                 .with_state(Arc::clone(&auth)),
         )
         // Blob bodies stream to disk; the others are bounded by
@@ -445,19 +445,19 @@ pub fn router(
         // layer before any handler.
         .layer(axum::middleware::from_fn_with_state(
             Arc::clone(&auth),
-            crate::auth::authorize,
+            crate::http::layers::authorize,
         ))
         .layer(axum::middleware::from_fn_with_state(
             auth,
-            crate::auth::csrf,
+            crate::http::layers::csrf,
         ))
-        .layer(axum::middleware::from_fn(crate::http::limits::limit_bodies))
+        .layer(axum::middleware::from_fn(crate::http::layers::limit_bodies))
         .layer(axum::middleware::from_fn(record_metrics))
         .layer(TimeoutLayer::with_status_code(
             axum::http::StatusCode::REQUEST_TIMEOUT,
             Duration::from_secs(config.request_timeout_seconds),
         ))
-        // A body that stops arriving fails its reader (`limits::read_body`
+        // A body that stops arriving fails its reader (`extract::read_body`
         // answers 408), rather than holding the request until the timeout
         // above, an hour by default.
         .layer(RequestBodyTimeoutLayer::new(Duration::from_secs(

@@ -1,21 +1,20 @@
-//! Who is asking, and may they (SPEC.md §7.5): the `[auth]` section of
-//! `registry.toml`, Basic credentials checked against an htpasswd file,
-//! and the tower layers that run before every handler:
-//!
-//! - [`authorize`] authenticates the request, asks [`crate::http::access::need`]
-//!   what it needs and [`Policy`] whether the caller has it, answers 401
-//!   (with the challenge) or 403 `DENIED` itself, and otherwise hands the
-//!   handler a [`Caller`] in the request's extensions, for the decisions
-//!   that need a body or a stored record (sync jobs) and for filtering
-//!   listings;
-//! - [`csrf`] refuses `/api/v1` writes a web page could forge: no JSON
-//!   content type (a CORS "simple request") or a foreign `Origin`.
+//! Who is calling and what they may do (SPEC.md §7.5), with no HTTP in
+//! it: the `[auth]` section of `registry.toml`, [`Credentials`] (which
+//! the HTTP layer reads from headers and the session cookie) checked
+//! against an htpasswd file ([`htpasswd`]), API keys and tokens
+//! ([`tokens`]), the pure [`policy`], and the [`Caller`] a handler asks.
+//! The layers that consult it are `http::layers`.
 //!
 //! Credentials never reach a log line: a failed login logs the user name
 //! only, and a denial logs subject, repository and action.
 
+pub mod caller;
+pub mod htpasswd;
 pub mod policy;
 pub mod tokens;
+
+pub use caller::Caller;
+pub use htpasswd::Htpasswd;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -23,22 +22,15 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use axum::extract::{Request, State};
-use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
-use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
-use base64::Engine;
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use tokio::sync::Semaphore;
 
 use crate::auth::policy::{AccessEntry, Policy, Subject};
 use crate::auth::tokens::{External, ExternalConfig, Grant, Issuer};
-use crate::error::{Code, RegistryError};
-use crate::http::access::{self, Action, Need};
 use crate::store::meta::keys::KeyGrant;
 use crate::store::meta::MetaStore;
-use sealvol_spec::api::API_KEY_PREFIX;
+use sealvol_spec::api::{Action, API_KEY_PREFIX};
 
 /// How long a successful password check is remembered.
 const VERIFIED_TTL: Duration = Duration::from_secs(60);
@@ -46,8 +38,7 @@ const VERIFIED_TTL: Duration = Duration::from_secs(60);
 const BCRYPT_AT_ONCE: usize = 2;
 /// How long a failed login waits before it is answered.
 const FAILED_LOGIN_DELAY: Duration = Duration::from_secs(1);
-/// Largest htpasswd file read, and most entries remembered.
-const MAX_HTPASSWD: u64 = 16 << 20;
+/// Most successful checks remembered.
 const MAX_VERIFIED: usize = 10_000;
 
 /// `registry.toml` `[auth]`.
@@ -94,81 +85,69 @@ pub enum AuthError {
     Token(#[from] crate::auth::tokens::TokenError),
 }
 
-/// The users of an htpasswd file: name -> bcrypt hash.
-#[derive(Debug, Default)]
-pub struct Htpasswd(HashMap<String, String>);
+/// What a request presented, as the HTTP layer read it from its
+/// `Authorization` header or the web view's session cookie; `auth` never
+/// sees the request itself.
+#[derive(Clone, PartialEq, Eq)]
+pub enum Credentials {
+    None,
+    Basic {
+        user: String,
+        password: String,
+    },
+    Bearer(String),
+    /// The web view's session token (its cookie).
+    Session(String),
+    /// An `Authorization` value that is neither: what is wrong with it.
+    Malformed(&'static str),
+}
 
-impl Htpasswd {
-    pub fn load(path: &Path) -> Result<Htpasswd, AuthError> {
-        let err = |message: String| AuthError::Htpasswd {
-            path: path.to_path_buf(),
-            message,
-        };
-        let len = std::fs::metadata(path)
-            .map_err(|e| err(e.to_string()))?
-            .len();
-        if len > MAX_HTPASSWD {
-            return Err(err(format!("larger than {MAX_HTPASSWD} bytes")));
-        }
-        let text = std::fs::read_to_string(path).map_err(|e| err(e.to_string()))?;
-        Htpasswd::parse(&text).map_err(err)
-    }
-
-    pub fn parse(text: &str) -> Result<Htpasswd, String> {
-        let mut users = HashMap::new();
-        for (i, line) in text.lines().enumerate() {
-            let line = line.trim();
-            if line.is_empty() || line.starts_with('#') {
-                continue;
-            }
-            let (user, hash) = line
-                .split_once(':')
-                .ok_or_else(|| format!("line {}: not USER:HASH", i + 1))?;
-            // Only bcrypt: MD5-crypt, SHA1 and plain entries are too weak
-            // to accept, and distribution refuses them too.
-            if !(hash.starts_with("$2y$") || hash.starts_with("$2b$") || hash.starts_with("$2a$")) {
-                return Err(format!(
-                    "line {}: user {user:?} is not a bcrypt entry (make it with htpasswd -B)",
-                    i + 1
-                ));
-            }
-            if user.starts_with(API_KEY_PREFIX) {
-                return Err(format!(
-                    "line {}: user names starting with {API_KEY_PREFIX} are API keys'",
-                    i + 1
-                ));
-            }
-            users.insert(user.to_string(), hash.to_string());
-        }
-        Ok(Htpasswd(users))
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Secrets never reach a log line.
+        f.write_str(match self {
+            Credentials::None => "None",
+            Credentials::Basic { .. } => "Basic",
+            Credentials::Bearer(_) => "Bearer",
+            Credentials::Session(_) => "Session",
+            Credentials::Malformed(_) => "Malformed",
+        })
     }
 }
+
+impl Credentials {
+    /// A user name and password typed into a form (the web view's login,
+    /// `POST /token`), read as the same two in a Basic header would be:
+    /// the user name ends at the first `:`.
+    pub fn login(user: &str, password: &str) -> Credentials {
+        let joined = format!("{user}:{password}");
+        let (user, password) = joined.split_once(':').unwrap_or((&joined, ""));
+        Credentials::Basic {
+            user: user.to_string(),
+            password: password.to_string(),
+        }
+    }
+}
+
+/// What a bearer token sent where Basic credentials are expected hears.
+pub const UNSUPPORTED_SCHEME: &str =
+    "unsupported authorization scheme (use Basic or a token from /token)";
 
 /// The authentication and authorization state every request consults.
 pub struct Auth {
-    policy: Policy,
-    users: Option<Htpasswd>,
+    pub(crate) policy: Policy,
+    pub(crate) users: Option<Htpasswd>,
     /// The token server; `None` on an open registry.
-    issuer: Option<Issuer>,
+    pub(crate) issuer: Option<Issuer>,
     /// An external token issuer whose tokens are accepted too.
-    external: Option<External>,
+    pub(crate) external: Option<External>,
     /// Where API keys live; `None` on an open registry.
-    meta: Option<Arc<MetaStore>>,
+    pub(crate) meta: Option<Arc<MetaStore>>,
     /// The `Origin`s that may write to `/api/v1`.
-    origins: Vec<String>,
+    pub(crate) origins: Vec<String>,
     /// sha256(user, password) of recent successful checks -> when.
-    verified: Mutex<HashMap<[u8; 32], Instant>>,
-    bcrypt: Semaphore,
-}
-
-/// The authenticated caller, in each request's extensions.
-#[derive(Clone, Debug)]
-pub struct Caller {
-    pub subject: Subject,
-    /// What the caller's bearer token grants, when it sent one: the
-    /// policy and the token must both allow an action.
-    grant: Option<Grant>,
-    auth: Arc<Auth>,
+    pub(crate) verified: Mutex<HashMap<[u8; 32], Instant>>,
+    pub(crate) bcrypt: Semaphore,
 }
 
 impl std::fmt::Debug for Auth {
@@ -181,95 +160,8 @@ impl std::fmt::Debug for Auth {
     }
 }
 
-impl Caller {
-    /// Whether the caller may do `action` to `repository`.
-    pub fn may(&self, repository: &str, action: Action) -> bool {
-        self.auth.policy.allows(&self.subject, repository, action)
-            && self
-                .grant
-                .as_ref()
-                .is_none_or(|g| g.grants(repository, action))
-    }
-
-    /// Whether a listing shows `repository` to the caller: what the policy
-    /// lets it pull, whatever its token was scoped to.
-    pub fn sees(&self, repository: &str) -> bool {
-        self.auth
-            .policy
-            .allows(&self.subject, repository, Action::Pull)
-    }
-
-    pub fn is_admin(&self) -> bool {
-        self.auth.policy.is_admin(&self.subject)
-    }
-
-    /// The registry's authentication state.
-    pub fn auth(&self) -> &Auth {
-        &self.auth
-    }
-
-    /// Whether the registry checks credentials at all (else everyone is
-    /// anonymous and the open policy decides).
-    pub fn registry_authenticates(&self) -> bool {
-        self.auth.users.is_some() || self.auth.issuer.is_some() || self.auth.external.is_some()
-    }
-
-    /// `Ok` when the caller may do `action` to `repository`, else the
-    /// answer that says so (logged).
-    pub fn check(&self, repository: &str, action: Action) -> Result<(), RegistryError> {
-        if self.may(repository, action) {
-            return Ok(());
-        }
-        denied_line(&self.subject, repository, action.as_str());
-        Err(RegistryError::new(
-            Code::Denied,
-            format!(
-                "{} may not {} {repository}",
-                self.subject.name(),
-                action.as_str()
-            ),
-        ))
-    }
-}
-
-/// The caller a handler runs for. A handler reached without the auth
-/// layer (never in `sealvol serve`) gets an anonymous caller with no
-/// rights, so a missing layer fails closed.
-pub fn caller(req: &Request) -> Caller {
-    caller_of(req.extensions())
-}
-
-fn caller_of(extensions: &axum::http::Extensions) -> Caller {
-    extensions.get::<Caller>().cloned().unwrap_or(Caller {
-        subject: Subject::Anonymous,
-        grant: None,
-        auth: Arc::new(Auth::new(Policy::default(), None, None, None, Vec::new())),
-    })
-}
-
-/// Handlers take the caller as an extractor.
-impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Caller {
-    type Rejection = std::convert::Infallible;
-
-    async fn from_request_parts(
-        parts: &mut axum::http::request::Parts,
-        _: &S,
-    ) -> Result<Caller, Self::Rejection> {
-        Ok(caller_of(&parts.extensions))
-    }
-}
-
-fn denied_line(subject: &Subject, repository: &str, action: &str) {
-    tracing::warn!(
-        subject = subject.name(),
-        repository,
-        action,
-        "access denied"
-    );
-}
-
 impl Auth {
-    fn new(
+    pub(crate) fn new(
         policy: Policy,
         users: Option<Htpasswd>,
         issuer: Option<Issuer>,
@@ -349,32 +241,36 @@ impl Auth {
         Ok(auth)
     }
 
-    /// Who sent `headers`, and what their bearer token grants:
+    /// The registry's policy.
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+
+    /// The token server; `None` on an open registry.
+    pub fn issuer(&self) -> Option<&Issuer> {
+        self.issuer.as_ref()
+    }
+
+    /// The `Origin`s that may write to `/api/v1`.
+    pub fn origins(&self) -> &[String] {
+        &self.origins
+    }
+
+    /// Who sent `credentials`, and what their bearer token grants:
     /// `Ok(Anonymous)` without credentials, `Err` for credentials that do
     /// not check out.
-    async fn identify(
+    pub async fn identify(
         &self,
-        headers: &HeaderMap,
-        web: bool,
+        credentials: &Credentials,
     ) -> Result<(Subject, Option<Grant>), &'static str> {
-        // The web view's pages send the session cookie instead of a
-        // header; an expired or forged one is no one (the page then asks
-        // to log in).
-        if web && !headers.contains_key(header::AUTHORIZATION) {
-            if let (Some(token), Some(issuer)) =
-                (crate::http::ui::session::token_of(headers), &self.issuer)
-            {
-                return Ok((self.session_subject(issuer, token).await, None));
+        match (credentials, &self.issuer) {
+            // An expired or forged session is no one (the page then asks
+            // to log in).
+            (Credentials::Session(token), Some(issuer)) => {
+                Ok((self.session_subject(issuer, token).await, None))
             }
-        }
-        let bearer = headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.split_once(' '))
-            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"));
-        match (bearer, &self.issuer) {
-            (Some((_, token)), Some(issuer)) => {
-                let (token, now) = (token.trim(), unix_now());
+            (Credentials::Bearer(token), Some(issuer)) => {
+                let (token, now) = (token.as_str(), unix_now());
                 let mut grant = issuer
                     .verify(token, now)
                     .or_else(|| self.external.as_ref()?.verify(token, now))
@@ -392,22 +288,24 @@ impl Auth {
                 }
                 Ok((grant.subject.clone(), Some(grant)))
             }
-            _ => Ok((self.authenticate(headers).await?, None)),
+            _ => Ok((self.authenticate(credentials).await?, None)),
         }
     }
 
-    /// Who sent `headers` with Basic credentials: `Ok(Anonymous)` without
-    /// any, `Err` for credentials that do not check out.
-    async fn authenticate(&self, headers: &HeaderMap) -> Result<Subject, &'static str> {
-        let Some(value) = headers.get(header::AUTHORIZATION) else {
-            return Ok(Subject::Anonymous);
-        };
+    /// Who sent `credentials` as Basic ones: `Ok(Anonymous)` without any,
+    /// `Err` for credentials that do not check out (a bearer token
+    /// included: `/token` takes Basic only).
+    pub async fn authenticate(&self, credentials: &Credentials) -> Result<Subject, &'static str> {
         // An open registry ignores credentials a client keeps for it.
         let Some(users) = &self.users else {
             return Ok(Subject::Anonymous);
         };
-        let (user, password) = basic_credentials(value)?;
-        let (user, password) = (user.as_str(), password.as_str());
+        let (user, password) = match credentials {
+            Credentials::None | Credentials::Session(_) => return Ok(Subject::Anonymous),
+            Credentials::Malformed(why) => return Err(why),
+            Credentials::Bearer(_) => return Err(UNSUPPORTED_SCHEME),
+            Credentials::Basic { user, password } => (user.as_str(), password.as_str()),
+        };
         if user.starts_with(API_KEY_PREFIX) {
             return match self.key(user, Some(password)).await {
                 Some(k) => Ok(Subject::Key(k)),
@@ -480,12 +378,9 @@ impl Auth {
         let (Some(_), Some(issuer)) = (&self.users, &self.issuer) else {
             return Ok(None);
         };
-        let basic = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
-        let mut headers = HeaderMap::new();
-        let value = HeaderValue::from_str(&format!("Basic {basic}"))
-            .map_err(|_| "malformed user name or password")?;
-        headers.insert(header::AUTHORIZATION, value);
-        let subject = self.authenticate(&headers).await?;
+        let subject = self
+            .authenticate(&Credentials::login(user, password))
+            .await?;
         issuer.session(&subject, unix_now()).map(Some)
     }
 
@@ -499,7 +394,7 @@ impl Auth {
     }
 
     /// The API key `id`, alive and with `secret` when given.
-    async fn key(&self, id: &str, secret: Option<&str>) -> Option<Arc<KeyGrant>> {
+    pub(crate) async fn key(&self, id: &str, secret: Option<&str>) -> Option<Arc<KeyGrant>> {
         let meta = Arc::clone(self.meta.as_ref()?);
         let (id, secret) = (id.to_string(), secret.map(str::to_string));
         tokio::task::spawn_blocking(move || meta.key_grant(&id, secret.as_deref(), unix_now()))
@@ -522,324 +417,15 @@ fn origin_of(url: &str) -> Option<String> {
     (!host.is_empty()).then(|| format!("{scheme}://{host}"))
 }
 
-fn unix_now() -> u64 {
+pub(crate) fn unix_now() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())
 }
 
-/// The token scope a request needing `need` asks for.
-fn scope_of(need: &Need) -> Option<String> {
-    match need {
-        Need::Repository { name, action } => Some(match action {
-            // Docker clients ask for both when they push.
-            Action::Push => format!("repository:{name}:pull,push"),
-            a => format!("repository:{name}:{}", a.as_str()),
-        }),
-        Need::Listing => Some("registry:catalog:*".into()),
-        _ => None,
-    }
-}
-
-impl Auth {
-    /// 401 with the challenge a client answers by logging in: the token
-    /// flow where the registry issues tokens, else Basic.
-    fn unauthorized(&self, why: &str, need: &Need) -> Response {
-        if let Need::Web { path } = need {
-            // A page asks the browser to log in, not for a Basic dialog.
-            let mut resp = StatusCode::SEE_OTHER.into_response();
-            let to = format!("/ui/login?next={}", crate::http::query::encode(path));
-            if let Ok(v) = HeaderValue::from_str(&to) {
-                resp.headers_mut().insert(header::LOCATION, v);
-            }
-            return resp;
-        }
-        let mut resp = RegistryError::new(Code::Unauthorized, why).into_response();
-        let challenge = match &self.issuer {
-            Some(i) => i.challenge(scope_of(need).as_deref()),
-            None => "Basic realm=\"sealvol\"".to_string(),
-        };
-        if let Ok(v) = HeaderValue::from_str(&challenge) {
-            resp.headers_mut().insert(header::WWW_AUTHENTICATE, v);
-        }
-        resp
-    }
-
-    /// 403 `DENIED`, with the `insufficient_scope` challenge of RFC 6750
-    /// where the registry issues tokens: clients that answer any 401 or
-    /// 403 by asking for a token (oras-py) then see the refusal at once
-    /// instead of retrying.
-    fn forbidden(&self, why: String, need: &Need) -> Response {
-        let mut resp = RegistryError::new(Code::Denied, why).into_response();
-        if let Some(i) = &self.issuer {
-            let challenge = format!(
-                "{},error=\"insufficient_scope\"",
-                i.challenge(scope_of(need).as_deref())
-            );
-            if let Ok(v) = HeaderValue::from_str(&challenge) {
-                resp.headers_mut().insert(header::WWW_AUTHENTICATE, v);
-            }
-        }
-        resp
-    }
-}
-
-/// The auth layer: authenticate, decide what the route needs, hand the
-/// caller on.
-pub async fn authorize(State(auth): State<Arc<Auth>>, mut req: Request, next: Next) -> Response {
-    let path = req.uri().path().to_string();
-    let web = crate::http::ui::need(req.method(), &path).is_some();
-    let get = req.method() == Method::GET;
-    let need = access::need(req.method(), &path);
-    // Where a page that needs a login sends the browser back to.
-    let login = Need::Web { path };
-    let (subject, grant) = match auth.identify(req.headers(), web).await {
-        Ok(s) => s,
-        Err(why) => return auth.unauthorized(why, if web { &login } else { &need }),
-    };
-    let policy = &auth.policy;
-    // Anonymous callers are asked to log in, and so is a token that lacks
-    // the scope (the client asks for another); known users are refused.
-    let refuse = |repository: &str, action: &str, retry: bool| -> Response {
-        denied_line(&subject, repository, action);
-        match subject {
-            Subject::Anonymous if web && get => {
-                auth.unauthorized("authentication required", &login)
-            }
-            Subject::Anonymous => auth.unauthorized("authentication required", &need),
-            _ if retry => auth.unauthorized("the token does not grant this", &need),
-            _ => auth.forbidden(
-                format!("{} may not {action} {repository}", subject.name()),
-                &need,
-            ),
-        }
-    };
-    match &need {
-        Need::Nothing | Need::Web { .. } => {}
-        Need::Base | Need::Listing | Need::SyncJob(_) | Need::NewSync => {
-            if !policy.knows(&subject) {
-                return refuse("", "use", false);
-            }
-        }
-        Need::Admin => {
-            if !policy.is_admin(&subject) {
-                return refuse("", "administer", false);
-            }
-        }
-        Need::Repository { name, action } => {
-            let (name, action) = (name.as_str(), *action);
-            if !policy.allows(&subject, name, action) {
-                return refuse(name, action.as_str(), false);
-            }
-            if grant.as_ref().is_some_and(|g| !g.grants(name, action)) {
-                return refuse(name, action.as_str(), true);
-            }
-            // A cross-repository mount from a repository the caller may
-            // not read becomes a plain upload, as in distribution.
-            if let Some(from) = access::mount_source(req.uri().query()) {
-                if !policy.allows(&subject, &from, Action::Pull) {
-                    let path = req.uri().path().to_string();
-                    if let Ok(uri) = path.parse() {
-                        *req.uri_mut() = uri;
-                    }
-                }
-            }
-        }
-    }
-    req.extensions_mut().insert(Caller {
-        subject,
-        grant,
-        auth: Arc::clone(&auth),
-    });
-    next.run(req).await
-}
-
-/// The user and password of a `Basic` `Authorization` value; `Err` says
-/// what is wrong with it.
-#[doc(hidden)] // pub for the fuzz targets (fuzz/)
-pub fn basic_credentials(value: &HeaderValue) -> Result<(String, String), &'static str> {
-    let value = value
-        .to_str()
-        .map_err(|_| "malformed Authorization header")?;
-    let (scheme, rest) = value.split_once(' ').unwrap_or((value, ""));
-    if !scheme.eq_ignore_ascii_case("basic") {
-        return Err("unsupported authorization scheme (use Basic or a token from /token)");
-    }
-    let decoded = base64::engine::general_purpose::STANDARD
-        .decode(rest.trim())
-        .map_err(|_| "malformed Basic credentials")?;
-    let decoded = String::from_utf8(decoded).map_err(|_| "malformed Basic credentials")?;
-    let (user, password) = decoded
-        .split_once(':')
-        .ok_or("malformed Basic credentials")?;
-    Ok((user.to_string(), password.to_string()))
-}
-
-/// `GET /token` (Basic credentials, or none for what anonymous callers
-/// may do) and `POST /token` (the OAuth2 password form): a token for the
-/// scopes asked, as the distribution token spec answers.
-pub async fn token(State(auth): State<Arc<Auth>>, req: Request) -> Response {
-    let Some(issuer) = &auth.issuer else {
-        return RegistryError::with_status(
-            Code::Unsupported,
-            StatusCode::NOT_FOUND,
-            "this registry has no [auth]: no token is needed",
-        )
-        .into_response();
-    };
-    let basic_challenge = |why: &str| {
-        let mut resp = RegistryError::new(Code::Unauthorized, why).into_response();
-        resp.headers_mut().insert(
-            header::WWW_AUTHENTICATE,
-            HeaderValue::from_static("Basic realm=\"sealvol\""),
-        );
-        resp
-    };
-    let mut params: Vec<(String, String)> = req
-        .uri()
-        .query()
-        .map(|q| form_urlencoded::parse(q.as_bytes()).into_owned().collect())
-        .unwrap_or_default();
-    let subject = if req.method() == Method::POST {
-        let max = crate::http::limits::MAX_TOKEN_FORM;
-        let body = match crate::http::limits::read_body(req.into_body(), max, Code::Invalid).await {
-            Ok(b) => b,
-            Err(e) => return e.into_response(),
-        };
-        params.extend(form_urlencoded::parse(&body).into_owned());
-        let get = |k: &str| params.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
-        if get("grant_type").as_deref() != Some("password") {
-            return RegistryError::new(Code::Unsupported, "grant_type must be password")
-                .into_response();
-        }
-        let (user, password) = (
-            get("username").unwrap_or_default(),
-            get("password").unwrap_or_default(),
-        );
-        let mut headers = HeaderMap::new();
-        let basic = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
-        if let Ok(v) = HeaderValue::from_str(&format!("Basic {basic}")) {
-            headers.insert(header::AUTHORIZATION, v);
-        }
-        match auth.authenticate(&headers).await {
-            Ok(s) => s,
-            Err(why) => return basic_challenge(why),
-        }
-    } else {
-        match auth.authenticate(req.headers()).await {
-            Ok(s) => s,
-            Err(why) => return basic_challenge(why),
-        }
-    };
-    if let Some((_, service)) = params.iter().find(|(k, _)| k == "service") {
-        if service != issuer.service() {
-            return RegistryError::new(
-                Code::Denied,
-                format!("tokens here are for service {:?}", issuer.service()),
-            )
-            .into_response();
-        }
-    }
-    let scopes: Vec<String> = params
-        .iter()
-        .filter(|(k, _)| k == "scope")
-        .map(|(_, v)| v.clone())
-        .collect();
-    match issuer.issue(&auth.policy, &subject, &scopes, unix_now()) {
-        Ok(answer) => axum::Json(answer).into_response(),
-        Err(why) => RegistryError::with_status(Code::Unsupported, StatusCode::BAD_REQUEST, why)
-            .into_response(),
-    }
-}
-
-/// Refuses `/api/v1` requests a web page could send on the operator's
-/// behalf (SPEC.md §7.5): writes without `Content-Type: application/json`
-/// (a form or a `text/plain` fetch needs no preflight), and anything from
-/// another origin.
-pub async fn csrf(State(auth): State<Arc<Auth>>, req: Request, next: Next) -> Response {
-    let path = req.uri().path();
-    if crate::http::ui::need(req.method(), path).is_some() {
-        // A form post of the web view comes from one of its own pages:
-        // browsers send the page's Origin with every POST.
-        let read = req.method() == Method::GET || req.method() == Method::HEAD;
-        let own = req
-            .headers()
-            .get(header::ORIGIN)
-            .is_some_and(|o| auth.origins.iter().any(|a| a.as_bytes() == o.as_bytes()));
-        if !read && !own {
-            return RegistryError::new(
-                Code::Denied,
-                "a form of the web view is posted from its own pages only",
-            )
-            .into_response();
-        }
-        return next.run(req).await;
-    }
-    if path != "/api/v1" && !path.starts_with("/api/v1/") {
-        return next.run(req).await;
-    }
-    let headers = req.headers();
-    let cross_site = headers
-        .get("sec-fetch-site")
-        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"cross-site"));
-    let foreign = headers
-        .get(header::ORIGIN)
-        .is_some_and(|o| !auth.origins.iter().any(|a| a.as_bytes() == o.as_bytes()));
-    if cross_site || foreign {
-        return RegistryError::new(Code::Denied, "cross-origin requests are refused")
-            .into_response();
-    }
-    let method = req.method();
-    if method != Method::GET && method != Method::HEAD {
-        let essence = headers
-            .get(header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .map(|v| {
-                v.split(';')
-                    .next()
-                    .unwrap_or("")
-                    .trim()
-                    .to_ascii_lowercase()
-            });
-        let secret_put = method == Method::PUT && path.starts_with("/api/v1/secrets/");
-        let ok = match essence.as_deref() {
-            Some("application/json") => true,
-            Some("application/octet-stream") => secret_put,
-            _ => false,
-        };
-        if !ok {
-            let want = if secret_put {
-                "application/octet-stream"
-            } else {
-                "application/json"
-            };
-            return RegistryError::with_status(
-                Code::Unsupported,
-                StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                format!("{method} {path} needs Content-Type: {want}"),
-            )
-            .into_response();
-        }
-    }
-    next.run(req).await
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn htpasswd_takes_bcrypt_only() {
-        let h = Htpasswd::parse(
-            "# c\nalice:$2y$05$abcdefghijklmnopqrstuuF0GfGbTjOY2lWOdPDm6dvYjAhNSyXQa\n\n",
-        )
-        .unwrap();
-        assert!(h.0.contains_key("alice"));
-        assert!(Htpasswd::parse("bob:{SHA}abc")
-            .unwrap_err()
-            .contains("htpasswd -B"));
-        assert!(Htpasswd::parse("bob").is_err());
-    }
 
     #[test]
     fn origins() {
@@ -860,11 +446,9 @@ mod tests {
         let hash = bcrypt::hash("s3cret", 4).unwrap();
         let users = Htpasswd::parse(&format!("alice:{hash}")).unwrap();
         let auth = Auth::new(Policy::default(), Some(users), None, None, vec![]);
-        let basic = |u: &str, p: &str| {
-            let mut h = HeaderMap::new();
-            let v = base64::engine::general_purpose::STANDARD.encode(format!("{u}:{p}"));
-            h.insert(header::AUTHORIZATION, format!("Basic {v}").parse().unwrap());
-            h
+        let basic = |u: &str, p: &str| Credentials::Basic {
+            user: u.into(),
+            password: p.into(),
         };
         assert_eq!(
             auth.authenticate(&basic("alice", "s3cret")).await,
@@ -881,35 +465,8 @@ mod tests {
             .await
             .is_err());
         assert_eq!(
-            auth.authenticate(&HeaderMap::new()).await,
+            auth.authenticate(&Credentials::None).await,
             Ok(Subject::Anonymous)
         );
-    }
-
-    proptest::proptest! {
-        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
-
-        /// Any header value parses or is refused without panicking; a
-        /// user (without `:`) and password round-trip through the header.
-        #[test]
-        fn basic_credentials_parse_any_header_and_round_trip(
-            junk in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64),
-            user in "[^:]{0,16}",
-            password in "\\PC{0,16}",
-        ) {
-            if let Ok(v) = HeaderValue::from_bytes(&junk) {
-                let _ = basic_credentials(&v);
-            }
-            let b64 = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
-            let v = HeaderValue::from_str(&format!("Basic {b64}")).unwrap();
-            proptest::prop_assert_eq!(basic_credentials(&v), Ok((user.clone(), password.clone())));
-            // Another scheme, or base64 that lost its padding, is refused.
-            let bearer = HeaderValue::from_str(&format!("Bearer {b64}")).unwrap();
-            proptest::prop_assert!(basic_credentials(&bearer).is_err());
-            if b64.ends_with('=') {
-                let cut = HeaderValue::from_str(&format!("Basic {}", b64.trim_end_matches('='))).unwrap();
-                proptest::prop_assert!(basic_credentials(&cut).is_err());
-            }
-        }
     }
 }

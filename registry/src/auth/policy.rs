@@ -16,8 +16,8 @@ use serde::Deserialize;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use crate::http::access::Action;
 use crate::store::meta::keys::KeyGrant;
+use sealvol_spec::api::Action;
 
 /// One `[[auth.access]]` entry as written in `registry.toml`.
 #[derive(Clone, Debug, Default, Deserialize)]

@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::auth::policy::{Policy, Subject};
-use crate::http::access::Action;
+use sealvol_spec::api::Action;
 
 /// Most scopes one token request may name, and longest scope string.
 const MAX_SCOPES: usize = 32;

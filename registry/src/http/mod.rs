@@ -2,8 +2,10 @@
 
 pub mod access;
 pub mod api;
-pub mod limits;
+pub mod extract;
+pub mod layers;
 pub mod oci;
 pub(crate) mod query;
 pub mod respond;
+pub mod token;
 pub mod ui;

@@ -13,7 +13,8 @@ use crate::error::{Code, RegistryError, Result};
 use crate::state::app::App;
 use crate::store::meta::{ManifestRecord, References};
 
-pub use crate::http::limits::MAX_MANIFEST;
+/// A manifest, as CNCF distribution and zot.
+pub const MAX_MANIFEST: usize = 4 << 20;
 
 const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
 pub(crate) const OCI_INDEX: &str = "application/vnd.oci.image.index.v1+json";

@@ -213,7 +213,7 @@ pub(crate) async fn set_secret(
 ) -> Result<()> {
     let name = secret_name(name)?;
     secrets::check_binding(&for_sources, &dest).map_err(invalid)?;
-    let value = crate::http::limits::read_body(body, MAX_SECRET, Code::Invalid)
+    let value = crate::http::extract::read_body(body, MAX_SECRET, Code::Invalid)
         .await
         .map_err(|e| match e.status() {
             axum::http::StatusCode::PAYLOAD_TOO_LARGE => {

@@ -20,7 +20,7 @@ use crate::error::{Code, RegistryError, Result};
 use crate::http::query::{flag as query_flag, next_link, param as query_value, Page};
 use crate::state::app::App;
 
-use crate::http::limits::MAX_API_BODY as MAX_BODY;
+use crate::http::extract::MAX_API_BODY as MAX_BODY;
 
 /// The endpoint a path names, for the access table
 /// ([`crate::http::access::need`]); the router above serves the same paths.
@@ -174,7 +174,7 @@ fn page_of(q: Option<&str>) -> Result<Page> {
 }
 
 async fn body<T: for<'de> Deserialize<'de>>(req_body: Body) -> Result<T> {
-    let bytes = crate::http::limits::read_body(req_body, MAX_BODY, Code::Invalid).await?;
+    let bytes = crate::http::extract::read_body(req_body, MAX_BODY, Code::Invalid).await?;
     let bytes = if bytes.is_empty() {
         bytes::Bytes::from_static(b"{}")
     } else {

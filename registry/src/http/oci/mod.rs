@@ -106,7 +106,7 @@ async fn handle_direct(app: Arc<App>, route: Route, req: Request) -> Result<Resp
         Route::Base => Ok(Json(serde_json::json!({})).into_response()),
         Route::Catalog if method == Method::GET => {
             let (n, last) = page(&req)?;
-            catalog(&app, n, last, crate::auth::caller(&req)).await
+            catalog(&app, n, last, crate::http::extract::caller(&req)).await
         }
         Route::Tags(name) if method == Method::GET => {
             check_name(&name)?;
@@ -398,7 +398,7 @@ async fn put_manifest(
         .map(|s| s.split(';').next().unwrap_or(s).trim().to_string())
         .filter(|s| s.starts_with("application/vnd."));
     let bytes =
-        crate::http::limits::read_body(req.into_body(), MAX_MANIFEST, Code::ManifestInvalid)
+        crate::http::extract::read_body(req.into_body(), MAX_MANIFEST, Code::ManifestInvalid)
             .await?;
     let (digest, subject) =
         store_manifest(app, &name, &reference, bytes, content_type.as_deref()).await?;

@@ -408,8 +408,8 @@ async fn diff_page(app: &App, who: &pages::Who, name: &str, q: Option<&str>) -> 
 
 /// The fields of a posted form.
 async fn form(body: Body) -> Result<Vec<(String, String)>> {
-    let max = crate::http::limits::MAX_API_BODY;
-    let bytes = crate::http::limits::read_body(body, max, api::ErrorCode::Invalid).await?;
+    let max = crate::http::extract::MAX_API_BODY;
+    let bytes = crate::http::extract::read_body(body, max, api::ErrorCode::Invalid).await?;
     Ok(form_urlencoded::parse(&bytes).into_owned().collect())
 }
 
