@@ -413,7 +413,7 @@ pub fn router(
     // A pull-through cache serves /v2 only: its /api/v1 answers 404.
     let volumes = match app.upstream {
         Some(_) => Router::new(),
-        None => crate::http::api::volumes::router().merge(crate::http::ui::router()),
+        None => crate::http::api::router().merge(crate::http::ui::router()),
     };
     Router::new()
         .route(

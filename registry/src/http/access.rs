@@ -7,7 +7,7 @@
 
 use axum::http::Method;
 
-use crate::{http::api::volumes, http::oci};
+use crate::http::routes::{route, Api, Oci, Route, Web, WebSub};
 
 pub use sealvol_spec::api::Action;
 
@@ -44,52 +44,60 @@ pub fn need(method: &Method, path: &str) -> Need {
     use Action::*;
     let read = method == Method::GET || method == Method::HEAD;
     let repo = |name: String, action: Action| Need::Repository { name, action };
-    if path == "/metrics" {
-        return Need::Base;
-    }
-    if path == "/livez" || path == "/readyz" {
-        return Need::Nothing;
-    }
-    if let Some(need) = crate::http::ui::need(method, path) {
-        return need;
-    }
-    if let Some(r) = oci::route(path) {
-        use oci::Route as R;
-        return match r {
-            R::Base => Need::Base,
-            R::Catalog => Need::Listing,
-            R::Tags(n) | R::Referrers(n, _) => repo(n, Pull),
-            R::Manifest(n, _) | R::Blob(n, _) => match *method {
-                Method::DELETE => repo(n, Delete),
-                _ if read => repo(n, Pull),
-                _ => repo(n, Push),
+    match route(path) {
+        None | Some(Route::Token | Route::Probe) => Need::Nothing,
+        Some(Route::Metrics) => Need::Base,
+        Some(Route::Web(w)) => match w {
+            Web::Home => Need::Listing,
+            Web::Login | Web::Static | Web::SyncOther => Need::Nothing,
+            Web::Syncs if read => Need::Listing,
+            Web::Syncs => Need::NewSync,
+            Web::Sync => Need::SyncJob(Pull),
+            Web::SyncCancel => Need::SyncJob(Push),
+            Web::Volume(name, sub) => match (sub, read) {
+                (WebSub::Volume | WebSub::Version(_) | WebSub::Diff, true) => repo(name, Pull),
+                (WebSub::Delete(_), _) | (WebSub::Restore(_), false) => repo(name, Delete),
+                (WebSub::Tags, false) => repo(name, Push),
+                _ => Need::Nothing,
             },
-            // Cancelling an upload is part of pushing, not deleting.
-            R::UploadStart(n) | R::Upload(n, _) => repo(n, Push),
-        };
-    }
-    if let Some(r) = volumes::route(path) {
-        use volumes::Route as R;
-        return match r {
-            R::Root => Need::Base,
-            R::Namespaces | R::Volumes | R::Syncs if read => Need::Listing,
-            R::Syncs => Need::NewSync,
-            R::Sync(_) => Need::SyncJob(Pull),
-            R::SyncCancel(_) => Need::SyncJob(Push),
-            R::Gc | R::Secrets | R::Secret(_) | R::Keys | R::Key(_) => Need::Admin,
-            R::Namespaces | R::Volumes => Need::Nothing,
-            R::WhoAmI => Need::Base,
-            R::Volume(n) | R::Versions(n) | R::Version(n, _) | R::Tag(n, _) if read => {
-                repo(n, Pull)
+        },
+        Some(Route::Oci(r)) => {
+            use Oci as R;
+            match r {
+                R::Base => Need::Base,
+                R::Catalog => Need::Listing,
+                R::Tags(n) | R::Referrers(n, _) => repo(n, Pull),
+                R::Manifest(n, _) | R::Blob(n, _) => match *method {
+                    Method::DELETE => repo(n, Delete),
+                    _ if read => repo(n, Pull),
+                    _ => repo(n, Push),
+                },
+                // Cancelling an upload is part of pushing, not deleting.
+                R::UploadStart(n) | R::Upload(n, _) => repo(n, Push),
             }
-            R::Entries(n, _) | R::Diff(n, _, _) | R::Stats(n) => repo(n, Pull),
-            R::Volume(n) | R::Version(n, _) | R::Restore(n, _) => repo(n, Delete),
-            R::Tag(n, _) if *method == Method::DELETE => repo(n, Delete),
-            R::Tag(n, _) | R::Claim(n) | R::ClaimToken(n, _) => repo(n, Push),
-            R::Versions(n) => repo(n, Pull),
-        };
+        }
+        Some(Route::Api(r)) => {
+            use Api as R;
+            match r {
+                R::Root => Need::Base,
+                R::Namespaces | R::Volumes | R::Syncs if read => Need::Listing,
+                R::Syncs => Need::NewSync,
+                R::Sync(_) => Need::SyncJob(Pull),
+                R::SyncCancel(_) => Need::SyncJob(Push),
+                R::Gc | R::Secrets | R::Secret(_) | R::Keys | R::Key(_) => Need::Admin,
+                R::Namespaces | R::Volumes => Need::Nothing,
+                R::WhoAmI => Need::Base,
+                R::Volume(n) | R::Versions(n) | R::Version(n, _) | R::Tag(n, _) if read => {
+                    repo(n, Pull)
+                }
+                R::Entries(n, _) | R::Diff(n, _, _) | R::Stats(n) => repo(n, Pull),
+                R::Volume(n) | R::Version(n, _) | R::Restore(n, _) => repo(n, Delete),
+                R::Tag(n, _) if *method == Method::DELETE => repo(n, Delete),
+                R::Tag(n, _) | R::Claim(n) | R::ClaimToken(n, _) => repo(n, Push),
+                R::Versions(n) => repo(n, Pull),
+            }
+        }
     }
-    Need::Nothing
 }
 
 /// The repository a cross-repository mount reads (`?mount=D&from=REPO`
@@ -246,5 +254,60 @@ mod tests {
                 proptest::prop_assert_eq!(action, Action::Push);
             }
         }
+    }
+
+    #[test]
+    fn web_routes_need_what_the_api_needs() {
+        let repo = |name: &str, action| Need::Repository {
+            name: name.into(),
+            action,
+        };
+        // What the web view's paths need; `None` for a path outside it.
+        let n = |m: Method, p: &str| matches!(route(p), Some(Route::Web(_))).then(|| need(&m, p));
+        assert_eq!(n(Method::GET, "/ui/"), Some(Need::Listing));
+        assert_eq!(n(Method::GET, "/ui/login"), Some(Need::Nothing));
+        assert_eq!(n(Method::GET, "/ui/static/app.css"), Some(Need::Nothing));
+        assert_eq!(
+            n(Method::GET, "/ui/volumes/w/a"),
+            Some(repo("w/a", Action::Pull))
+        );
+        assert_eq!(
+            n(Method::GET, "/ui/volumes/w/a/-/versions/b3:00"),
+            Some(repo("w/a", Action::Pull))
+        );
+        assert_eq!(
+            n(Method::POST, "/ui/volumes/w/a/-/versions/b3:00/delete"),
+            Some(repo("w/a", Action::Delete))
+        );
+        assert_eq!(
+            n(Method::GET, "/ui/volumes/w/a/-/versions/b3:00/delete"),
+            Some(repo("w/a", Action::Delete))
+        );
+        assert_eq!(
+            n(Method::POST, "/ui/volumes/w/a/-/versions/b3:00/restore"),
+            Some(repo("w/a", Action::Delete))
+        );
+        assert_eq!(
+            n(Method::POST, "/ui/volumes/w/a/-/tags"),
+            Some(repo("w/a", Action::Push))
+        );
+        assert_eq!(n(Method::POST, "/ui/volumes/w/a"), Some(Need::Nothing));
+        assert_eq!(n(Method::GET, "/ui/syncs"), Some(Need::Listing));
+        assert_eq!(n(Method::POST, "/ui/syncs"), Some(Need::NewSync));
+        assert_eq!(
+            n(Method::GET, "/ui/syncs/sync-1"),
+            Some(Need::SyncJob(Action::Pull))
+        );
+        assert_eq!(
+            n(Method::POST, "/ui/syncs/sync-1/cancel"),
+            Some(Need::SyncJob(Action::Push))
+        );
+        // Percent-encoded as the handler decodes it.
+        assert_eq!(
+            n(Method::GET, "/ui/volumes/w%2Fa"),
+            Some(repo("w/a", Action::Pull))
+        );
+        assert_eq!(n(Method::GET, "/uix"), None);
+        assert_eq!(n(Method::GET, "/v2/"), None);
     }
 }

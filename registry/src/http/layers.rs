@@ -30,6 +30,7 @@ use crate::auth::{Auth, Caller, Credentials};
 use crate::error::{Code, RegistryError};
 use crate::http::access::{self, Action, Need};
 use crate::http::extract::{too_large, MAX_API_BODY, MAX_TOKEN_FORM};
+use crate::http::routes::{oci, route, Oci, Route};
 
 /// What a request presents: its `Authorization` header, else (on the web
 /// view's pages) its session cookie.
@@ -112,7 +113,7 @@ fn forbidden(auth: &Auth, why: String, need: &Need) -> Response {
 /// caller on.
 pub async fn authorize(State(auth): State<Arc<Auth>>, mut req: Request, next: Next) -> Response {
     let path = req.uri().path().to_string();
-    let web = crate::http::ui::need(req.method(), &path).is_some();
+    let web = matches!(route(&path), Some(Route::Web(_)));
     let get = req.method() == Method::GET;
     let need = access::need(req.method(), &path);
     // Where a page that needs a login sends the browser back to.
@@ -203,7 +204,7 @@ pub fn basic_credentials(value: &HeaderValue) -> Result<(String, String), &'stat
 /// another origin.
 pub async fn csrf(State(auth): State<Arc<Auth>>, req: Request, next: Next) -> Response {
     let path = req.uri().path();
-    if crate::http::ui::need(req.method(), path).is_some() {
+    if matches!(route(path), Some(Route::Web(_))) {
         // A form post of the web view comes from one of its own pages:
         // browsers send the page's Origin with every POST.
         let read = req.method() == Method::GET || req.method() == Method::HEAD;
@@ -277,10 +278,8 @@ pub fn limit(path: &str) -> Option<usize> {
     if path == "/token" {
         return Some(MAX_TOKEN_FORM);
     }
-    match crate::http::oci::route(path) {
-        Some(crate::http::oci::Route::Manifest(..)) => {
-            Some(crate::service::manifests::MAX_MANIFEST)
-        }
+    match oci(path) {
+        Some(Oci::Manifest(..)) => Some(crate::service::manifests::MAX_MANIFEST),
         _ => None,
     }
 }

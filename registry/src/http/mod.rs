@@ -7,5 +7,6 @@ pub mod layers;
 pub mod oci;
 pub(crate) mod query;
 pub mod respond;
+pub mod routes;
 pub mod token;
 pub mod ui;

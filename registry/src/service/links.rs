@@ -12,7 +12,8 @@ use sealvol_spec::Sha256Digest;
 
 use crate::error::{RegistryError, Result};
 use crate::state::app::App;
-use crate::store::meta::sweeps::{SinceMark, SweepMark};
+use crate::store::meta::sweeps::SinceMark;
+pub use crate::store::meta::sweeps::SweepMark;
 
 /// A client checks blob `digest` of `repo` with `HEAD`: its size if
 /// the repository links it. A push that finds a blob this way skips

@@ -1,5 +1,7 @@
 //! What a request or a job does.
 
+pub mod blobs;
+pub mod claims;
 pub mod gc;
 pub mod links;
 pub mod manifests;

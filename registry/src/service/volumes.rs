@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use sealvol_spec::api;
 use sealvol_spec::Sha256Digest;
 
-use crate::error::{RegistryError, Result};
+use crate::error::{Code, RegistryError, Result};
 use crate::service::trees::Unreadable;
 use crate::state::app::App;
 use crate::store::meta::volumes::stats::ChunkSizes;
@@ -89,4 +89,22 @@ pub(crate) async fn read_index(app: &App, index: &str) -> Result<sealvol_spec::o
             RegistryError::internal(format!("version index {index} is not stored"))
         })?;
     sealvol_spec::oci::VersionIndex::parse(&bytes).map_err(RegistryError::internal)
+}
+
+/// A volume's name (SPEC.md §1.1: `namespace/volume`, each component a
+/// name component), or `NAME_INVALID`.
+pub(crate) fn check_volume_name(name: &str) -> Result<()> {
+    let ok = name.len() <= sealvol_spec::reference::MAX_NAME_LEN
+        && name.split('/').count() >= 2
+        && name
+            .split('/')
+            .all(sealvol_spec::reference::is_name_component);
+    if ok {
+        Ok(())
+    } else {
+        Err(RegistryError::new(
+            Code::NameInvalid,
+            format!("invalid volume name {name:?} (namespace/volume)"),
+        ))
+    }
 }

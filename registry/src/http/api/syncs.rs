@@ -1,264 +1,55 @@
-//! The sync API's handlers (SPEC.md §8.3): creating a job checks all it
-//! can without the source (URI, destination, globs, secret, `dir://`
-//! policy) so a typo is a 400 rather than a failed job; cancel takes the
-//! commit lock so a job is either sealed or canceled, never both. A job is
-//! read with `pull` and created or canceled with `push` on its destination
-//! (SPEC.md §7.5), decided here since the destination is in the body or
-//! the record; secrets are admin-only, decided by the auth layer. Routing
-//! is `volume_api`'s; running jobs is [`crate::service::syncs::runner`]'s.
+//! `/api/v1/syncs`: sync jobs (SPEC.md §8.3); what they do is
+//! `service::syncs`.
 
-use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
+use axum::body::Body;
+use axum::extract::{RawQuery, State};
+use axum::http::StatusCode;
+use axum::response::Response;
 use sealvol_spec::api;
-use sealvol_spec::filter::Filter;
-use sealvol_spec::Tag;
-use sealvol_sync::SourceOptions;
 
 use crate::auth::Caller;
-use crate::error::{Code, RegistryError, Result};
-use crate::http::access::Action;
+use crate::error::Result;
+use crate::http::api::{body, json_response, ok};
+use crate::http::extract::Param;
+use crate::http::query::param as query_value;
 use crate::state::app::App;
-use crate::store::meta::secrets;
-use crate::store::meta::syncs::{SyncJob, SyncProgress, SyncState};
-
-fn invalid(why: impl Into<String>) -> RegistryError {
-    RegistryError::new(Code::Invalid, why)
-}
-
-/// The job with live byte counts when it is running.
-pub(crate) fn view(app: &App, mut job: SyncJob) -> api::SyncJob {
-    if job.state == SyncState::Running {
-        if let Some(r) = app.syncs.running(&job.id) {
-            job.progress.bytes_done = r.bytes_done.load(Ordering::Relaxed);
-            job.progress.bytes_stored = r.bytes_stored.load(Ordering::Relaxed);
-        }
-    }
-    job.view()
-}
 
 /// `POST /api/v1/syncs`.
-pub(crate) async fn create(
-    app: &App,
-    caller: &Caller,
-    body: api::SyncRequest,
-) -> Result<api::SyncJob> {
-    caller.check(&body.dest.name, Action::Push)?;
-    let net = app.syncs.net.read().expect("net lock").clone();
-    let opts = SourceOptions {
-        net: net.clone(),
-        ..Default::default()
-    };
-    sealvol_sync::open(&body.source, &opts).map_err(|e| invalid(e.message))?;
-    if let Some(why) = app
-        .syncs
-        .dirs
-        .read()
-        .expect("dirs lock")
-        .refuse(&body.source)
-    {
-        return Err(invalid(why));
-    }
-    crate::http::api::volumes::check_volume_name(&body.dest.name)?;
-    if let Some(t) = &body.dest.tag {
-        let tag: Tag = t
-            .parse()
-            .map_err(|e: sealvol_spec::reference::RefError| invalid(e.to_string()))?;
-        if crate::store::meta::volumes::is_reserved(tag.as_str()) {
-            return Err(RegistryError::new(
-                Code::TagReserved,
-                format!("tag {t} is the registry's; choose another"),
-            ));
-        }
-    }
-    Filter::new(&body.include, &body.exclude).map_err(|e| invalid(e.to_string()))?;
-    let secret = body.secret.map(String::from);
-    let stored = match &secret {
-        None => None,
-        Some(s) => {
-            let n = s.clone();
-            let stored = app.meta(move |m| m.secret(&n)).await?;
-            Some(stored.ok_or_else(|| {
-                RegistryError::new(
-                    Code::SecretUnknown,
-                    format!(
-                        "secret {s} is not on this registry; store it with `sealvol secret set {s}`"
-                    ),
-                )
-            })?)
-        }
-    };
-    // Before any connection: a secret goes only where it is bound, and an
-    // endpoint override only where the admin or the binding allows.
-    if let Some(why) = secrets::endpoint_refusal(&body.source, stored.as_ref(), &net) {
-        return Err(RegistryError::new(Code::Denied, why));
-    }
-    if let (Some(name), Some(s)) = (&secret, &stored) {
-        if let Some(why) = s.refusal(name, &body.source, &body.dest.name, caller.is_admin(), &net) {
-            return Err(RegistryError::new(Code::Denied, why));
-        }
-    }
-    let job = SyncJob {
-        id: format!("sync-{}", &uuid::Uuid::new_v4().simple().to_string()[..16]),
-        seq: 0,
-        state: SyncState::Queued,
-        source: body.source,
-        pinned_source: None,
-        dest: body.dest,
-        include: body.include,
-        exclude: body.exclude,
-        secret,
-        by_admin: caller.is_admin(),
-        progress: SyncProgress::default(),
-        attempts: 0,
-        retries: 0,
-        retrying: None,
-        created_at: app.now(),
-        started_at: None,
-        finished_at: None,
-        version: None,
-        error: None,
-        lease: None,
-    };
-    let job = app.meta(move |m| m.create_sync(job)).await?;
-    app.syncs.wake.notify_one();
-    Ok(job.view())
-}
-
-/// `GET /api/v1/syncs[?dest=NAME]`: the jobs whose destination the caller
-/// may pull, newest first.
-pub(crate) async fn list(
-    app: &App,
-    caller: &Caller,
-    dest: Option<String>,
-) -> Result<api::SyncList> {
-    let jobs = app.meta(move |m| m.syncs(dest.as_deref())).await?;
-    let syncs = jobs
-        .into_iter()
-        .filter(|j| caller.sees(&j.dest.name))
-        .map(|j| view(app, j))
-        .collect();
-    Ok(api::SyncList { syncs })
-}
-
-/// The job `id`, if the caller may do `action` to its destination.
-async fn job_for(app: &App, caller: &Caller, id: &str, action: Action) -> Result<SyncJob> {
-    let i = id.to_string();
-    let job = app.meta(move |m| m.sync(&i)).await?;
-    let job = job.ok_or_else(|| unknown_sync(id))?;
-    caller.check(&job.dest.name, action)?;
-    Ok(job)
-}
-
-/// `GET /api/v1/syncs/ID`.
-pub(crate) async fn describe(app: &App, caller: &Caller, id: &str) -> Result<api::SyncJob> {
-    Ok(view(app, job_for(app, caller, id, Action::Pull).await?))
-}
-
-/// `POST /api/v1/syncs/ID/cancel`.
-pub(crate) async fn cancel(app: &App, caller: &Caller, id: String) -> Result<api::Canceled> {
-    job_for(app, caller, &id, Action::Push).await?;
-    let _commit = app.syncs.commit.lock().await;
-    let now = app.now();
-    let i = id.clone();
-    let updated = app
-        .meta(move |m| {
-            m.update_sync(&i, |j| {
-                if j.state.is_finished() {
-                    return false;
-                }
-                j.state = SyncState::Canceled;
-                j.finished_at = Some(now);
-                j.retrying = None;
-                true
-            })
-        })
-        .await?;
-    let Some((job, changed)) = updated else {
-        return Err(unknown_sync(&id));
-    };
-    if let Some(r) = app.syncs.running(&id) {
-        r.cancel.store(true, Ordering::Relaxed);
-    }
-    Ok(api::Canceled {
-        changed,
-        sync: view(app, job),
-    })
-}
-
-/// Largest secret value (SPEC.md §8.3).
-const MAX_SECRET: usize = 64 << 10;
-
-/// `GET /api/v1/secrets`: names and bindings, never values.
-pub(crate) async fn list_secrets(app: &App) -> Result<api::SecretList> {
-    let secrets = app.meta(|m| m.secrets()).await?;
-    Ok(api::SecretList { secrets })
-}
-
-fn secret_name(name: &str) -> Result<String> {
-    Ok(name
-        .parse::<api::SecretName>()
-        .map_err(|e| invalid(e.to_string()))?
-        .to_string())
-}
-
-/// `PUT /api/v1/secrets/NAME?for=URI…[&dest=GLOB…]`: the value is the
-/// body, at most 64 KiB, sealed before it is stored. An empty body keeps
-/// the stored value and binds it anew.
-pub(crate) async fn set_secret(
-    app: &App,
-    name: &str,
-    for_sources: Vec<String>,
-    dest: Vec<String>,
-    body: axum::body::Body,
-) -> Result<()> {
-    let name = secret_name(name)?;
-    secrets::check_binding(&for_sources, &dest).map_err(invalid)?;
-    let value = crate::http::extract::read_body(body, MAX_SECRET, Code::Invalid)
-        .await
-        .map_err(|e| match e.status() {
-            axum::http::StatusCode::PAYLOAD_TOO_LARGE => {
-                invalid(format!("a secret is at most {MAX_SECRET} bytes"))
-            }
-            _ => e,
-        })?;
-    let key = app
-        .syncs
-        .key
-        .get()
-        .ok_or_else(|| RegistryError::Internal("the registry has no secrets key".into()))?;
-    let stored = if value.is_empty() {
-        let n = name.clone();
-        let old = app.meta(move |m| m.secret(&n)).await?.ok_or_else(|| {
-            RegistryError::new(
-                Code::SecretUnknown,
-                format!("secret {name} is not on this registry; send its value to store it"),
-            )
-        })?;
-        old.rebound(for_sources, dest)
-    } else {
-        secrets::StoredSecret::seal(key, &name, &value, for_sources, dest)
-    };
-    app.meta(move |m| m.set_secret(&name, &stored)).await?;
-    Ok(())
-}
-
-/// `DELETE /api/v1/secrets/NAME`.
-pub(crate) async fn delete_secret(app: &App, name: &str) -> Result<()> {
-    let name = secret_name(name)?;
-    let n = name.clone();
-    if app.meta(move |m| m.delete_secret(&n)).await? {
-        Ok(())
-    } else {
-        Err(RegistryError::new(
-            Code::SecretUnknown,
-            format!("secret {name} is not on this registry"),
-        ))
-    }
-}
-
-pub(crate) fn unknown_sync(id: &str) -> RegistryError {
-    RegistryError::new(
-        Code::SyncUnknown,
-        format!("sync {id} is not on this registry"),
+pub(crate) async fn create_sync(
+    State(app): State<Arc<App>>,
+    caller: Caller,
+    req_body: Body,
+) -> Result<Response> {
+    let b: api::SyncRequest = body(req_body).await?;
+    json_response(
+        StatusCode::CREATED,
+        crate::service::syncs::jobs::create(&app, &caller, b).await?,
     )
+}
+/// `GET /api/v1/syncs[?dest=NAME]`.
+pub(crate) async fn list_syncs(
+    State(app): State<Arc<App>>,
+    caller: Caller,
+    RawQuery(q): RawQuery,
+) -> Result<Response> {
+    let dest = query_value(q.as_deref(), "dest");
+    ok(crate::service::syncs::jobs::list(&app, &caller, dest).await?)
+}
+/// `GET /api/v1/syncs/ID`.
+pub(crate) async fn describe_sync(
+    State(app): State<Arc<App>>,
+    caller: Caller,
+    Param(id): Param,
+) -> Result<Response> {
+    ok(crate::service::syncs::jobs::describe(&app, &caller, &id).await?)
+}
+/// `POST /api/v1/syncs/ID/cancel`.
+pub(crate) async fn cancel_sync(
+    State(app): State<Arc<App>>,
+    caller: Caller,
+    Param(id): Param,
+) -> Result<Response> {
+    ok(crate::service::syncs::jobs::cancel(&app, &caller, id).await?)
 }

@@ -14,47 +14,10 @@ use sealvol_spec::Sha256Digest;
 use serde_json::Value;
 
 use crate::error::{Code, RegistryError, Result};
+use crate::http::routes::Oci;
+use crate::service::blobs::BlobBody;
 use crate::service::manifests::{check_tag, parse_digest, store_manifest, MAX_MANIFEST, OCI_INDEX};
 use crate::state::app::App;
-use crate::store::BlobBody;
-
-/// The endpoint a `/v2/...` path names.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Route {
-    Base,
-    Catalog,
-    Tags(String),
-    Manifest(String, String),
-    Blob(String, String),
-    UploadStart(String),
-    Upload(String, String),
-    Referrers(String, String),
-}
-
-pub(crate) fn route(path: &str) -> Option<Route> {
-    let rest = path.strip_prefix("/v2")?;
-    if rest.is_empty() || rest == "/" {
-        return Some(Route::Base);
-    }
-    let rest = rest.strip_prefix('/')?;
-    if rest == "_catalog" {
-        return Some(Route::Catalog);
-    }
-    let segs: Vec<&str> = rest.split('/').collect();
-    let name = |n: usize| segs[..segs.len() - n].join("/");
-    let len = segs.len();
-    let tail = |i: usize| segs[len - i];
-    Some(match segs.as_slice() {
-        [.., "tags", "list"] if len > 2 => Route::Tags(name(2)),
-        [.., "blobs", "uploads", ""] if len > 3 => Route::UploadStart(name(3)),
-        [.., "blobs", "uploads"] if len > 2 => Route::UploadStart(name(2)),
-        [.., "blobs", "uploads", _] if len > 3 => Route::Upload(name(3), tail(1).to_string()),
-        [.., "manifests", _] if len > 2 => Route::Manifest(name(2), tail(1).to_string()),
-        [.., "blobs", _] if len > 2 => Route::Blob(name(2), tail(1).to_string()),
-        [.., "referrers", _] if len > 2 => Route::Referrers(name(2), tail(1).to_string()),
-        _ => return None,
-    })
-}
 
 fn check_name(name: &str) -> Result<()> {
     let ok = name.len() <= sealvol_spec::reference::MAX_NAME_LEN
@@ -81,7 +44,7 @@ fn hv(s: &str) -> HeaderValue {
 
 /// The one handler behind every `/v2` path.
 pub async fn dispatch(State(app): State<Arc<App>>, req: Request) -> Response {
-    let result = match route(req.uri().path()) {
+    let result = match crate::http::routes::oci(req.uri().path()) {
         None => Err(RegistryError::with_status(
             Code::Unsupported,
             StatusCode::NOT_FOUND,
@@ -92,7 +55,7 @@ pub async fn dispatch(State(app): State<Arc<App>>, req: Request) -> Response {
     result.unwrap_or_else(IntoResponse::into_response)
 }
 
-async fn handle(app: Arc<App>, route: Route, req: Request) -> Result<Response> {
+async fn handle(app: Arc<App>, route: Oci, req: Request) -> Result<Response> {
     match app.upstream.clone() {
         Some(up) => handle_cached(app, &up, route, req).await,
         None => handle_direct(app, route, req).await,
@@ -100,20 +63,20 @@ async fn handle(app: Arc<App>, route: Route, req: Request) -> Result<Response> {
 }
 
 /// Every endpoint, served from this registry's own store.
-async fn handle_direct(app: Arc<App>, route: Route, req: Request) -> Result<Response> {
+async fn handle_direct(app: Arc<App>, route: Oci, req: Request) -> Result<Response> {
     let method = req.method().clone();
     match route {
-        Route::Base => Ok(Json(serde_json::json!({})).into_response()),
-        Route::Catalog if method == Method::GET => {
+        Oci::Base => Ok(Json(serde_json::json!({})).into_response()),
+        Oci::Catalog if method == Method::GET => {
             let (n, last) = page(&req)?;
             catalog(&app, n, last, crate::http::extract::caller(&req)).await
         }
-        Route::Tags(name) if method == Method::GET => {
+        Oci::Tags(name) if method == Method::GET => {
             check_name(&name)?;
             let (n, last) = page(&req)?;
             tags(&app, name, n, last).await
         }
-        Route::Manifest(name, reference) => {
+        Oci::Manifest(name, reference) => {
             check_name(&name)?;
             match method {
                 Method::GET | Method::HEAD => {
@@ -124,7 +87,7 @@ async fn handle_direct(app: Arc<App>, route: Route, req: Request) -> Result<Resp
                 _ => unsupported(),
             }
         }
-        Route::Blob(name, digest) => {
+        Oci::Blob(name, digest) => {
             check_name(&name)?;
             let digest = parse_digest(&digest)?;
             match method {
@@ -135,11 +98,11 @@ async fn handle_direct(app: Arc<App>, route: Route, req: Request) -> Result<Resp
                 _ => unsupported(),
             }
         }
-        Route::UploadStart(name) if method == Method::POST => {
+        Oci::UploadStart(name) if method == Method::POST => {
             check_name(&name)?;
             start_upload(&app, name, req).await
         }
-        Route::Upload(name, id) => {
+        Oci::Upload(name, id) => {
             check_name(&name)?;
             check_session(&app, &name, &id).await?;
             match method {
@@ -150,7 +113,7 @@ async fn handle_direct(app: Arc<App>, route: Route, req: Request) -> Result<Resp
                 _ => unsupported(),
             }
         }
-        Route::Referrers(name, digest) if method == Method::GET => {
+        Oci::Referrers(name, digest) if method == Method::GET => {
             check_name(&name)?;
             let filter = query_param(&req, "artifactType");
             referrers(&app, name, parse_digest(&digest)?, filter).await
@@ -164,19 +127,19 @@ async fn handle_direct(app: Arc<App>, route: Route, req: Request) -> Result<Resp
 async fn handle_cached(
     app: Arc<App>,
     up: &Arc<crate::state::upstream::Upstream>,
-    route: Route,
+    route: Oci,
     req: Request,
 ) -> Result<Response> {
     use crate::service::pull_through as cache;
     let method = req.method().clone();
     let read = method == Method::GET || method == Method::HEAD;
     match route {
-        Route::Manifest(name, reference) if read => {
+        Oci::Manifest(name, reference) if read => {
             check_name(&name)?;
             let _pin = cache::manifest(&app, up, &name, &reference).await?;
             get_manifest(&app, name, reference, method == Method::HEAD).await
         }
-        Route::Blob(name, digest) if read => {
+        Oci::Blob(name, digest) if read => {
             check_name(&name)?;
             let digest = parse_digest(&digest)?;
             let pin = cache::blob(&app, up, &name, &digest).await?;
@@ -188,7 +151,7 @@ async fn handle_cached(
             cache::settle(&app, up).await;
             resp
         }
-        Route::Tags(name) if method == Method::GET => {
+        Oci::Tags(name) if method == Method::GET => {
             check_name(&name)?;
             let (n, last) = page(&req)?;
             match cache::tags(up, &name).await {
@@ -196,10 +159,10 @@ async fn handle_cached(
                 None => tags(&app, name, n, last).await,
             }
         }
-        Route::Manifest(..) | Route::Blob(..) | Route::UploadStart(_) | Route::Upload(..) => {
+        Oci::Manifest(..) | Oci::Blob(..) | Oci::UploadStart(_) | Oci::Upload(..) => {
             Err(cache::refuse_write(up))
         }
-        Route::Base | Route::Catalog | Route::Referrers(..) => {
+        Oci::Base | Oci::Catalog | Oci::Referrers(..) => {
             // What is cached: the base, the catalog, the referrers.
             Box::pin(handle_direct(app, route, req)).await
         }
@@ -524,7 +487,7 @@ async fn get_blob(
     // With `[storage] redirect` the bytes come from the bucket: the client
     // repeats its GET (and Range) there. HEAD stays here.
     if !head {
-        if let Some(url) = app.blobs.redirect_url(&digest).await? {
+        if let Some(url) = crate::service::blobs::redirect_url(app, &digest).await? {
             let mut resp = StatusCode::TEMPORARY_REDIRECT.into_response();
             let h = resp.headers_mut();
             h.insert(header::LOCATION, hv(&url));
@@ -535,7 +498,7 @@ async fn get_blob(
     let body = if head {
         Body::empty()
     } else {
-        match app.blobs.body(&digest, start, len).await? {
+        match crate::service::blobs::body(app, &digest, start, len).await? {
             Some(BlobBody::Bytes(b)) => Body::from(b),
             Some(BlobBody::Stream(r)) => {
                 Body::from_stream(tokio_util::io::ReaderStream::with_capacity(r, 1 << 20))
@@ -780,7 +743,7 @@ async fn put_upload(app: &App, name: String, id: String, req: Request) -> Result
 /// the same upload again succeeds, since that sweep is over.
 async fn settle_upload(
     app: &App,
-    mark: crate::store::meta::sweeps::SweepMark,
+    mark: crate::service::links::SweepMark,
     name: &str,
     digest: &Sha256Digest,
 ) -> Result<()> {
@@ -851,34 +814,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn routes_with_slashes_in_names() {
-        assert_eq!(route("/v2/"), Some(Route::Base));
-        assert_eq!(route("/v2/a/b/tags/list"), Some(Route::Tags("a/b".into())));
-        assert_eq!(
-            route("/v2/a/blobs/uploads/"),
-            Some(Route::UploadStart("a".into()))
-        );
-        assert_eq!(
-            route("/v2/a/b/blobs/uploads/xyz"),
-            Some(Route::Upload("a/b".into(), "xyz".into()))
-        );
-        assert_eq!(
-            route("/v2/a/blobs/b/blobs/sha256:00"),
-            Some(Route::Blob("a/blobs/b".into(), "sha256:00".into()))
-        );
-        assert_eq!(
-            route("/v2/a/manifests/latest"),
-            Some(Route::Manifest("a".into(), "latest".into()))
-        );
-        assert_eq!(
-            route("/v2/a/referrers/sha256:00"),
-            Some(Route::Referrers("a".into(), "sha256:00".into()))
-        );
-        assert_eq!(route("/v2/manifests/x"), None);
-        assert_eq!(route("/v3/a/manifests/x"), None);
-    }
-
-    #[test]
     fn ranges() {
         let h = |v: &str| {
             let mut m = HeaderMap::new();
@@ -915,22 +850,6 @@ mod tests {
             h.insert(header::RANGE, HeaderValue::from_str(&format!("bytes={a}-{e}")).unwrap());
             let want = if a < size { Ok(Some((a, e.min(size - 1)))) } else { Err(()) };
             proptest::prop_assert_eq!(byte_range(&h, size), want);
-        }
-
-        /// Any path routes or not without panicking; a repository name
-        /// with slashes comes back whole.
-        #[test]
-        fn routes_take_any_path_and_keep_names(
-            path in "/v2/\\PC{0,40}",
-            name in "[a-z0-9]{1,5}(/[a-z0-9]{1,5}){0,3}",
-            tag in "[A-Za-z0-9_][A-Za-z0-9_.-]{0,10}",
-        ) {
-            let _ = route(&path);
-            proptest::prop_assert_eq!(
-                route(&format!("/v2/{name}/manifests/{tag}")),
-                Some(Route::Manifest(name.clone(), tag.clone()))
-            );
-            proptest::prop_assert_eq!(route(&format!("/v2/{name}/tags/list")), Some(Route::Tags(name.clone())));
         }
     }
 }

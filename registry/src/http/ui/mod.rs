@@ -27,16 +27,16 @@ use std::sync::Arc;
 use axum::body::Body;
 use axum::extract::{FromRequestParts, Path, RawQuery, State};
 use axum::http::request::Parts;
-use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get, post, MethodRouter};
 use axum::Router;
-use sealvol_spec::api::{self, Action};
+use sealvol_spec::api::{self};
 
 use crate::auth::Caller;
 use crate::error::{RegistryError, Result};
-use crate::http::access::Need;
 use crate::http::query::{param, Page};
+use crate::http::routes::{split_web_volume, WebSub};
 use crate::state::app::App;
 
 /// Volumes, versions and entries per page.
@@ -45,68 +45,6 @@ const PAGE: usize = 100;
 /// The content security policy of every page: nothing but this origin,
 /// no inline script or style, no framing.
 const CSP: &str = "default-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'; object-src 'none'";
-
-/// What a `/ui` path needs before its handler runs (SPEC.md §7.5's
-/// actions), for the auth layer; `None` for a path outside `/ui`.
-pub(crate) fn need(method: &Method, path: &str) -> Option<Need> {
-    let rest = path.strip_prefix("/ui")?;
-    if !(rest.is_empty() || rest.starts_with('/')) {
-        return None;
-    }
-    let rest = rest.trim_start_matches('/');
-    let read = method == Method::GET || method == Method::HEAD;
-    let repo = |name: String, action: Action| Need::Repository { name, action };
-    Some(match rest {
-        "" => Need::Listing,
-        "login" | "logout" => Need::Nothing,
-        _ if rest.starts_with("static/") => Need::Nothing,
-        "syncs" if read => Need::Listing,
-        "syncs" => Need::NewSync,
-        _ if rest.starts_with("syncs/") => match rest["syncs/".len()..].split_once('/') {
-            None => Need::SyncJob(Action::Pull),
-            Some((_, "cancel")) => Need::SyncJob(Action::Push),
-            Some(_) => Need::Nothing,
-        },
-        _ => {
-            let path = crate::http::query::decode(rest.strip_prefix("volumes/")?);
-            let (name, sub) = split(&path);
-            match (sub, read) {
-                (Sub::Volume | Sub::Version(_) | Sub::Diff, true) => repo(name, Action::Pull),
-                (Sub::Delete(_), _) | (Sub::Restore(_), false) => repo(name, Action::Delete),
-                (Sub::Tags, false) => repo(name, Action::Push),
-                _ => Need::Nothing,
-            }
-        }
-    })
-}
-
-/// What follows a volume's name in a `/ui/volumes/` path.
-enum Sub {
-    Volume,
-    Version(String),
-    Delete(String),
-    Restore(String),
-    Diff,
-    Tags,
-    Unknown,
-}
-
-/// `NAME[/-/…]`, split at the `-` segment as the API's paths are.
-fn split(path: &str) -> (String, Sub) {
-    let Some((name, sub)) = path.split_once("/-/") else {
-        return (path.trim_end_matches('/').to_string(), Sub::Volume);
-    };
-    let segs: Vec<&str> = sub.split('/').collect();
-    let sub = match segs.as_slice() {
-        ["versions", d] => Sub::Version(d.to_string()),
-        ["versions", d, "delete"] => Sub::Delete(d.to_string()),
-        ["versions", d, "restore"] => Sub::Restore(d.to_string()),
-        ["diff"] => Sub::Diff,
-        ["tags"] => Sub::Tags,
-        _ => Sub::Unknown,
-    };
-    (name.to_string(), sub)
-}
 
 /// The web view's routes. A method a page does not take answers the
 /// view's own 405 page, a path it lacks its 404 page.
@@ -284,16 +222,16 @@ async fn volume_get(
     RawQuery(q): RawQuery,
     headers: HeaderMap,
 ) -> Response {
-    let (name, sub) = split(&path);
+    let (name, sub) = split_web_volume(&path);
     let who = pages::Who::of(&caller, Some(&name));
     let result = match sub {
-        Sub::Volume => volume_page(&app, &who, &name, q.as_deref()).await,
-        Sub::Version(d) => {
+        WebSub::Volume => volume_page(&app, &who, &name, q.as_deref()).await,
+        WebSub::Version(d) => {
             version_page(&app, &who, &name, &d, q.as_deref(), &host_of(&headers)).await
         }
-        Sub::Delete(d) => confirm_delete(&app, &who, &name, &d).await,
-        Sub::Diff => diff_page(&app, &who, &name, q.as_deref()).await,
-        Sub::Restore(_) | Sub::Tags | Sub::Unknown => Err(RegistryError::with_status(
+        WebSub::Delete(d) => confirm_delete(&app, &who, &name, &d).await,
+        WebSub::Diff => diff_page(&app, &who, &name, q.as_deref()).await,
+        WebSub::Restore(_) | WebSub::Tags | WebSub::Unknown => Err(RegistryError::with_status(
             api::ErrorCode::Unsupported,
             StatusCode::NOT_FOUND,
             "no such page",
@@ -303,11 +241,11 @@ async fn volume_get(
 }
 
 fn checked_name(name: &str) -> Result<()> {
-    crate::http::api::volumes::check_volume_name(name)
+    crate::service::volumes::check_volume_name(name)
 }
 
 fn checked_digest(d: &str) -> Result<String> {
-    let v: crate::http::api::volumes::VersionDigest = d.parse()?;
+    let v: crate::http::extract::VersionDigest = d.parse()?;
     Ok(v.as_str().to_string())
 }
 
@@ -428,20 +366,20 @@ async fn volume_post(
     ViewPath(path): ViewPath,
     body: Body,
 ) -> Response {
-    let (name, sub) = split(&path);
+    let (name, sub) = split_web_volume(&path);
     let who = pages::Who::of(&caller, Some(&name));
     let result = volume_action(&app, &name, sub, body).await;
     result.unwrap_or_else(|e| error_page(&who, e))
 }
 
-async fn volume_action(app: &App, name: &str, sub: Sub, body: Body) -> Result<Response> {
+async fn volume_action(app: &App, name: &str, sub: WebSub, body: Body) -> Result<Response> {
     checked_name(name)?;
     let retention = app.policy.retention_seconds;
     let now = app.now();
     let back = format!("/ui/volumes/{}", crate::http::query::encode(name));
     let n = name.to_string();
     match sub {
-        Sub::Tags => {
+        WebSub::Tags => {
             let fields = form(body).await?;
             let tag = field(&fields, "tag");
             let digest = checked_digest(&field(&fields, "digest"))?;
@@ -451,13 +389,13 @@ async fn volume_action(app: &App, name: &str, sub: Sub, body: Body) -> Result<Re
                 .await?;
             Ok(see_other(&back))
         }
-        Sub::Delete(d) => {
+        WebSub::Delete(d) => {
             let d = checked_digest(&d)?;
             app.meta(move |m| m.delete_version(&n, &d, now, retention))
                 .await?;
             Ok(see_other(&back))
         }
-        Sub::Restore(d) => {
+        WebSub::Restore(d) => {
             let d = checked_digest(&d)?;
             // As the API's restore: wait for a sweep in progress.
             let _sweep = app.sweep.read().await;
@@ -476,7 +414,7 @@ async fn volume_action(app: &App, name: &str, sub: Sub, body: Body) -> Result<Re
 /// `GET /ui/syncs`: the caller's sync jobs, newest first.
 async fn syncs(State(app): State<Arc<App>>, caller: Caller) -> Response {
     let who = pages::Who::of(&caller, None);
-    match crate::http::api::syncs::list(&app, &caller, None).await {
+    match crate::service::syncs::jobs::list(&app, &caller, None).await {
         Ok(list) => html(StatusCode::OK, pages::syncs(&who, &list.syncs)),
         Err(e) => error_page(&who, e),
     }
@@ -485,7 +423,7 @@ async fn syncs(State(app): State<Arc<App>>, caller: Caller) -> Response {
 /// `GET /ui/syncs/ID`: one job, the page refreshing until it ends.
 async fn sync(State(app): State<Arc<App>>, caller: Caller, ViewPath(id): ViewPath) -> Response {
     let who = pages::Who::of(&caller, None);
-    match crate::http::api::syncs::describe(&app, &caller, &id).await {
+    match crate::service::syncs::jobs::describe(&app, &caller, &id).await {
         Ok(job) => {
             let who = pages::Who::of(&caller, Some(&job.dest.name));
             html(StatusCode::OK, pages::sync(&who, &job))
@@ -516,7 +454,7 @@ async fn start_sync(State(app): State<Arc<App>>, caller: Caller, body: Body) -> 
             secret,
         };
         checked_name(&req.dest.name)?;
-        let job = crate::http::api::syncs::create(&app, &caller, req).await?;
+        let job = crate::service::syncs::jobs::create(&app, &caller, req).await?;
         Ok::<_, RegistryError>(see_other(&format!("/ui/syncs/{}", job.id)))
     }
     .await;
@@ -530,67 +468,8 @@ async fn cancel_sync(
     ViewPath(id): ViewPath,
 ) -> Response {
     let who = pages::Who::of(&caller, None);
-    match crate::http::api::syncs::cancel(&app, &caller, id.clone()).await {
+    match crate::service::syncs::jobs::cancel(&app, &caller, id.clone()).await {
         Ok(_) => see_other(&format!("/ui/syncs/{}", crate::http::query::encode(&id))),
         Err(e) => error_page(&who, e),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn routes_need_what_the_api_needs() {
-        let repo = |name: &str, action| Need::Repository {
-            name: name.into(),
-            action,
-        };
-        let n = |m: Method, p: &str| need(&m, p);
-        assert_eq!(n(Method::GET, "/ui/"), Some(Need::Listing));
-        assert_eq!(n(Method::GET, "/ui/login"), Some(Need::Nothing));
-        assert_eq!(n(Method::GET, "/ui/static/app.css"), Some(Need::Nothing));
-        assert_eq!(
-            n(Method::GET, "/ui/volumes/w/a"),
-            Some(repo("w/a", Action::Pull))
-        );
-        assert_eq!(
-            n(Method::GET, "/ui/volumes/w/a/-/versions/b3:00"),
-            Some(repo("w/a", Action::Pull))
-        );
-        assert_eq!(
-            n(Method::POST, "/ui/volumes/w/a/-/versions/b3:00/delete"),
-            Some(repo("w/a", Action::Delete))
-        );
-        assert_eq!(
-            n(Method::GET, "/ui/volumes/w/a/-/versions/b3:00/delete"),
-            Some(repo("w/a", Action::Delete))
-        );
-        assert_eq!(
-            n(Method::POST, "/ui/volumes/w/a/-/versions/b3:00/restore"),
-            Some(repo("w/a", Action::Delete))
-        );
-        assert_eq!(
-            n(Method::POST, "/ui/volumes/w/a/-/tags"),
-            Some(repo("w/a", Action::Push))
-        );
-        assert_eq!(n(Method::POST, "/ui/volumes/w/a"), Some(Need::Nothing));
-        assert_eq!(n(Method::GET, "/ui/syncs"), Some(Need::Listing));
-        assert_eq!(n(Method::POST, "/ui/syncs"), Some(Need::NewSync));
-        assert_eq!(
-            n(Method::GET, "/ui/syncs/sync-1"),
-            Some(Need::SyncJob(Action::Pull))
-        );
-        assert_eq!(
-            n(Method::POST, "/ui/syncs/sync-1/cancel"),
-            Some(Need::SyncJob(Action::Push))
-        );
-        // Percent-encoded as the handler decodes it.
-        assert_eq!(
-            n(Method::GET, "/ui/volumes/w%2Fa"),
-            Some(repo("w/a", Action::Pull))
-        );
-        assert_eq!(n(Method::GET, "/uix"), None);
-        assert_eq!(n(Method::GET, "/v2/"), None);
     }
 }
