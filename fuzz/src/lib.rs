@@ -9,7 +9,7 @@ use std::sync::{Arc, OnceLock};
 use axum::body::Body;
 use axum::http::{Request, Response, StatusCode};
 use metrics_exporter_prometheus::PrometheusBuilder;
-use sealvol_registry::state::app::{App, Policy};
+use sealvol_registry::state::app::{App, Lifetimes};
 use sealvol_registry::server::{open_app, router, Config};
 use sha2::{Digest, Sha256};
 use tower::ServiceExt;
@@ -36,7 +36,7 @@ pub fn registry() -> &'static Registry {
             .expect("a temporary data folder");
         let (app, router) = rt.block_on(async {
             let app = Arc::new(
-                open_app(dir.path(), Policy::default())
+                open_app(dir.path(), Lifetimes::default())
                     .await
                     .expect("open the data folder"),
             );

@@ -88,7 +88,7 @@ async fn open(config: &Config) -> Result<Arc<App>, ServeError> {
         .unwrap_or_else(|| config.root.join(crate::server::SECRETS_KEY_FILE));
     let app = crate::server::open_app_with(
         &config.root,
-        config.policy(),
+        config.lifetimes(),
         &key_file,
         &config.storage,
         &config.metadata,

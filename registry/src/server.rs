@@ -24,7 +24,7 @@ use tower_http::trace::TraceLayer;
 use crate::auth::policy;
 use crate::auth::{Auth, AuthConfig, AuthError};
 use crate::http::oci::dispatch;
-use crate::state::app::{App, Policy};
+use crate::state::app::{App, Lifetimes};
 use crate::state::uploads::Uploads;
 use crate::store::meta::secrets::SecretKey;
 use crate::store::meta::MetaStore;
@@ -149,11 +149,11 @@ impl Default for Config {
             storage: StorageConfig::default(),
             metadata: MetadataConfig::default(),
             request_timeout_seconds: 3600,
-            retention_seconds: Policy::default().retention_seconds,
-            gc_grace_seconds: Policy::default().gc_grace_seconds,
+            retention_seconds: Lifetimes::default().retention_seconds,
+            gc_grace_seconds: Lifetimes::default().gc_grace_seconds,
             gc_interval_seconds: 3600,
-            claim_ttl_seconds: Policy::default().claim_ttl_seconds,
-            upload_ttl_seconds: Policy::default().upload_ttl_seconds,
+            claim_ttl_seconds: Lifetimes::default().claim_ttl_seconds,
+            upload_ttl_seconds: Lifetimes::default().upload_ttl_seconds,
             test_clock: false,
             sync_workers: 2,
             sync_lease_seconds: crate::state::syncs::DEFAULT_LEASE_SECONDS,
@@ -255,8 +255,8 @@ impl Config {
         )?))
     }
 
-    pub fn policy(&self) -> Policy {
-        Policy {
+    pub fn lifetimes(&self) -> Lifetimes {
+        Lifetimes {
             retention_seconds: self.retention_seconds,
             gc_grace_seconds: self.gc_grace_seconds,
             claim_ttl_seconds: self.claim_ttl_seconds.max(1),
@@ -270,10 +270,10 @@ pub const SECRETS_KEY_FILE: &str = "secrets.key";
 
 /// Opens the data folder: blob store, metadata, surviving upload sessions,
 /// with the secrets key in the data folder and blobs in it too.
-pub async fn open_app(root: &Path, policy: Policy) -> Result<App, ServeError> {
+pub async fn open_app(root: &Path, lifetimes: Lifetimes) -> Result<App, ServeError> {
     open_app_with(
         root,
-        policy,
+        lifetimes,
         &root.join(SECRETS_KEY_FILE),
         &StorageConfig::default(),
         &MetadataConfig::default(),
@@ -285,7 +285,7 @@ pub async fn open_app(root: &Path, policy: Policy) -> Result<App, ServeError> {
 /// `storage` says.
 pub async fn open_app_with(
     root: &Path,
-    policy: Policy,
+    lifetimes: Lifetimes,
     secrets_key: &Path,
     storage: &StorageConfig,
     metadata: &MetadataConfig,
@@ -330,7 +330,7 @@ pub async fn open_app_with(
     let uploads = Uploads::open(Arc::clone(&blobs), &live, now)
         .await
         .map_err(|e| failed(&e))?;
-    let app = App::new(blobs, Arc::new(meta), uploads, policy);
+    let app = App::new(blobs, Arc::new(meta), uploads, lifetimes);
     app.syncs
         .key
         .set(key)
@@ -644,7 +644,7 @@ pub async fn serve(config: Config, ready: impl FnOnce(SocketAddr)) -> Result<(),
         .unwrap_or_else(|| config.root.join(SECRETS_KEY_FILE));
     let mut app = open_app_with(
         &config.root,
-        config.policy(),
+        config.lifetimes(),
         &key_file,
         &config.storage,
         &config.metadata,

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use axum::body::Body;
 use axum::http::{Method, Request, StatusCode, Uri};
 use sealvol_registry::server::open_app;
-use sealvol_registry::state::app::{App, Policy};
+use sealvol_registry::state::app::{App, Lifetimes};
 use serde_json::Value;
 use tower::ServiceExt;
 
@@ -22,7 +22,7 @@ struct Reg {
 impl Reg {
     async fn new() -> Reg {
         let dir = tempfile::tempdir().unwrap();
-        let app = Arc::new(open_app(dir.path(), Policy::default()).await.unwrap());
+        let app = Arc::new(open_app(dir.path(), Lifetimes::default()).await.unwrap());
         let router = common::router_of(&app);
         Reg {
             router,

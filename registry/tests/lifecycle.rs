@@ -14,7 +14,7 @@ use axum::body::Body;
 use axum::http::{Method, Request, StatusCode};
 use proptest::prelude::*;
 use sealvol_registry::server::open_app;
-use sealvol_registry::state::app::{App, Policy};
+use sealvol_registry::state::app::{App, Lifetimes};
 use sealvol_spec::api;
 use sealvol_spec::oci::{build_version, build_version_with_blob, VersionMeta, MT_TREE_BLOB_V1};
 use sealvol_spec::tree::{Entry, EntryData};
@@ -119,7 +119,7 @@ fn build_as(contents: &[Vec<u8>], created: &str, format: TreeFormat) -> Built {
 const INDEX_TYPE: &str = "application/vnd.oci.image.index.v1+json";
 
 impl Reg {
-    async fn new(policy: Policy) -> Reg {
+    async fn new(policy: Lifetimes) -> Reg {
         let dir = tempfile::tempdir().unwrap();
         let app = Arc::new(open_app(dir.path(), policy).await.unwrap());
         let router = common::router_of(&app);
@@ -305,12 +305,12 @@ impl Reg {
     }
 }
 
-fn policy() -> Policy {
-    Policy {
+fn policy() -> Lifetimes {
+    Lifetimes {
         retention_seconds: 7 * DAY as u64,
         gc_grace_seconds: 3600,
         claim_ttl_seconds: 60,
-        ..Policy::default()
+        ..Lifetimes::default()
     }
 }
 

@@ -12,7 +12,7 @@ use std::time::Duration;
 use axum::body::Body;
 use axum::http::{Method, Request, StatusCode};
 use sealvol_registry::server::open_app;
-use sealvol_registry::state::app::{App, Policy};
+use sealvol_registry::state::app::{App, Lifetimes};
 use sealvol_spec::chain::PIECE;
 use sealvol_spec::oci::{
     artifact_layers, build_version, build_version_with_blob, sha256_of, BuiltVersion, VersionIndex,
@@ -36,7 +36,7 @@ impl Reg {
     /// A registry on a loopback port with one sync worker.
     async fn start() -> Reg {
         let dir = tempfile::tempdir().unwrap();
-        let app = Arc::new(open_app(dir.path(), Policy::default()).await.unwrap());
+        let app = Arc::new(open_app(dir.path(), Lifetimes::default()).await.unwrap());
         // The jobs read from this same registry, on loopback.
         *app.syncs.net.write().unwrap() = sealvol_sync::NetPolicy::local();
         let router = common::router_of(&app);

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use axum::body::Body;
 use axum::http::{Method, Request, StatusCode};
 use sealvol_registry::server::open_app;
-use sealvol_registry::state::app::{App, Policy};
+use sealvol_registry::state::app::{App, Lifetimes};
 use sealvol_registry::store::meta::volumes::Sealed;
 use sealvol_registry::store::meta::{ManifestRecord, References};
 use sealvol_spec::oci::{build_version, BuiltVersion, VersionMeta, ANN_ROLE};
@@ -98,7 +98,7 @@ fn sha256(bytes: &[u8]) -> String {
 impl Reg {
     async fn new() -> Reg {
         let dir = tempfile::tempdir().unwrap();
-        let app = Arc::new(open_app(dir.path(), Policy::default()).await.unwrap());
+        let app = Arc::new(open_app(dir.path(), Lifetimes::default()).await.unwrap());
         let router = common::router_of(&app);
         Reg {
             app,

@@ -17,7 +17,7 @@ pub(crate) async fn acquire(app: &App, name: &str, holder: &str) -> Result<api::
             format!("holder is longer than {MAX_HOLDER_LEN} bytes"),
         ));
     }
-    let (ttl, now) = (app.policy.claim_ttl_seconds, app.now());
+    let (ttl, now) = (app.lifetimes.claim_ttl_seconds, app.now());
     let (repo, h) = (name.to_string(), holder.to_string());
     let taken = app
         .meta(move |m| m.acquire_claim(&repo, &h, now, ttl))
@@ -41,7 +41,7 @@ pub(crate) async fn acquire(app: &App, name: &str, holder: &str) -> Result<api::
 
 /// `PUT …/-/claim/TOKEN`: the claim renewed, or `CLAIM_UNKNOWN`.
 pub(crate) async fn renew(app: &App, name: &str, token: &str) -> Result<api::Claim> {
-    let (ttl, now) = (app.policy.claim_ttl_seconds, app.now());
+    let (ttl, now) = (app.lifetimes.claim_ttl_seconds, app.now());
     let (repo, t) = (name.to_string(), token.to_string());
     let renewed = app
         .meta(move |m| m.renew_claim(&repo, &t, now, ttl))

@@ -455,7 +455,10 @@ pub(crate) async fn mark(app: &App, dry_run: bool) -> Result<Marked> {
 async fn mark_holding(app: &App, dry_run: bool, lease: &HeldLease) -> Result<Marked> {
     let started = Instant::now();
     let now = app.clock.now();
-    let (retention, grace) = (app.policy.retention_seconds, app.policy.gc_grace_seconds);
+    let (retention, grace) = (
+        app.lifetimes.retention_seconds,
+        app.lifetimes.gc_grace_seconds,
+    );
     let old_before = now.saturating_sub(grace);
     let expired = app.meta(move |m| m.expire(now, retention, dry_run)).await?;
     let report = GcReport {
@@ -471,7 +474,7 @@ async fn mark_holding(app: &App, dry_run: bool, lease: &HeldLease) -> Result<Mar
     }
 
     // Mark.
-    let upload_ttl = app.policy.upload_ttl_seconds;
+    let upload_ttl = app.lifetimes.upload_ttl_seconds;
     let model = app.meta(move |m| m.gc_model(now, upload_ttl)).await?;
     let claimed = app.meta(move |m| m.claimed(now)).await?;
     let mut parsed: HashMap<String, Refs> = HashMap::new();
@@ -770,24 +773,24 @@ impl Drop for HeldLease {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::state::app::Policy;
+    use crate::state::app::Lifetimes;
     use bytes::Bytes;
     use std::time::Duration;
 
     const REPO: &str = "ns/vol";
     const GRACE: u64 = 3600;
 
-    async fn open(policy: Policy) -> (tempfile::TempDir, App) {
+    async fn open(policy: Lifetimes) -> (tempfile::TempDir, App) {
         let dir = tempfile::tempdir().unwrap();
         let app = crate::server::open_app(dir.path(), policy).await.unwrap();
         (dir, app)
     }
 
-    fn policy() -> Policy {
-        Policy {
+    fn policy() -> Lifetimes {
+        Lifetimes {
             gc_grace_seconds: GRACE,
             upload_ttl_seconds: 10 * GRACE,
-            ..Policy::default()
+            ..Lifetimes::default()
         }
     }
 

@@ -30,7 +30,7 @@ pub(crate) async fn check_blob(app: &App, repo: &str, digest: &str) -> Result<Op
     let Some((size, linked_at)) = app.meta(move |m| m.link(&k2)).await? else {
         return Ok(None);
     };
-    if linked_at >= now.saturating_sub(app.policy.gc_grace_seconds / 10) {
+    if linked_at >= now.saturating_sub(app.lifetimes.gc_grace_seconds / 10) {
         return Ok(Some(size));
     }
     let (tell, told) = tokio::sync::oneshot::channel();

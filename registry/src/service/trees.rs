@@ -133,7 +133,7 @@ pub(crate) async fn read_tree(
 /// digest or an index's `sha256:`), alive or restorable. A version whose
 /// stored tree cannot be read is answered as damaged, that version alone.
 pub(crate) async fn tree_of(app: &App, repo: &str, digest: &str) -> Result<Arc<TreeIndex>> {
-    let retention = app.policy.retention_seconds;
+    let retention = app.lifetimes.retention_seconds;
     let (r, d) = (repo.to_string(), digest.to_string());
     let version = app.meta(move |m| m.version(&r, &d, retention)).await?;
     let index = version.index_digest.to_string();

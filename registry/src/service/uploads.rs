@@ -12,7 +12,7 @@ use crate::state::app::App;
 
 /// A session a request is writing to is never ended under it.
 pub async fn expire(app: &App) -> Result<u64> {
-    let (now, ttl) = (app.now(), app.policy.upload_ttl_seconds);
+    let (now, ttl) = (app.now(), app.lifetimes.upload_ttl_seconds);
     let stale = app.meta(move |m| m.stale_uploads(now, ttl)).await?;
     let mut ended = 0;
     for id in stale {

@@ -42,7 +42,7 @@ pub(crate) async fn chunk_sizes(
 /// `GET /api/v1/volumes/NAME/-/stats`: the totals as recorded, rebuilt
 /// first when unknown.
 pub(crate) async fn volume_stats(app: &App, repo: &str) -> Result<api::VolumeStats> {
-    let (retention, now) = (app.policy.retention_seconds, app.now());
+    let (retention, now) = (app.lifetimes.retention_seconds, app.now());
     let name = repo.to_string();
     let read = app
         .meta(move |m| m.read_stats(&name, retention, now))

@@ -12,7 +12,7 @@ use crate::store::BlobStore;
 /// How long deleted versions, unreferenced blobs, push claims and idle
 /// upload sessions last.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Policy {
+pub struct Lifetimes {
     pub retention_seconds: u64,
     pub gc_grace_seconds: u64,
     pub claim_ttl_seconds: u64,
@@ -25,9 +25,9 @@ pub struct Policy {
 /// stops holding disk and garbage collection.
 pub const DEFAULT_UPLOAD_TTL_SECONDS: u64 = 86_400;
 
-impl Default for Policy {
+impl Default for Lifetimes {
     fn default() -> Self {
-        Policy {
+        Lifetimes {
             retention_seconds: sealvol_spec::api::DEFAULT_RETENTION_SECONDS,
             gc_grace_seconds: sealvol_spec::api::DEFAULT_GC_GRACE_SECONDS,
             claim_ttl_seconds: sealvol_spec::api::DEFAULT_CLAIM_TTL_SECONDS,
@@ -42,7 +42,7 @@ pub struct App {
     pub meta: Arc<MetaStore>,
     pub uploads: Uploads,
     pub clock: Clock,
-    pub policy: Policy,
+    pub lifetimes: Lifetimes,
     /// Held shared by every handler that relies on a blob or manifest
     /// existing until it has recorded that reliance, and exclusively by
     /// garbage collection's sweep (see `gc`).
@@ -67,7 +67,7 @@ impl App {
         blobs: Arc<dyn BlobStore>,
         meta: Arc<MetaStore>,
         uploads: Uploads,
-        policy: Policy,
+        lifetimes: Lifetimes,
     ) -> App {
         App {
             blobs,
@@ -75,7 +75,7 @@ impl App {
             uploads,
             // The system's; `serve` may put a test clock in its place.
             clock: Clock::default(),
-            policy,
+            lifetimes,
             sweep: tokio::sync::RwLock::new(()),
             gc_running: tokio::sync::Mutex::new(()),
             syncs: Default::default(),

@@ -22,9 +22,9 @@ use crate::state::app::App;
 pub(crate) async fn api_info(State(app): State<Arc<App>>) -> Result<Response> {
     ok(api::ApiInfo {
         api: api::API.to_string(),
-        retention_seconds: app.policy.retention_seconds,
-        gc_grace_seconds: app.policy.gc_grace_seconds,
-        claim_ttl_seconds: app.policy.claim_ttl_seconds,
+        retention_seconds: app.lifetimes.retention_seconds,
+        gc_grace_seconds: app.lifetimes.gc_grace_seconds,
+        claim_ttl_seconds: app.lifetimes.claim_ttl_seconds,
     })
 }
 
@@ -78,7 +78,7 @@ pub(crate) async fn volume(
     req_body: Body,
 ) -> Result<Response> {
     let app = &app;
-    let retention = app.policy.retention_seconds;
+    let retention = app.lifetimes.retention_seconds;
     let now = app.now();
     let name = name.0;
     match (sub, method) {

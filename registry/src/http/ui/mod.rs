@@ -251,7 +251,7 @@ fn checked_digest(d: &str) -> Result<String> {
 
 async fn volume_page(app: &App, who: &pages::Who, name: &str, q: Option<&str>) -> Result<Response> {
     checked_name(name)?;
-    let retention = app.policy.retention_seconds;
+    let retention = app.lifetimes.retention_seconds;
     let (n1, n2) = (name.to_string(), name.to_string());
     let volume = app.meta(move |m| m.volume(&n1)).await?;
     let versions = app.meta(move |m| m.versions(&n2, true, retention)).await?;
@@ -277,7 +277,7 @@ async fn version_page(
 ) -> Result<Response> {
     checked_name(name)?;
     let digest = checked_digest(digest)?;
-    let retention = app.policy.retention_seconds;
+    let retention = app.lifetimes.retention_seconds;
     let (n, d) = (name.to_string(), digest.clone());
     let version = app.meta(move |m| m.version(&n, &d, retention)).await?;
     let tree = crate::service::trees::tree_of(app, name, &digest).await?;
@@ -317,7 +317,7 @@ async fn version_page(
 async fn confirm_delete(app: &App, who: &pages::Who, name: &str, digest: &str) -> Result<Response> {
     checked_name(name)?;
     let digest = checked_digest(digest)?;
-    let retention = app.policy.retention_seconds;
+    let retention = app.lifetimes.retention_seconds;
     let (n, d) = (name.to_string(), digest.clone());
     let version = app.meta(move |m| m.version(&n, &d, retention)).await?;
     Ok(html(
@@ -374,7 +374,7 @@ async fn volume_post(
 
 async fn volume_action(app: &App, name: &str, sub: WebSub, body: Body) -> Result<Response> {
     checked_name(name)?;
-    let retention = app.policy.retention_seconds;
+    let retention = app.lifetimes.retention_seconds;
     let now = app.now();
     let back = format!("/ui/volumes/{}", crate::http::query::encode(name));
     let n = name.to_string();

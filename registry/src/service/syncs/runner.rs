@@ -276,7 +276,7 @@ impl HeldClaim {
     /// Renews the claim now; an error when it lapsed (the renewing task
     /// was starved for a whole TTL) and someone else may publish.
     async fn still_held(&self) -> std::result::Result<(), SyncError> {
-        let ttl = self.app.policy.claim_ttl_seconds;
+        let ttl = self.app.lifetimes.claim_ttl_seconds;
         let (repo, token, now) = (self.repo.clone(), self.token.clone(), self.app.now());
         let renewed = (self.app)
             .meta(move |m| m.renew_claim(&repo, &token, now, ttl))
@@ -314,7 +314,7 @@ async fn hold_claim(
     running: &Running,
 ) -> std::result::Result<HeldClaim, SyncError> {
     let repo = job.dest.name.clone();
-    let ttl = app.policy.claim_ttl_seconds;
+    let ttl = app.lifetimes.claim_ttl_seconds;
     // One attempt, not the job: a claim is given back to its own holder
     // (SPEC.md §7.4), and an attempt that another replica took over after
     // this one's lease lapsed must not share this one's claim.
