@@ -19,7 +19,7 @@ use sha2::{Digest as _, Sha256};
 
 use crate::server::{Config, ServeError};
 use crate::state::app::App;
-use crate::store::meta::{MetaError, MetaStore};
+use crate::store::meta::MetaError;
 use crate::store::{AppendError, BlobBody, BodyError, StoredBlob};
 
 /// What a migration copied.
@@ -164,50 +164,4 @@ fn reseal_secrets(src: &App, dst: &App) -> Result<u64, MetaError> {
         n += 1;
     }
     Ok(n)
-}
-
-impl MetaStore {
-    /// Whether the store holds no repository, volume, job, key or secret.
-    pub fn is_empty(&self) -> Result<bool, MetaError> {
-        let tx = self.db.begin_read()?;
-        Ok(tx.open_table(crate::store::meta::REPOS)?.is_empty()?
-            && tx
-                .open_table(crate::store::meta::volumes::VOLUMES)?
-                .is_empty()?
-            && tx
-                .open_table(crate::store::meta::syncs::SYNC_JOBS)?
-                .is_empty()?
-            && tx
-                .open_table(crate::store::meta::keys::API_KEYS)?
-                .is_empty()?
-            && tx
-                .open_table(crate::store::meta::syncs::SECRETS)?
-                .is_empty()?)
-    }
-
-    /// Copies every durable table but the secrets (sealed under this
-    /// registry's key) into `dst`, in one transaction; how many rows.
-    pub fn copy_into(&self, dst: &MetaStore) -> Result<u64, MetaError> {
-        use crate::store::meta::engine::copy_rows;
-        let r = self.db.begin_read()?;
-        let w = dst.db.begin_write()?;
-        let mut n = 0;
-        n += copy_rows(&r, &w, crate::store::meta::REPOS)?;
-        n += copy_rows(&r, &w, crate::store::meta::BLOB_LINKS)?;
-        n += copy_rows(&r, &w, crate::store::meta::LINK_TIMES)?;
-        n += copy_rows(&r, &w, crate::store::meta::MANIFESTS)?;
-        n += copy_rows(&r, &w, crate::store::meta::TAGS)?;
-        n += copy_rows(&r, &w, crate::store::meta::REFERRERS)?;
-        n += copy_rows(&r, &w, crate::store::meta::volumes::VOLUMES)?;
-        n += copy_rows(&r, &w, crate::store::meta::volumes::VERSIONS)?;
-        n += copy_rows(&r, &w, crate::store::meta::volumes::VERSION_OF_INDEX)?;
-        n += copy_rows(&r, &w, crate::store::meta::volumes::TAG_EXPIRY)?;
-        n += copy_rows(&r, &w, crate::store::meta::volumes::HIDDEN)?;
-        n += copy_rows(&r, &w, crate::store::meta::volumes::stats::VOLUME_CHUNKS)?;
-        n += copy_rows(&r, &w, crate::store::meta::syncs::SYNC_JOBS)?;
-        n += copy_rows(&r, &w, crate::store::meta::syncs::SYNC_FILES)?;
-        n += copy_rows(&r, &w, crate::store::meta::keys::API_KEYS)?;
-        w.commit()?;
-        Ok(n)
-    }
 }

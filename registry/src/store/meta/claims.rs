@@ -13,16 +13,9 @@ use std::collections::HashSet;
 
 use serde::{Deserialize, Serialize};
 
-use crate::store::meta::engine::{Bytes, ReadableTable, TableDefinition, WriteTransaction};
+use crate::store::meta::engine::{Bytes, ReadableTable, WriteTransaction};
+use crate::store::meta::schema::CLAIMS;
 use crate::store::meta::{MetaError, MetaStore, Result};
-
-/// Volume name -> its [`Claim`] (JSON).
-const CLAIMS: TableDefinition<Bytes> = TableDefinition::new("claims");
-
-pub(crate) fn create_tables(tx: &WriteTransaction) -> std::result::Result<(), MetaError> {
-    tx.open_table(CLAIMS)?;
-    Ok(())
-}
 
 /// The live claim on `repo` at `now`, in a read transaction.
 pub(crate) fn live(

@@ -10,22 +10,14 @@
 use std::io::Read;
 use std::sync::Arc;
 
-use crate::store::meta::engine::{Bytes, TableDefinition, WriteTransaction};
 use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
 use sealvol_spec::api::{self, Action, API_KEY_PREFIX};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::clock::rfc3339;
+use crate::store::meta::schema::API_KEYS;
 use crate::store::meta::{MetaError, MetaStore};
-
-/// key id -> [`KeyRecord`] as JSON.
-pub(crate) const API_KEYS: TableDefinition<Bytes> = TableDefinition::new("api_keys");
-
-pub(crate) fn create_tables(tx: &WriteTransaction) -> Result<(), MetaError> {
-    tx.open_table(API_KEYS)?;
-    Ok(())
-}
 
 /// Most keys a registry holds, and most globs one key names.
 const MAX_KEYS: usize = 10_000;

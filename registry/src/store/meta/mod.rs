@@ -7,8 +7,11 @@
 //! contains, so a repository's rows form one contiguous key range.
 
 pub mod claims;
+pub mod copy;
 pub mod engine;
+pub mod gc;
 pub mod keys;
+pub mod schema;
 pub mod secrets;
 pub mod sweeps;
 pub mod syncs;
@@ -16,25 +19,11 @@ pub mod volumes;
 
 use std::path::Path;
 
-use crate::store::meta::engine::{Bytes, Database, Str, TableDefinition, WriteTransaction, U64};
+use crate::store::meta::engine::{Database, WriteTransaction};
+use crate::store::meta::schema::{
+    BLOB_LINKS, LINK_TIMES, MANIFESTS, REFERRERS, REPOS, TAGS, UPLOADS, UPLOAD_TIMES,
+};
 use serde::{Deserialize, Serialize};
-
-pub(crate) const REPOS: TableDefinition<U64> = TableDefinition::new("repos");
-/// `repo NUL digest` -> size: the blobs a repository may see.
-pub(crate) const BLOB_LINKS: TableDefinition<U64> = TableDefinition::new("blob_links");
-/// `repo NUL digest` -> when the link was made or renewed (Unix seconds);
-/// garbage collection's grace period counts from it. Links made before
-/// this table existed have no row and count as old.
-pub(crate) const LINK_TIMES: TableDefinition<U64> = TableDefinition::new("link_times");
-pub(crate) const MANIFESTS: TableDefinition<Bytes> = TableDefinition::new("manifests");
-pub(crate) const TAGS: TableDefinition<Str> = TableDefinition::new("tags");
-pub(crate) const REFERRERS: TableDefinition<Bytes> = TableDefinition::new("referrers");
-pub(crate) const UPLOADS: TableDefinition<Str> = TableDefinition::new("uploads");
-/// Upload id -> when the session was started or last written to (Unix
-/// seconds); a session idle longer than the upload TTL is abandoned.
-/// Sessions from before this table have no row; the first expiry pass
-/// gives them one, so they get a full TTL from the upgrade.
-pub(crate) const UPLOAD_TIMES: TableDefinition<U64> = TableDefinition::new("upload_times");
 
 #[derive(Debug, thiserror::Error)]
 #[error("metadata store: {0}")]
@@ -169,19 +158,7 @@ impl MetaStore {
         let db = Database::Redb(redb::Database::create(path)?);
         // Create every table once so that readers never see a missing one.
         let tx = db.begin_write()?;
-        tx.open_table(REPOS)?;
-        tx.open_table(BLOB_LINKS)?;
-        tx.open_table(MANIFESTS)?;
-        tx.open_table(TAGS)?;
-        tx.open_table(REFERRERS)?;
-        tx.open_table(UPLOADS)?;
-        tx.open_table(UPLOAD_TIMES)?;
-        tx.open_table(LINK_TIMES)?;
-        crate::store::meta::volumes::create_tables(&tx)?;
-        crate::store::meta::syncs::create_tables(&tx)?;
-        crate::store::meta::keys::create_tables(&tx)?;
-        crate::store::meta::claims::create_tables(&tx)?;
-        crate::store::meta::sweeps::create_tables(&tx)?;
+        crate::store::meta::schema::create_all(&tx)?;
         tx.commit()?;
         Ok(MetaStore { db })
     }

@@ -45,14 +45,11 @@
 //! lapses. Another replica's dead pass is over when its lease lapses.
 
 use crate::store::meta::claims::Claim;
-use crate::store::meta::engine::{ReadableTable, Str, TableDefinition, WriteTransaction, U64};
+use crate::store::meta::engine::{ReadableTable, Str, WriteTransaction, U64};
+use crate::store::meta::schema::{GC_SWEEPERS, GC_SWEEPS};
 use crate::store::meta::{MetaError, MetaStore};
 
-/// `"sweeps"` -> the sweep sequence: odd while a sweep deletes bytes.
-const GC_SWEEPS: TableDefinition<U64> = TableDefinition::new("gc_sweeps");
-/// `"sweeps"` -> `"N TOKEN"`: the token of the GC lease under which sweep
-/// number `N` (odd) began.
-const GC_SWEEPERS: TableDefinition<Str> = TableDefinition::new("gc_sweepers");
+/// The one key of [`GC_SWEEPS`] and [`GC_SWEEPERS`].
 const SWEEPS: &str = "sweeps";
 /// The push claim that is the GC lease: NUL is in no volume name.
 pub(crate) const GC_CLAIM: &str = "\0gc";
@@ -60,12 +57,6 @@ pub(crate) const GC_CLAIM: &str = "\0gc";
 /// How long a pass's lease lasts unless renewed (at each step of the
 /// pass once a tenth of it went by).
 pub const GC_LEASE_SECONDS: u64 = 60;
-
-pub(crate) fn create_tables(tx: &WriteTransaction) -> std::result::Result<(), MetaError> {
-    tx.open_table(GC_SWEEPS)?;
-    tx.open_table(GC_SWEEPERS)?;
-    Ok(())
-}
 
 fn sequence(t: &impl ReadableTable<U64>) -> std::result::Result<u64, MetaError> {
     Ok(t.get(SWEEPS)?.map_or(0, |v| v.value()))

@@ -6,31 +6,15 @@
 
 use std::collections::HashMap;
 
-use crate::store::meta::engine::{Bytes, ReadableTable, TableDefinition, WriteTransaction};
+use crate::store::meta::engine::{Bytes, ReadableTable, WriteTransaction};
 use sealvol_spec::chain::{self, PieceCv};
 use sealvol_spec::{api, B3Digest, ChunkRef};
 use serde::{Deserialize, Serialize};
 
 use crate::clock::rfc3339;
+use crate::store::meta::schema::{PLAINTEXT_SECRETS, SECRETS, SYNC_FILES, SYNC_JOBS};
 use crate::store::meta::secrets::{SecretKey, StoredSecret};
-use crate::store::meta::{key, prefix, MetaError, MetaStore, Result};
-
-/// `id` -> [`SyncJob`] JSON.
-pub(crate) const SYNC_JOBS: TableDefinition<Bytes> = TableDefinition::new("sync_jobs");
-/// `id NUL path` -> [`FileDone`] JSON, marked with [`FILE_RECORD`].
-pub(crate) const SYNC_FILES: TableDefinition<Bytes> = TableDefinition::new("sync_files");
-/// `name` -> [`StoredSecret`] JSON: the value sealed, and its binding.
-pub(crate) const SECRETS: TableDefinition<Bytes> = TableDefinition::new("secrets.v2");
-/// `name` -> value in plaintext, as releases before binding stored them;
-/// emptied into [`SECRETS`] at start ([`MetaStore::seal_plaintext_secrets`]).
-const PLAINTEXT_SECRETS: redb::TableDefinition<&str, &[u8]> = redb::TableDefinition::new("secrets");
-
-pub(crate) fn create_tables(tx: &WriteTransaction) -> std::result::Result<(), MetaError> {
-    tx.open_table(SYNC_JOBS)?;
-    tx.open_table(SYNC_FILES)?;
-    tx.open_table(SECRETS)?;
-    Ok(())
-}
+use crate::store::meta::{key, prefix, MetaStore, Result};
 
 // A stored job holds these as the API writes them; the storage format is
 // therefore theirs too, which `stored_jobs_still_read` pins.
@@ -549,7 +533,7 @@ mod tests {
                 .unwrap()
                 .insert("hf", value.as_slice())
                 .unwrap();
-            tx.open_table(crate::store::meta::TAGS)
+            tx.open_table(crate::store::meta::schema::TAGS)
                 .unwrap()
                 .insert("w/x\0prod", "sha256:ab")
                 .unwrap();
@@ -557,7 +541,7 @@ mod tests {
             // Later data, so the secret's page sits amid others.
             for i in 0..50 {
                 let tx = m.db.begin_write().unwrap();
-                let mut t = tx.open_table(crate::store::meta::TAGS).unwrap();
+                let mut t = tx.open_table(crate::store::meta::schema::TAGS).unwrap();
                 for j in 0..100 {
                     t.insert(format!("r{i}\0t{j}").as_str(), "sha256:cd")
                         .unwrap();
@@ -578,7 +562,7 @@ mod tests {
         assert_eq!(s.value(&key, "hf").unwrap(), value);
         assert!(s.for_sources.is_empty(), "sealed secrets start unbound");
         let tx = m.db.begin_read().unwrap();
-        let tags = tx.open_table(crate::store::meta::TAGS).unwrap();
+        let tags = tx.open_table(crate::store::meta::schema::TAGS).unwrap();
         assert_eq!(tags.get("w/x\0prod").unwrap().unwrap().value(), "sha256:ab");
         drop(tags);
         drop(tx);

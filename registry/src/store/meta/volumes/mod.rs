@@ -15,35 +15,15 @@ pub mod stats;
 
 use std::collections::{BTreeMap, HashMap};
 
-use crate::store::meta::engine::{
-    Bytes, ReadTransaction, ReadableTable, Str, TableDefinition, WriteTransaction, U64,
-};
+use crate::store::meta::engine::{Bytes, ReadTransaction, ReadableTable, WriteTransaction};
 use sealvol_spec::{api, B3Digest, Sha256Digest, TreeFormat};
 use serde::{Deserialize, Serialize};
 
 use crate::clock::rfc3339;
-use crate::store::meta::{key, prefix, MetaError, MetaStore, MANIFESTS, REPOS, TAGS};
-
-/// `repo` -> [`VolumeRecord`] JSON.
-pub(crate) const VOLUMES: TableDefinition<Bytes> = TableDefinition::new("volumes");
-/// `repo NUL b3:<hex>` -> [`VersionRecord`] JSON.
-pub(crate) const VERSIONS: TableDefinition<Bytes> = TableDefinition::new("versions");
-/// `repo NUL sha256:<hex>` -> `b3:<hex>`: which version an index belongs to.
-pub(crate) const VERSION_OF_INDEX: TableDefinition<Str> = TableDefinition::new("version_of_index");
-/// `repo NUL tag` -> Unix seconds after which the tag goes.
-pub(crate) const TAG_EXPIRY: TableDefinition<U64> = TableDefinition::new("tag_expiry");
-/// `repo NUL sha256:<hex>` -> the manifest record of a tombstoned index.
-pub(crate) const HIDDEN: TableDefinition<Bytes> = TableDefinition::new("hidden_manifests");
-
-pub(crate) fn create_tables(tx: &WriteTransaction) -> Result<(), MetaError> {
-    tx.open_table(VOLUMES)?;
-    tx.open_table(VERSIONS)?;
-    tx.open_table(VERSION_OF_INDEX)?;
-    tx.open_table(TAG_EXPIRY)?;
-    tx.open_table(HIDDEN)?;
-    tx.open_table(crate::store::meta::volumes::stats::VOLUME_CHUNKS)?;
-    Ok(())
-}
+use crate::store::meta::schema::{
+    HIDDEN, MANIFESTS, REPOS, TAGS, TAG_EXPIRY, VERSIONS, VERSION_OF_INDEX, VOLUMES,
+};
+use crate::store::meta::{key, prefix, MetaError, MetaStore};
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
 pub struct VolumeRecord {

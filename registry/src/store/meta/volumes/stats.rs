@@ -20,16 +20,13 @@ use sealvol_spec::api;
 use sealvol_spec::Sha256Digest;
 use serde::{Deserialize, Serialize};
 
-use crate::store::meta::engine::{TableDefinition, WriteTransaction, U64};
+use crate::store::meta::engine::WriteTransaction;
+use crate::store::meta::schema::VOLUME_CHUNKS;
 use crate::store::meta::volumes::{Lifecycle, VolumeRecord};
 use crate::store::meta::{key, prefix, MetaError, MetaStore};
 
 /// The metadata layer's results (the module's `Result` is the API's).
 type MetaResult<T, E = MetaError> = std::result::Result<T, E>;
-
-/// `repo \0 sha256:<hex>` → the chunk's size: the distinct chunks of the
-/// volume's kept versions, while its record's `stats` is known.
-pub(crate) const VOLUME_CHUNKS: TableDefinition<U64> = TableDefinition::new("volume_chunks");
 
 /// The totals of a volume's chunk set.
 #[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
