@@ -6,7 +6,8 @@
 use arbitrary::Arbitrary;
 use axum::http::{header, HeaderMap, HeaderValue};
 use libfuzzer_sys::fuzz_target;
-use sealvol_registry::http::oci::{byte_range, chunk_start};
+use sealvol_registry::http::oci::blobs::byte_range;
+use sealvol_registry::http::oci::uploads::chunk_start;
 
 #[derive(Arbitrary, Debug)]
 struct Input<'a> {

@@ -6,7 +6,13 @@ use std::path::Path;
 
 use sealvol_spec::api::API_KEY_PREFIX;
 
-use crate::auth::AuthError;
+/// An htpasswd file that cannot be read or is not bcrypt entries.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot read htpasswd file {path}: {message}")]
+pub struct HtpasswdError {
+    pub path: std::path::PathBuf,
+    pub message: String,
+}
 
 /// Largest htpasswd file read.
 const MAX_HTPASSWD: u64 = 16 << 20;
@@ -16,8 +22,8 @@ const MAX_HTPASSWD: u64 = 16 << 20;
 pub struct Htpasswd(pub(crate) HashMap<String, String>);
 
 impl Htpasswd {
-    pub fn load(path: &Path) -> Result<Htpasswd, AuthError> {
-        let err = |message: String| AuthError::Htpasswd {
+    pub fn load(path: &Path) -> Result<Htpasswd, HtpasswdError> {
+        let err = |message: String| HtpasswdError {
             path: path.to_path_buf(),
             message,
         };

@@ -75,8 +75,8 @@ pub struct AuthConfig {
 
 #[derive(Debug, thiserror::Error)]
 pub enum AuthError {
-    #[error("cannot read htpasswd file {path}: {message}")]
-    Htpasswd { path: PathBuf, message: String },
+    #[error(transparent)]
+    Htpasswd(#[from] htpasswd::HtpasswdError),
     #[error("[auth] public_url {0:?} is not an http:// or https:// URL")]
     PublicUrl(String),
     #[error(transparent)]

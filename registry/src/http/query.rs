@@ -110,6 +110,11 @@ pub(crate) fn next_link(path: &str, extra: &[(&str, &str)], n: usize, last: &str
     format!("<{path}?{}>; rel=\"next\"", q.join("&"))
 }
 
+/// Query parameter `key` of `req`, decoded.
+pub(crate) fn query_param(req: &axum::extract::Request, key: &str) -> Option<String> {
+    crate::http::query::param(req.uri().query(), key)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -2,10 +2,11 @@
 //! becomes distribution's error JSON with its status, a failure on our
 //! side a 500 whose details go to the log, a panicked handler a 500 too.
 
-use axum::http::{HeaderValue, StatusCode};
+use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 
 use crate::error::RegistryError;
+use serde_json::Value;
 
 /// 500 with distribution's `UNKNOWN` error body: for failures on our side,
 /// whose details go to the log rather than to the client. (`UNKNOWN` is
@@ -63,5 +64,23 @@ impl IntoResponse for RegistryError {
         resp.headers_mut()
             .insert("content-type", HeaderValue::from_static("application/json"));
         resp
+    }
+}
+
+/// A header value from text that is one (digests, sizes, paths we made).
+pub(crate) fn hv(s: &str) -> HeaderValue {
+    HeaderValue::from_str(s).unwrap_or_else(|_| HeaderValue::from_static(""))
+}
+
+/// A JSON body with its content type.
+pub(crate) struct Json(pub(crate) Value);
+
+impl IntoResponse for Json {
+    fn into_response(self) -> Response {
+        (
+            [(header::CONTENT_TYPE, "application/json")],
+            self.0.to_string(),
+        )
+            .into_response()
     }
 }
