@@ -23,3 +23,32 @@ pub(crate) async fn body(
 ) -> Result<Option<BlobBody>> {
     Ok(app.blobs.body(digest, start, len).await?)
 }
+
+/// The bytes of `digest` whole (a manifest's), if stored.
+pub(crate) async fn get(app: &App, digest: &Sha256Digest) -> Result<Option<bytes::Bytes>> {
+    Ok(app.blobs.get(digest).await?)
+}
+
+/// The size of `digest` in the blob store, if stored.
+pub(crate) async fn stored_size(app: &App, digest: &Sha256Digest) -> Result<Option<u64>> {
+    Ok(app.blobs.size(digest).await?)
+}
+
+/// The size of blob `digest` if `repo` links it.
+pub(crate) async fn linked_size(app: &App, repo: &str, digest: &str) -> Result<Option<u64>> {
+    let (repo, digest) = (repo.to_string(), digest.to_string());
+    app.meta(move |m| m.blob_size(&repo, &digest)).await
+}
+
+/// Links blob `digest` of `size` bytes into `repo`.
+pub(crate) async fn link(app: &App, repo: &str, digest: &str, size: u64) -> Result<()> {
+    let (repo, digest, now) = (repo.to_string(), digest.to_string(), app.now());
+    app.meta(move |m| m.link_blob(&repo, &digest, size, now))
+        .await
+}
+
+/// Unlinks blob `digest` from `repo`; whether it was linked.
+pub(crate) async fn unlink(app: &App, repo: &str, digest: &str) -> Result<bool> {
+    let (repo, digest) = (repo.to_string(), digest.to_string());
+    app.meta(move |m| m.unlink_blob(&repo, &digest)).await
+}

@@ -402,6 +402,68 @@ pub(crate) async fn tree_format(
     }
 }
 
+// The OCI reads and deletes of `/v2`, one metadata call each.
+
+/// The digest tag `tag` of `repo` points at, if any.
+pub(crate) async fn resolve_tag(app: &App, repo: &str, tag: &str) -> Result<Option<String>> {
+    let (repo, tag) = (repo.to_string(), tag.to_string());
+    app.meta(move |m| m.resolve_tag(&repo, &tag)).await
+}
+
+/// The record of manifest `digest` in `repo`, if it is there.
+pub(crate) async fn record(
+    app: &App,
+    repo: &str,
+    digest: &str,
+) -> Result<Option<crate::store::meta::ManifestRecord>> {
+    let (repo, digest) = (repo.to_string(), digest.to_string());
+    app.meta(move |m| m.manifest(&repo, &digest)).await
+}
+
+/// Deletes manifest `digest` of `repo`; whether it was there.
+pub(crate) async fn delete(app: &App, repo: &str, digest: &str) -> Result<bool> {
+    let (repo, digest, now) = (repo.to_string(), digest.to_string(), app.now());
+    app.meta(move |m| m.delete_manifest(&repo, &digest, now))
+        .await
+}
+
+/// Deletes tag `tag` of `repo`; whether it was there.
+pub(crate) async fn delete_tag(app: &App, repo: &str, tag: &str) -> Result<bool> {
+    let (repo, tag, now) = (repo.to_string(), tag.to_string(), app.now());
+    app.meta(move |m| m.delete_tag(&repo, &tag, now)).await
+}
+
+/// Whether `repo` exists, and a page of its tags after `last` (with
+/// whether more follow).
+pub(crate) async fn tags(
+    app: &App,
+    repo: &str,
+    last: Option<String>,
+    n: usize,
+) -> Result<(bool, (Vec<String>, bool))> {
+    let repo = repo.to_string();
+    app.meta(move |m| {
+        Ok::<_, RegistryError>((m.repo_exists(&repo)?, m.tags(&repo, last.as_deref(), n)?))
+    })
+    .await
+}
+
+/// A page of repository names after `last`, and whether more follow.
+pub(crate) async fn catalog(
+    app: &App,
+    last: Option<String>,
+    n: usize,
+) -> Result<(Vec<String>, bool)> {
+    app.meta(move |meta| meta.catalog(last.as_deref(), n)).await
+}
+
+/// The descriptors (JSON) of the manifests of `repo` whose subject is
+/// `subject`.
+pub(crate) async fn referrers(app: &App, repo: &str, subject: &str) -> Result<Vec<String>> {
+    let (repo, subject) = (repo.to_string(), subject.to_string());
+    app.meta(move |m| m.referrers(&repo, &subject)).await
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

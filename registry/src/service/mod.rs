@@ -3,6 +3,7 @@
 pub mod blobs;
 pub mod claims;
 pub mod gc;
+pub mod keys;
 pub mod links;
 pub mod manifests;
 pub mod pull_through;

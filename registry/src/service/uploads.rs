@@ -49,3 +49,21 @@ pub async fn start(app: &App, repo: &str) -> Result<String> {
     app.meta(move |m| m.put_upload(&i, &repo, now)).await?;
     Ok(id)
 }
+
+/// The repository upload session `id` belongs to, if it is open.
+pub async fn repo_of(app: &App, id: &str) -> Result<Option<String>> {
+    let id = id.to_string();
+    app.meta(move |m| m.upload_repo(&id)).await
+}
+
+/// Ends session `id`'s row: with the blob it stored linked into its
+/// repository (`(repo, digest, size)`), or abandoned.
+pub async fn finish(app: &App, id: &str, blob: Option<(&str, &str, u64)>) -> Result<()> {
+    let (id, now) = (id.to_string(), app.now());
+    let blob = blob.map(|(r, d, s)| (r.to_string(), d.to_string(), s));
+    app.meta(move |m| {
+        let blob = blob.as_ref().map(|(r, d, s)| (r.as_str(), d.as_str(), *s));
+        m.finish_upload(&id, blob, now)
+    })
+    .await
+}

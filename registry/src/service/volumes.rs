@@ -108,3 +108,91 @@ pub(crate) fn check_volume_name(name: &str) -> Result<()> {
         ))
     }
 }
+
+// What the volume API and the web view ask of volumes, one metadata
+// transaction each, with the registry's clock and retention.
+
+/// The namespaces holding a volume `visible` lets the caller see.
+pub(crate) async fn namespaces(
+    app: &App,
+    visible: impl Fn(&str) -> bool + Send + 'static,
+) -> Result<Vec<String>> {
+    app.meta(move |m| m.namespaces(visible)).await
+}
+
+/// Every volume, or those of `namespace`.
+pub(crate) async fn list(app: &App, namespace: Option<String>) -> Result<Vec<api::Volume>> {
+    app.meta(move |m| m.volumes(namespace.as_deref())).await
+}
+
+pub(crate) async fn get(app: &App, name: &str) -> Result<api::Volume> {
+    let name = name.to_string();
+    app.meta(move |m| m.volume(&name)).await
+}
+
+/// Sets (or, with `None`, clears) when volume `name` expires.
+pub(crate) async fn set_expiry(app: &App, name: &str, at: Option<u64>) -> Result<api::Volume> {
+    let (name, now) = (name.to_string(), app.now());
+    app.meta(move |m| m.set_volume_expiry(&name, at, now)).await
+}
+
+/// Deletes every version of `name` (restorable for the retention): the
+/// versions tombstoned.
+pub(crate) async fn delete(app: &App, name: &str) -> Result<Vec<api::Version>> {
+    let (name, now, retention) = (name.to_string(), app.now(), app.lifetimes.retention_seconds);
+    app.meta(move |m| m.delete_volume(&name, now, retention))
+        .await
+}
+
+/// The versions of `name`, the deleted ones too with `all`.
+pub(crate) async fn versions(app: &App, name: &str, all: bool) -> Result<Vec<api::Version>> {
+    let (name, retention) = (name.to_string(), app.lifetimes.retention_seconds);
+    app.meta(move |m| m.versions(&name, all, retention)).await
+}
+
+pub(crate) async fn version(app: &App, name: &str, digest: &str) -> Result<api::Version> {
+    let (name, digest) = (name.to_string(), digest.to_string());
+    let retention = app.lifetimes.retention_seconds;
+    app.meta(move |m| m.version(&name, &digest, retention))
+        .await
+}
+
+/// Deletes version `digest` of `name`, restorable for the retention.
+pub(crate) async fn delete_version(app: &App, name: &str, digest: &str) -> Result<api::Version> {
+    let (name, digest) = (name.to_string(), digest.to_string());
+    let (now, retention) = (app.now(), app.lifetimes.retention_seconds);
+    app.meta(move |m| m.delete_version(&name, &digest, now, retention))
+        .await
+}
+
+/// Restores deleted version `digest` of `name`.
+pub(crate) async fn restore_version(app: &App, name: &str, digest: &str) -> Result<api::Version> {
+    let (name, digest) = (name.to_string(), digest.to_string());
+    let (now, retention) = (app.now(), app.lifetimes.retention_seconds);
+    app.meta(move |m| m.restore_version(&name, &digest, now, retention))
+        .await
+}
+
+/// Points tag `tag` of `name` at version `digest`, until `at` if given.
+pub(crate) async fn set_tag(
+    app: &App,
+    name: &str,
+    tag: &str,
+    digest: &str,
+    at: Option<u64>,
+) -> Result<api::TagInfo> {
+    let (name, tag, digest, now) = (
+        name.to_string(),
+        tag.to_string(),
+        digest.to_string(),
+        app.now(),
+    );
+    app.meta(move |m| m.set_tag(&name, &tag, &digest, at, now))
+        .await
+}
+
+/// Removes user tag `tag` of `name`.
+pub(crate) async fn remove_tag(app: &App, name: &str, tag: &str) -> Result<()> {
+    let (name, tag, now) = (name.to_string(), tag.to_string(), app.now());
+    app.meta(move |m| m.remove_user_tag(&name, &tag, now)).await
+}

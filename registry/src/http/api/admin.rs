@@ -24,7 +24,7 @@ pub(crate) async fn gc(State(app): State<Arc<App>>, RawQuery(q): RawQuery) -> Re
 /// `GET /api/v1/keys`.
 pub(crate) async fn list_keys(State(app): State<Arc<App>>) -> Result<Response> {
     ok(api::ApiKeyList {
-        keys: app.meta(|m| m.keys()).await?,
+        keys: crate::service::keys::list(&app).await?,
     })
 }
 /// `POST /api/v1/keys`: the answer holds the secret, once.
@@ -36,15 +36,12 @@ pub(crate) async fn create_key(
     let by = caller.subject.name().to_string();
     let b: api::ApiKeyRequest = body(req_body).await?;
     let expires = parse_time(b.expires_at.as_deref())?;
-    let now = app.now();
-    let key = app
-        .meta(move |m| m.create_key(&b, expires, &by, now))
-        .await?;
+    let key = crate::service::keys::create(&app, b, expires, by).await?;
     json_response(StatusCode::CREATED, key)
 }
 /// `DELETE /api/v1/keys/ID`.
 pub(crate) async fn revoke_key(State(app): State<Arc<App>>, Param(id): Param) -> Result<Response> {
-    app.meta(move |m| m.delete_key(&id)).await?;
+    crate::service::keys::revoke(&app, id).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 /// `GET /api/v1/secrets`.

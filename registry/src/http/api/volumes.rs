@@ -30,7 +30,7 @@ pub(crate) async fn api_info(State(app): State<Arc<App>>) -> Result<Response> {
 
 /// `GET /api/v1/namespaces`: those holding a volume the caller may pull.
 pub(crate) async fn namespaces(State(app): State<Arc<App>>, caller: Caller) -> Result<Response> {
-    let namespaces = app.meta(move |m| m.namespaces(|v| caller.sees(v))).await?;
+    let namespaces = crate::service::volumes::namespaces(&app, move |v| caller.sees(v)).await?;
     ok(api::NamespaceList { namespaces })
 }
 /// `GET /api/v1/volumes[?namespace=NS]`: those the caller may pull.
@@ -41,8 +41,7 @@ pub(crate) async fn volumes(
 ) -> Result<Response> {
     let page = page_of(q.as_deref())?;
     let ns = query_value(q.as_deref(), "namespace");
-    let filter = ns.clone();
-    let mut volumes = app.meta(move |m| m.volumes(filter.as_deref())).await?;
+    let mut volumes = crate::service::volumes::list(&app, ns.clone()).await?;
     volumes.retain(|v| caller.sees(&v.name));
     let (volumes, next) = page.take(volumes, |v| v.name.clone(), true);
     let extra: Vec<(&str, &str)> = ns.iter().map(|n| ("namespace", n.as_str())).collect();
@@ -78,29 +77,23 @@ pub(crate) async fn volume(
     req_body: Body,
 ) -> Result<Response> {
     let app = &app;
-    let retention = app.lifetimes.retention_seconds;
-    let now = app.now();
     let name = name.0;
     match (sub, method) {
-        (VolumeSub::Volume, Method::GET) => ok(app.meta(move |m| m.volume(&name)).await?),
+        (VolumeSub::Volume, Method::GET) => ok(crate::service::volumes::get(app, &name).await?),
         (VolumeSub::Volume, Method::PATCH) => {
             let b: api::VolumePatch = body(req_body).await?;
             let at = parse_time(b.expires_at.as_deref())?;
-            ok(app
-                .meta(move |m| m.set_volume_expiry(&name, at, now))
-                .await?)
+            ok(crate::service::volumes::set_expiry(app, &name, at).await?)
         }
         (VolumeSub::Volume, Method::DELETE) => {
-            let tombstoned = app
-                .meta(move |m| m.delete_volume(&name, now, retention))
-                .await?;
+            let tombstoned = crate::service::volumes::delete(app, &name).await?;
             ok(api::Tombstoned { tombstoned })
         }
         (VolumeSub::Versions, Method::GET) => {
             let page = page_of(q.as_deref())?;
             let all = query_flag(q.as_deref(), "include_tombstoned");
             let path = format!("/api/v1/volumes/{name}/-/versions");
-            let versions = app.meta(move |m| m.versions(&name, all, retention)).await?;
+            let versions = crate::service::volumes::versions(app, &name, all).await?;
             let (versions, next) = page.take(versions, |v| v.digest.to_string(), false);
             let extra: &[(&str, &str)] = if all {
                 &[("include_tombstoned", "true")]
@@ -140,32 +133,26 @@ pub(crate) async fn volume(
             ok(crate::service::volumes::volume_stats(app, &name).await?)
         }
         (VolumeSub::Version(d), Method::GET) => {
-            ok(app.meta(move |m| m.version(&name, &d.0, retention)).await?)
+            ok(crate::service::volumes::version(app, &name, &d.0).await?)
         }
-        (VolumeSub::Version(d), Method::DELETE) => ok(app
-            .meta(move |m| m.delete_version(&name, &d.0, now, retention))
-            .await?),
+        (VolumeSub::Version(d), Method::DELETE) => {
+            ok(crate::service::volumes::delete_version(app, &name, &d.0).await?)
+        }
         (VolumeSub::Restore(d), Method::POST) => {
             // Restoring puts manifests back that garbage collection may be
             // sweeping; wait for it.
             let _sweep = app.sweep.read().await;
-            ok(app
-                .meta(move |m| m.restore_version(&name, &d.0, now, retention))
-                .await?)
+            ok(crate::service::volumes::restore_version(app, &name, &d.0).await?)
         }
         (VolumeSub::Tag(tag), Method::PUT) => {
             let b: api::TagRequest = body(req_body).await?;
             check_digest(&b.digest)?;
             let at = parse_time(b.expires_at.as_deref())?;
             let tag = tag.to_string();
-            ok(app
-                .meta(move |m| m.set_tag(&name, &tag, &b.digest, at, now))
-                .await?)
+            ok(crate::service::volumes::set_tag(app, &name, &tag, &b.digest, at).await?)
         }
         (VolumeSub::Tag(tag), Method::DELETE) => {
-            let tag = tag.to_string();
-            app.meta(move |m| m.remove_user_tag(&name, &tag, now))
-                .await?;
+            crate::service::volumes::remove_tag(app, &name, &tag.to_string()).await?;
             Ok(StatusCode::NO_CONTENT.into_response())
         }
         (VolumeSub::Claim, Method::POST) => {

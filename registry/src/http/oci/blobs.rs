@@ -65,10 +65,10 @@ pub(crate) async fn get_blob(
         let _sweep = app.sweep.read().await;
         crate::service::links::check_blob(app, &repo, &d).await?
     } else {
-        app.meta(move |m| m.blob_size(&repo, &d)).await?
+        crate::service::blobs::linked_size(app, &repo, &d).await?
     };
     let size = match linked {
-        Some(_) => app.blobs.size(&digest).await?,
+        Some(_) => crate::service::blobs::stored_size(app, &digest).await?,
         None => None,
     };
     let Some(size) = size else {
@@ -144,8 +144,7 @@ pub(crate) async fn get_blob(
 }
 
 pub(crate) async fn delete_blob(app: &App, name: String, digest: Sha256Digest) -> Result<Response> {
-    let (repo, d) = (name.clone(), digest.to_string());
-    if !app.meta(move |m| m.unlink_blob(&repo, &d)).await? {
+    if !crate::service::blobs::unlink(app, &name, &digest.to_string()).await? {
         return Err(RegistryError::new(
             Code::BlobUnknown,
             format!("blob {digest} is not in {name}"),

@@ -27,8 +27,7 @@ pub(crate) async fn resolve(app: &App, name: &str, reference: &str) -> Result<Sh
         return parse_digest(reference).map_err(|_| malformed());
     }
     check_tag(reference).map_err(|_| malformed())?;
-    let (repo, tag) = (name.to_string(), reference.to_string());
-    match app.meta(move |m| m.resolve_tag(&repo, &tag)).await? {
+    match crate::service::manifests::resolve_tag(app, name, reference).await? {
         Some(d) => parse_digest(&d),
         None => Err(RegistryError::new(
             Code::ManifestUnknown,
@@ -44,9 +43,7 @@ pub(crate) async fn get_manifest(
     head: bool,
 ) -> Result<Response> {
     let digest = resolve(app, &name, &reference).await?;
-    let (repo, d) = (name.clone(), digest.to_string());
-    let record = app
-        .meta(move |m| m.manifest(&repo, &d))
+    let record = crate::service::manifests::record(app, &name, &digest.to_string())
         .await?
         .ok_or_else(|| {
             RegistryError::new(
@@ -57,9 +54,11 @@ pub(crate) async fn get_manifest(
     let mut resp = if head {
         Response::new(Body::empty())
     } else {
-        let bytes = app.blobs.get(&digest).await?.ok_or_else(|| {
-            RegistryError::internal(format!("manifest {digest} is recorded but not stored"))
-        })?;
+        let bytes = crate::service::blobs::get(app, &digest)
+            .await?
+            .ok_or_else(|| {
+                RegistryError::internal(format!("manifest {digest} is recorded but not stored"))
+            })?;
         Response::new(Body::from(bytes))
     };
     let h = resp.headers_mut();
@@ -105,14 +104,11 @@ pub(crate) async fn delete_manifest(
     name: String,
     reference: String,
 ) -> Result<Response> {
-    let (repo, r) = (name.clone(), reference.clone());
     let deleted = if reference.contains(':') {
         parse_digest(&reference)?;
-        let now = app.now();
-        app.meta(move |m| m.delete_manifest(&repo, &r, now)).await?
+        crate::service::manifests::delete(app, &name, &reference).await?
     } else {
-        let now = app.now();
-        app.meta(move |m| m.delete_tag(&repo, &r, now)).await?
+        crate::service::manifests::delete_tag(app, &name, &reference).await?
     };
     if !deleted {
         return Err(RegistryError::new(

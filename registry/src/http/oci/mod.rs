@@ -211,9 +211,7 @@ async fn catalog(
     let mut more;
     loop {
         let from = last.take();
-        let (page, m) = app
-            .meta(move |meta| meta.catalog(from.as_deref(), n))
-            .await?;
+        let (page, m) = crate::service::manifests::catalog(app, from, n).await?;
         more = m;
         last = page.last().cloned();
         let mut page = page.into_iter();
@@ -244,12 +242,7 @@ async fn catalog(
 }
 
 async fn tags(app: &App, name: String, n: usize, last: Option<String>) -> Result<Response> {
-    let repo = name.clone();
-    let (exists, (tags, more)) = app
-        .meta(move |m| {
-            Ok::<_, RegistryError>((m.repo_exists(&repo)?, m.tags(&repo, last.as_deref(), n)?))
-        })
-        .await?;
+    let (exists, (tags, more)) = crate::service::manifests::tags(app, &name, last, n).await?;
     if !exists {
         return Err(RegistryError::new(
             Code::NameUnknown,
@@ -273,8 +266,7 @@ async fn referrers(
     subject: Sha256Digest,
     filter: Option<String>,
 ) -> Result<Response> {
-    let (repo, s) = (name, subject.to_string());
-    let rows = app.meta(move |m| m.referrers(&repo, &s)).await?;
+    let rows = crate::service::manifests::referrers(app, &name, &subject.to_string()).await?;
     let mut manifests: Vec<Value> = rows
         .iter()
         .filter_map(|r| serde_json::from_str(r).ok())

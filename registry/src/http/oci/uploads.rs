@@ -42,13 +42,13 @@ pub(crate) async fn start_upload(app: &App, name: String, req: Request) -> Resul
         let digest = parse_digest(&mount)?;
         if let Some(from) = query_param(&req, "from") {
             check_repository_name(&from)?;
-            let (repo, d) = (name.clone(), digest.to_string());
             let _sweep = app.sweep.read().await;
             let mark = crate::service::links::sweep_mark(app).await?;
-            let size = app.meta(move |m| m.blob_size(&from, &d)).await?;
-            if let (Some(size), Some(_)) = (size, app.blobs.size(&digest).await?) {
-                let (d, now) = (digest.to_string(), app.now());
-                app.meta(move |m| m.link_blob(&repo, &d, size, now)).await?;
+            let d = digest.to_string();
+            let size = crate::service::blobs::linked_size(app, &from, &d).await?;
+            let stored = crate::service::blobs::stored_size(app, &digest).await?;
+            if let (Some(size), Some(_)) = (size, stored) {
+                crate::service::blobs::link(app, &name, &d, size).await?;
                 // Linked: not held while waiting out another replica's sweep.
                 drop(_sweep);
                 if crate::service::links::settle(app, mark, &[digest])
@@ -93,8 +93,7 @@ pub(crate) async fn monolithic(
         let _sweep = app.sweep.read().await;
         let mark = crate::service::links::sweep_mark(app).await?;
         app.uploads.commit(&id, &digest).await?;
-        let (repo, d, now) = (name.clone(), digest.to_string(), app.now());
-        app.meta(move |m| m.link_blob(&repo, &d, size, now)).await?;
+        crate::service::blobs::link(app, &name, &digest.to_string(), size).await?;
         settle_upload(app, mark, &name, &digest).await
     }
     .await;
@@ -105,8 +104,7 @@ pub(crate) async fn monolithic(
 
 /// An upload id must name a session of this repository.
 pub(crate) async fn check_session(app: &App, name: &str, id: &str) -> Result<()> {
-    let i = id.to_string();
-    match app.meta(move |m| m.upload_repo(&i)).await? {
+    match crate::service::uploads::repo_of(app, id).await? {
         Some(repo) if repo == name => Ok(()),
         _ => Err(RegistryError::new(
             Code::BlobUploadUnknown,
@@ -203,9 +201,7 @@ pub(crate) async fn put_upload(
     if got != digest {
         drop(session);
         app.uploads.remove(&id).await;
-        let i = id.clone();
-        let now = app.now();
-        app.meta(move |m| m.finish_upload(&i, None, now)).await?;
+        crate::service::uploads::finish(app, &id, None).await?;
         return Err(RegistryError::new(
             Code::DigestInvalid,
             format!("uploaded bytes hash to {got}, not {digest}"),
@@ -214,9 +210,8 @@ pub(crate) async fn put_upload(
     let sweep = app.sweep.read().await;
     let mark = crate::service::links::sweep_mark(app).await?;
     app.uploads.commit(&id, &digest).await?;
-    let (i, repo, d, now) = (id.clone(), name.clone(), digest.to_string(), app.now());
-    app.meta(move |m| m.finish_upload(&i, Some((&repo, &d, size)), now))
-        .await?;
+    let d = digest.to_string();
+    crate::service::uploads::finish(app, &id, Some((&name, &d, size))).await?;
     drop(session);
     // Linked: not held while waiting out another replica's sweep.
     drop(sweep);
@@ -252,14 +247,12 @@ pub(crate) async fn settle_upload(
 
 /// Removes the link to `digest` in `name` whose bytes a sweep deleted.
 pub(crate) async fn unlink_lost(app: &App, name: &str, digest: &Sha256Digest) -> Result<()> {
-    let (repo, d) = (name.to_string(), digest.to_string());
-    app.meta(move |m| m.unlink_blob(&repo, &d)).await?;
+    crate::service::blobs::unlink(app, name, &digest.to_string()).await?;
     Ok(())
 }
 
 pub(crate) async fn cancel_upload(app: &App, id: String) -> Result<Response> {
-    let (i, now) = (id.clone(), app.now());
-    app.meta(move |m| m.finish_upload(&i, None, now)).await?;
+    crate::service::uploads::finish(app, &id, None).await?;
     app.uploads.remove(&id).await;
     Ok(StatusCode::NO_CONTENT.into_response())
 }

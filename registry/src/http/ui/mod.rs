@@ -195,7 +195,7 @@ async fn volumes(State(app): State<Arc<App>>, caller: Caller, RawQuery(q): RawQu
         n: Some(PAGE),
         last: param(q.as_deref(), "last").filter(|l| !l.is_empty()),
     };
-    let result = app.meta(|m| m.volumes(None)).await;
+    let result = crate::service::volumes::list(&app, None).await;
     match result {
         Ok(mut all) => {
             all.retain(|v| caller.sees(&v.name));
@@ -251,10 +251,8 @@ fn checked_digest(d: &str) -> Result<String> {
 
 async fn volume_page(app: &App, who: &pages::Who, name: &str, q: Option<&str>) -> Result<Response> {
     checked_name(name)?;
-    let retention = app.lifetimes.retention_seconds;
-    let (n1, n2) = (name.to_string(), name.to_string());
-    let volume = app.meta(move |m| m.volume(&n1)).await?;
-    let versions = app.meta(move |m| m.versions(&n2, true, retention)).await?;
+    let volume = crate::service::volumes::get(app, name).await?;
+    let versions = crate::service::volumes::versions(app, name, true).await?;
     let stats = crate::service::volumes::volume_stats(app, name).await?;
     let page = Page {
         n: Some(PAGE),
@@ -277,9 +275,7 @@ async fn version_page(
 ) -> Result<Response> {
     checked_name(name)?;
     let digest = checked_digest(digest)?;
-    let retention = app.lifetimes.retention_seconds;
-    let (n, d) = (name.to_string(), digest.clone());
-    let version = app.meta(move |m| m.version(&n, &d, retention)).await?;
+    let version = crate::service::volumes::version(app, name, &digest).await?;
     let tree = crate::service::trees::tree_of(app, name, &digest).await?;
     let dir = param(q, "path").unwrap_or_default();
     let page = Page {
@@ -291,9 +287,8 @@ async fn version_page(
         |e| e.path.clone(),
         false,
     );
-    let (n, d) = (name.to_string(), version.digest.to_string());
-    let others = app
-        .meta(move |m| m.versions(&n, false, retention))
+    let d = version.digest.to_string();
+    let others = crate::service::volumes::versions(app, name, false)
         .await?
         .into_iter()
         .filter(|v| v.digest.to_string() != d)
@@ -318,8 +313,7 @@ async fn confirm_delete(app: &App, who: &pages::Who, name: &str, digest: &str) -
     checked_name(name)?;
     let digest = checked_digest(digest)?;
     let retention = app.lifetimes.retention_seconds;
-    let (n, d) = (name.to_string(), digest.clone());
-    let version = app.meta(move |m| m.version(&n, &d, retention)).await?;
+    let version = crate::service::volumes::version(app, name, &digest).await?;
     Ok(html(
         StatusCode::OK,
         pages::confirm_delete(who, name, &version, retention),
@@ -374,10 +368,7 @@ async fn volume_post(
 
 async fn volume_action(app: &App, name: &str, sub: WebSub, body: Body) -> Result<Response> {
     checked_name(name)?;
-    let retention = app.lifetimes.retention_seconds;
-    let now = app.now();
     let back = format!("/ui/volumes/{}", crate::http::query::encode(name));
-    let n = name.to_string();
     match sub {
         WebSub::Tags => {
             let fields = form(body).await?;
@@ -385,22 +376,19 @@ async fn volume_action(app: &App, name: &str, sub: WebSub, body: Body) -> Result
             let digest = checked_digest(&field(&fields, "digest"))?;
             tag.parse::<sealvol_spec::Tag>()
                 .map_err(|e| RegistryError::new(api::ErrorCode::Invalid, e.to_string()))?;
-            app.meta(move |m| m.set_tag(&n, &tag, &digest, None, now))
-                .await?;
+            crate::service::volumes::set_tag(app, name, &tag, &digest, None).await?;
             Ok(see_other(&back))
         }
         WebSub::Delete(d) => {
             let d = checked_digest(&d)?;
-            app.meta(move |m| m.delete_version(&n, &d, now, retention))
-                .await?;
+            crate::service::volumes::delete_version(app, name, &d).await?;
             Ok(see_other(&back))
         }
         WebSub::Restore(d) => {
             let d = checked_digest(&d)?;
             // As the API's restore: wait for a sweep in progress.
             let _sweep = app.sweep.read().await;
-            app.meta(move |m| m.restore_version(&n, &d, now, retention))
-                .await?;
+            crate::service::volumes::restore_version(app, name, &d).await?;
             Ok(see_other(&back))
         }
         _ => Err(RegistryError::with_status(

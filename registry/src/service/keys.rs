@@ -1,0 +1,28 @@
+//! API keys as `/api/v1/keys` lists, creates and revokes them (SPEC.md
+//! §7.5); the rows are `store::meta::keys`'.
+
+use sealvol_spec::api;
+
+use crate::error::Result;
+use crate::state::app::App;
+
+pub(crate) async fn list(app: &App) -> Result<Vec<api::ApiKey>> {
+    app.meta(|m| m.keys()).await
+}
+
+/// A new key as `request` asks, created by `by`, expiring at `expires`:
+/// the answer holds its secret, once.
+pub(crate) async fn create(
+    app: &App,
+    request: api::ApiKeyRequest,
+    expires: Option<u64>,
+    by: String,
+) -> Result<api::NewApiKey> {
+    let now = app.now();
+    app.meta(move |m| m.create_key(&request, expires, &by, now))
+        .await
+}
+
+pub(crate) async fn revoke(app: &App, id: String) -> Result<()> {
+    app.meta(move |m| m.delete_key(&id)).await
+}
