@@ -13,9 +13,10 @@ use std::collections::HashSet;
 
 use serde::{Deserialize, Serialize};
 
+use crate::store::meta::db::MetaStore;
 use crate::store::meta::engine::{Bytes, ReadableTable, WriteTransaction};
+use crate::store::meta::error::{MetaError, Result};
 use crate::store::meta::schema::CLAIMS;
-use crate::store::meta::{MetaError, MetaStore, Result};
 
 /// The live claim on `repo` at `now`, in a read transaction.
 pub(crate) fn live(

@@ -2,12 +2,13 @@
 //! durable table from one metadata store into another, empty one, in one
 //! transaction, whatever engine each is on.
 
+use crate::store::meta::db::MetaStore;
 use crate::store::meta::engine::copy_rows;
+use crate::store::meta::error::MetaError;
 use crate::store::meta::schema::{
     API_KEYS, BLOB_LINKS, HIDDEN, LINK_TIMES, MANIFESTS, REFERRERS, REPOS, SECRETS, SYNC_FILES,
     SYNC_JOBS, TAGS, TAG_EXPIRY, VERSIONS, VERSION_OF_INDEX, VOLUMES, VOLUME_CHUNKS,
 };
-use crate::store::meta::{MetaError, MetaStore};
 
 impl MetaStore {
     /// Whether the store holds no repository, volume, job, key or secret.

@@ -6,14 +6,16 @@
 
 use std::collections::{HashMap, HashSet};
 
+use crate::store::meta::db::MetaStore;
 use crate::store::meta::engine::WriteTransaction;
+use crate::store::meta::error::MetaError;
+use crate::store::meta::oci::{drop_manifest, ManifestRecord};
 use crate::store::meta::schema::{
-    BLOB_LINKS, HIDDEN, LINK_TIMES, MANIFESTS, TAGS, TAG_EXPIRY, UPLOADS, UPLOAD_TIMES, VERSIONS,
-    VERSION_OF_INDEX, VOLUMES,
+    key, prefix, BLOB_LINKS, HIDDEN, LINK_TIMES, MANIFESTS, TAGS, TAG_EXPIRY, UPLOADS,
+    UPLOAD_TIMES, VERSIONS, VERSION_OF_INDEX, VOLUMES,
 };
 use crate::store::meta::sweeps::begin_sweep;
 use crate::store::meta::volumes;
-use crate::store::meta::{drop_manifest, key, prefix, ManifestRecord, MetaError, MetaStore};
 
 /// Expiry and retention, applied (or, dry, counted) before marking.
 #[derive(Debug, Default)]

@@ -16,8 +16,9 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::clock::rfc3339;
+use crate::store::meta::db::MetaStore;
+use crate::store::meta::error::MetaError;
 use crate::store::meta::schema::API_KEYS;
-use crate::store::meta::{MetaError, MetaStore};
 
 /// Most keys a registry holds, and most globs one key names.
 const MAX_KEYS: usize = 10_000;
@@ -78,7 +79,7 @@ pub enum KeyError {
     Meta(#[from] MetaError),
 }
 
-crate::store::meta::from_redb!(KeyError, KeyError::Meta);
+crate::store::meta::error::from_redb!(KeyError, KeyError::Meta);
 
 fn compile(patterns: &[String]) -> Result<GlobSet, KeyError> {
     let mut set = GlobSetBuilder::new();

@@ -1,15 +1,17 @@
 //! Every table of the metadata store, declared once: its name as it is
 //! on disk (byte for byte what earlier releases wrote, in redb files and
 //! in PostgreSQL's `sealvol_tables.tbl`), the kind of its values, and
-//! what a row holds. Keys are text; a key of several parts joins them
-//! with NUL ([`super::key`]).
+//! what a row holds; and how keys are made. Keys are text: a key of
+//! several parts joins them with NUL ([`key`]), which no repository
+//! name, tag or digest contains, so a repository's rows form one
+//! contiguous key range ([`prefix`]).
 //!
 //! [`create_all`] opens every table declared here when a store opens, so
 //! a reader never meets a missing one. Only `store::meta` opens tables:
 //! the floors above call `MetaStore`'s methods, each one transaction.
 
 use crate::store::meta::engine::{Bytes, Str, TableDefinition, WriteTransaction, U64};
-use crate::store::meta::Result;
+use crate::store::meta::error::Result;
 
 /// Declares each table as a constant, and [`create_all`] and [`NAMES`]
 /// over all of them, so that a table declared here is always created.
@@ -34,13 +36,13 @@ macro_rules! tables {
 }
 
 tables! {
-    // The OCI view (`oci`, `uploads`).
+    // The OCI view (`oci`, `uploads`, `gc`).
 
     /// `repo` -> when the repository was first recorded (Unix seconds).
     REPOS: U64 = "repos";
     /// `repo NUL digest` -> size: the blobs a repository may see.
     BLOB_LINKS: U64 = "blob_links";
-    /// `repo NUL digest` -> [`super::ManifestRecord`] JSON.
+    /// `repo NUL digest` -> [`super::oci::ManifestRecord`] JSON.
     MANIFESTS: Bytes = "manifests";
     /// `repo NUL tag` -> the digest the tag points at.
     TAGS: Str = "tags";
@@ -106,8 +108,19 @@ tables! {
     GC_SWEEPERS: Str = "gc_sweepers";
 }
 
+/// The key of the row whose key parts are `parts`.
+pub(crate) fn key(parts: &[&str]) -> String {
+    parts.join("\0")
+}
+
+/// The key range of every row whose key starts with `parts` + NUL.
+pub(crate) fn prefix(parts: &[&str]) -> (String, String) {
+    let p = key(parts);
+    (format!("{p}\0"), format!("{p}\x01"))
+}
+
 /// `name` -> value in plaintext, as releases before binding stored them;
-/// emptied into [`SECRETS`] at start ([`super::MetaStore::seal_plaintext_secrets`])
+/// emptied into [`SECRETS`] at start ([`super::db::MetaStore::seal_plaintext_secrets`])
 /// and deleted. Never created: only a redb file of such a release has it.
 pub(crate) const PLAINTEXT_SECRETS: redb::TableDefinition<&str, &[u8]> =
     redb::TableDefinition::new("secrets");
@@ -115,8 +128,8 @@ pub(crate) const PLAINTEXT_SECRETS: redb::TableDefinition<&str, &[u8]> =
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::meta::db::MetaStore;
     use crate::store::meta::engine::Database;
-    use crate::store::meta::MetaStore;
 
     #[test]
     fn names_are_the_ones_on_disk() {

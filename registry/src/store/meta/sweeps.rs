@@ -45,9 +45,10 @@
 //! lapses. Another replica's dead pass is over when its lease lapses.
 
 use crate::store::meta::claims::Claim;
+use crate::store::meta::db::MetaStore;
 use crate::store::meta::engine::{ReadableTable, Str, WriteTransaction, U64};
+use crate::store::meta::error::MetaError;
 use crate::store::meta::schema::{GC_SWEEPERS, GC_SWEEPS};
-use crate::store::meta::{MetaError, MetaStore};
 
 /// The one key of [`GC_SWEEPS`] and [`GC_SWEEPERS`].
 const SWEEPS: &str = "sweeps";
@@ -97,13 +98,17 @@ pub enum SinceMark {
 
 impl MetaStore {
     /// Reads the sweep sequence: call before relying on blob bytes.
-    pub fn sweep_mark(&self) -> crate::store::meta::Result<SweepMark> {
+    pub fn sweep_mark(&self) -> crate::store::meta::error::Result<SweepMark> {
         let tx = self.db.begin_read()?;
         Ok(SweepMark(sequence(&tx.open_table(GC_SWEEPS)?)?))
     }
 
     /// What happened since `mark`, at `now`.
-    pub fn since_mark(&self, mark: SweepMark, now: u64) -> crate::store::meta::Result<SinceMark> {
+    pub fn since_mark(
+        &self,
+        mark: SweepMark,
+        now: u64,
+    ) -> crate::store::meta::error::Result<SinceMark> {
         let tx = self.db.begin_read()?;
         let n = sequence(&tx.open_table(GC_SWEEPS)?)?;
         if n == mark.0 && n % 2 == 0 {
@@ -129,7 +134,7 @@ impl MetaStore {
     /// Makes the sweep sequence even if the sweep under way began under
     /// `lease`: the sweep deletes nothing more. (A pass that outlived its
     /// lease leaves the next pass's sweep alone.)
-    pub fn end_sweep(&self, lease: &str) -> crate::store::meta::Result<()> {
+    pub fn end_sweep(&self, lease: &str) -> crate::store::meta::error::Result<()> {
         let tx = self.db.begin_write()?;
         {
             let mut t = tx.open_table(GC_SWEEPS)?;
@@ -152,7 +157,7 @@ impl MetaStore {
         replica: &str,
         ours: impl Fn(&str) -> bool,
         now: u64,
-    ) -> crate::store::meta::Result<bool> {
+    ) -> crate::store::meta::error::Result<bool> {
         let tx = self.db.begin_write()?;
         let mut ended = false;
         if let Some(l) = crate::store::meta::claims::live_in(&tx, GC_CLAIM, now)? {

@@ -12,9 +12,10 @@ use sealvol_spec::{api, B3Digest, ChunkRef};
 use serde::{Deserialize, Serialize};
 
 use crate::clock::rfc3339;
-use crate::store::meta::schema::{PLAINTEXT_SECRETS, SECRETS, SYNC_FILES, SYNC_JOBS};
+use crate::store::meta::db::MetaStore;
+use crate::store::meta::error::Result;
+use crate::store::meta::schema::{key, prefix, PLAINTEXT_SECRETS, SECRETS, SYNC_FILES, SYNC_JOBS};
 use crate::store::meta::secrets::{SecretKey, StoredSecret};
-use crate::store::meta::{key, prefix, MetaStore, Result};
 
 // A stored job holds these as the API writes them; the storage format is
 // therefore theirs too, which `stored_jobs_still_read` pins.

@@ -13,37 +13,15 @@
 //! read hands back a [`Guard`] whose `value()` borrows them, as redb's
 //! `AccessGuard` does, so the code reads the same on every engine.
 
+pub mod error;
 pub mod postgres;
 
 use std::borrow::Borrow;
 use std::marker::PhantomData;
 use std::ops::{Bound, RangeBounds};
 
+pub use error::{Result, TableError};
 use postgres::{Pg, PgTx};
-
-/// An engine failure, with its message.
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct TableError(pub String);
-
-macro_rules! from_engine {
-    ($($t:ty),*) => {$(
-        impl From<$t> for TableError {
-            fn from(e: $t) -> Self {
-                TableError(e.to_string())
-            }
-        }
-    )*};
-}
-from_engine!(
-    redb::DatabaseError,
-    redb::TransactionError,
-    redb::TableError,
-    redb::StorageError,
-    redb::CommitError
-);
-
-pub type Result<T> = std::result::Result<T, TableError>;
 
 /// What a table's values are.
 pub trait Val: 'static {

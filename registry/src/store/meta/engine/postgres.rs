@@ -20,7 +20,7 @@ use postgres::types::ToSql;
 use postgres::NoTls;
 use r2d2_postgres::PostgresConnectionManager;
 
-use super::{Result, TableError};
+use super::error::{Result, TableError};
 
 type Manager = PostgresConnectionManager<NoTls>;
 type Conn = r2d2::PooledConnection<Manager>;

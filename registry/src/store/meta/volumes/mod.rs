@@ -11,72 +11,25 @@
 //! [`HIDDEN`], out of the OCI view but still marked by garbage collection,
 //! and move back on restore.
 
+pub mod error;
+pub mod records;
 pub mod stats;
 
 use std::collections::{BTreeMap, HashMap};
 
-use crate::store::meta::engine::{Bytes, ReadTransaction, ReadableTable, WriteTransaction};
+use crate::store::meta::engine::{ReadTransaction, WriteTransaction};
 use sealvol_spec::{api, B3Digest, Sha256Digest, TreeFormat};
-use serde::{Deserialize, Serialize};
 
 use crate::clock::rfc3339;
+use crate::store::meta::db::MetaStore;
+use crate::store::meta::error::MetaError;
 use crate::store::meta::schema::{
-    HIDDEN, MANIFESTS, REPOS, TAGS, TAG_EXPIRY, VERSIONS, VERSION_OF_INDEX, VOLUMES,
+    key, prefix, HIDDEN, MANIFESTS, REPOS, TAGS, TAG_EXPIRY, VERSIONS, VERSION_OF_INDEX, VOLUMES,
 };
-use crate::store::meta::{key, prefix, MetaError, MetaStore};
+use records::{put_volume_record, version_row, volume_record_rw, volume_row};
 
-#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
-pub struct VolumeRecord {
-    pub sequence: u64,
-    pub updated_at: u64,
-    #[serde(default)]
-    pub expires_at: Option<u64>,
-    /// The totals of the volume's chunk set (`crate::service::volumes`); `None` while
-    /// unknown (after a purge, or sealed by an earlier release).
-    #[serde(default)]
-    pub stats: Option<crate::store::meta::volumes::stats::ChunkTotals>,
-    /// Moves on every purge, so that a rebuild of the totals that read
-    /// the versions before it does not store them.
-    #[serde(default)]
-    pub stats_epoch: u64,
-}
-
-impl VolumeRecord {
-    /// A volume's first record: no versions, so an empty chunk set.
-    fn first() -> VolumeRecord {
-        VolumeRecord {
-            stats: Some(Default::default()),
-            ..Default::default()
-        }
-    }
-}
-
-/// A stored version's lifecycle is written as the API writes it (`ALIVE`,
-/// `TOMBSTONED`); `stored_records_still_read` pins that.
-pub use sealvol_spec::api::Lifecycle;
-
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
-pub struct VersionRecord {
-    /// The version's current index, which `head`, `b3-<hex>`, its tags and
-    /// restores point at: the last stored, except that an index without a
-    /// format 2 tree never replaces one with a format 2 tree (`seal`).
-    pub index_digest: String,
-    /// Every index stored for this version (copy tools may re-serialize
-    /// one, a client re-publishes one with a format 2 tree); a delete
-    /// hides them all, and garbage collection keeps them all.
-    pub indexes: Vec<String>,
-    /// Those of `indexes` whose tree manifest holds a format 2 tree index
-    /// (SPEC.md §2.5), as seen when each was stored. Records written
-    /// before format 2 existed have none, rightly.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub verifiable: Vec<String>,
-    pub sequence: u64,
-    pub size: Option<u64>,
-    pub files: Option<u64>,
-    pub created_at: u64,
-    pub lifecycle: Lifecycle,
-    pub tombstoned_at: Option<u64>,
-}
+pub use error::VolumeError;
+pub use records::{Lifecycle, VersionRecord, VolumeRecord};
 
 /// What a stored index says about its version.
 #[derive(Clone, Debug)]
@@ -110,29 +63,6 @@ impl Sealed {
     }
 }
 
-/// Why a volume operation was refused; each maps to an API code (§7.2).
-#[derive(Debug, thiserror::Error)]
-pub enum VolumeError {
-    #[error("volume {0} is not known")]
-    VolumeUnknown(String),
-    #[error("{0}")]
-    VersionUnknown(String),
-    #[error("tag {tag} is not known in {repo}")]
-    TagUnknown { repo: String, tag: String },
-    #[error("{0} is alive; only a deleted version can be restored")]
-    NotDeleted(String),
-    #[error("{what} was deleted more than {days} days ago and cannot be restored")]
-    RetentionExpired { what: String, days: u64 },
-    #[error("tag {0} is the registry's own; set and delete user tags only")]
-    TagReserved(String),
-    #[error("{0}")]
-    Invalid(String),
-    #[error(transparent)]
-    Meta(#[from] MetaError),
-}
-
-crate::store::meta::from_redb!(VolumeError, VolumeError::Meta);
-
 type Result<T, E = VolumeError> = std::result::Result<T, E>;
 
 fn digest_tag(version: &str) -> String {
@@ -142,29 +72,6 @@ fn digest_tag(version: &str) -> String {
 /// `head` and `b3-<hex>` belong to the registry.
 pub fn is_reserved(tag: &str) -> bool {
     tag == sealvol_spec::reference::HEAD || tag.starts_with("b3-")
-}
-
-// ---- rows -----------------------------------------------------------------
-
-fn volume_row(
-    t: &impl ReadableTable<Bytes>,
-    repo: &str,
-) -> Result<Option<VolumeRecord>, MetaError> {
-    match t.get(repo)? {
-        Some(v) => Ok(Some(serde_json::from_slice(v.value())?)),
-        None => Ok(None),
-    }
-}
-
-fn version_row(
-    t: &impl ReadableTable<Bytes>,
-    repo: &str,
-    version: &str,
-) -> Result<Option<VersionRecord>, MetaError> {
-    match t.get(key(&[repo, version]).as_str())? {
-        Some(v) => Ok(Some(serde_json::from_slice(v.value())?)),
-        None => Ok(None),
-    }
 }
 
 fn put_version(tx: &WriteTransaction, repo: &str, version: &str, r: &VersionRecord) -> Result<()> {
@@ -557,45 +464,6 @@ pub(crate) fn purge(
         put_volume_record(tx, repo, &vol)?;
     }
     Ok(Some(rec.indexes))
-}
-
-/// `repo`'s volume record, read in a read transaction.
-pub(crate) fn volume_record(
-    tx: &ReadTransaction,
-    repo: &str,
-) -> Result<Option<VolumeRecord>, MetaError> {
-    volume_row(&tx.open_table(VOLUMES)?, repo)
-}
-
-/// `repo`'s volume record, read in a write transaction.
-pub(crate) fn volume_record_rw(
-    tx: &WriteTransaction,
-    repo: &str,
-) -> Result<Option<VolumeRecord>, MetaError> {
-    volume_row(&tx.open_table(VOLUMES)?, repo)
-}
-
-pub(crate) fn put_volume_record(
-    tx: &WriteTransaction,
-    repo: &str,
-    vol: &VolumeRecord,
-) -> Result<(), MetaError> {
-    tx.open_table(VOLUMES)?
-        .insert(repo, serde_json::to_vec(vol)?.as_slice())?;
-    Ok(())
-}
-
-/// Every version record of `repo`, in no particular order.
-pub(crate) fn version_records(
-    tx: &ReadTransaction,
-    repo: &str,
-) -> Result<Vec<VersionRecord>, MetaError> {
-    let (lo, hi) = prefix(&[repo]);
-    let mut out = Vec::new();
-    for row in tx.open_table(VERSIONS)?.range(lo.as_str()..hi.as_str())? {
-        out.push(serde_json::from_slice(row?.1.value())?);
-    }
-    Ok(out)
 }
 
 // ---- what the API shows ------------------------------------------------------
@@ -1014,23 +882,6 @@ pub(crate) fn repo_names(tx: &ReadTransaction) -> Result<Vec<String>, MetaError>
         out.push(row?.0.value().to_string());
     }
     Ok(out)
-}
-
-impl From<VolumeError> for crate::error::RegistryError {
-    fn from(e: VolumeError) -> Self {
-        use VolumeError as L;
-        let code = match &e {
-            L::VolumeUnknown(_) => crate::error::Code::VolumeUnknown,
-            L::VersionUnknown(_) => crate::error::Code::VersionUnknown,
-            L::TagUnknown { .. } => crate::error::Code::TagUnknown,
-            L::NotDeleted(_) => crate::error::Code::NotDeleted,
-            L::RetentionExpired { .. } => crate::error::Code::RetentionExpired,
-            L::TagReserved(_) => crate::error::Code::TagReserved,
-            L::Invalid(_) => crate::error::Code::Invalid,
-            L::Meta(m) => return crate::error::RegistryError::internal(m),
-        };
-        crate::error::RegistryError::new(code, e.to_string())
-    }
 }
 
 #[cfg(test)]

@@ -18,22 +18,20 @@ use std::collections::BTreeMap;
 
 use sealvol_spec::api;
 use sealvol_spec::Sha256Digest;
-use serde::{Deserialize, Serialize};
 
+use crate::store::meta::db::MetaStore;
 use crate::store::meta::engine::WriteTransaction;
-use crate::store::meta::schema::VOLUME_CHUNKS;
-use crate::store::meta::volumes::{Lifecycle, VolumeRecord};
-use crate::store::meta::{key, prefix, MetaError, MetaStore};
+use crate::store::meta::error::MetaError;
+use crate::store::meta::schema::{key, prefix, VOLUME_CHUNKS};
+use crate::store::meta::volumes::error::VolumeError;
+use crate::store::meta::volumes::records::{
+    put_volume_record, version_records, volume_record, volume_record_rw, Lifecycle, VolumeRecord,
+};
 
 /// The metadata layer's results (the module's `Result` is the API's).
 type MetaResult<T, E = MetaError> = std::result::Result<T, E>;
 
-/// The totals of a volume's chunk set.
-#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
-pub struct ChunkTotals {
-    pub stored_bytes: u64,
-    pub chunks: u64,
-}
+pub use crate::store::meta::volumes::records::ChunkTotals;
 
 /// A version's distinct chunks with their sizes, as its chunk manifests
 /// list them.
@@ -99,17 +97,16 @@ impl MetaStore {
         repo: &str,
         retention: u64,
         now: u64,
-    ) -> MetaResult<Read, crate::store::meta::volumes::VolumeError> {
+    ) -> MetaResult<Read, VolumeError> {
         let tx = self.db.begin_read()?;
-        let vol = crate::store::meta::volumes::volume_record(&tx, repo)?.ok_or_else(|| {
-            crate::store::meta::volumes::VolumeError::VolumeUnknown(repo.to_string())
-        })?;
+        let vol = volume_record(&tx, repo)?
+            .ok_or_else(|| VolumeError::VolumeUnknown(repo.to_string()))?;
         let mut stats = api::VolumeStats {
             name: repo.to_string(),
             ..Default::default()
         };
         let mut indexes = Vec::new();
-        for r in crate::store::meta::volumes::version_records(&tx, repo)? {
+        for r in version_records(&tx, repo)? {
             let kept = match r.lifecycle {
                 Lifecycle::Alive => true,
                 Lifecycle::Tombstoned => r
@@ -143,7 +140,7 @@ impl MetaStore {
         set: &BTreeMap<Sha256Digest, u64>,
     ) -> MetaResult<()> {
         let tx = self.db.begin_write()?;
-        let Some(mut vol) = crate::store::meta::volumes::volume_record_rw(&tx, repo)? else {
+        let Some(mut vol) = volume_record_rw(&tx, repo)? else {
             return Ok(());
         };
         if (vol.sequence, vol.stats_epoch) != stamp || vol.stats.is_some() {
@@ -173,7 +170,7 @@ impl MetaStore {
         t.insert_many(rows)?;
         drop(t);
         vol.stats = Some(totals);
-        crate::store::meta::volumes::put_volume_record(&tx, repo, &vol)?;
+        put_volume_record(&tx, repo, &vol)?;
         tx.commit()?;
         Ok(())
     }
