@@ -251,6 +251,67 @@ fn parse_tail(tail: &str) -> Result<(Selector, Option<String>), RefError> {
     Ok((selector, path))
 }
 
+/// A repository name of the distribution spec (`/v2/<name>/...`): name
+/// components ([`is_name_component`]) joined by `/`, at most
+/// [`MAX_NAME_LEN`] bytes. Parsed once where a name comes in.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RepositoryName(String);
+
+impl RepositoryName {
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl FromStr for RepositoryName {
+    type Err = RefError;
+
+    fn from_str(name: &str) -> Result<RepositoryName, RefError> {
+        check_components(name, name)?;
+        Ok(RepositoryName(name.to_string()))
+    }
+}
+
+impl fmt::Display for RepositoryName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A volume's name (SPEC.md §1.1): a [`RepositoryName`] of at least two
+/// components, `namespace/volume[/...]`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct VolumeName(String);
+
+impl VolumeName {
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The first component.
+    pub fn namespace(&self) -> &str {
+        self.0.split('/').next().unwrap_or_default()
+    }
+}
+
+impl FromStr for VolumeName {
+    type Err = RefError;
+
+    fn from_str(name: &str) -> Result<VolumeName, RefError> {
+        let repo: RepositoryName = name.parse()?;
+        if !repo.0.contains('/') {
+            return Err(RefError::Shape(name.to_string()));
+        }
+        Ok(VolumeName(repo.0))
+    }
+}
+
+impl fmt::Display for VolumeName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
 fn check_components(input: &str, name: &str) -> Result<(), RefError> {
     if name.len() > MAX_NAME_LEN {
         return Err(RefError::NameTooLong(input.to_string()));
@@ -371,5 +432,20 @@ mod tests {
         assert!("bdn:w/x@b3:00".parse::<VolumeRef>().is_err());
         assert!("bdn:w/x:prod/../etc".parse::<VolumeRef>().is_err());
         assert!(Tag::parse_user(&format!("b3-{}", "0".repeat(64))).is_err());
+    }
+
+    #[test]
+    fn repository_and_volume_names() {
+        assert!("a".parse::<RepositoryName>().is_ok());
+        assert!("a/b-c/d".parse::<RepositoryName>().is_ok());
+        assert!("A".parse::<RepositoryName>().is_err());
+        assert!("a//b".parse::<RepositoryName>().is_err());
+        assert!("a".repeat(256).parse::<RepositoryName>().is_err());
+        let v: VolumeName = "weights/qwen3-8b".parse().unwrap();
+        assert_eq!(v.namespace(), "weights");
+        assert_eq!(v.to_string(), "weights/qwen3-8b");
+        assert!("weights".parse::<VolumeName>().is_err());
+        assert!("weights/".parse::<VolumeName>().is_err());
+        assert!("-/x".parse::<VolumeName>().is_err());
     }
 }

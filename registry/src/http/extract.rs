@@ -217,16 +217,11 @@ impl<S: Send + Sync> FromRequestParts<S> for VolumePath {
 /// A repository name of the distribution spec (`/v2/NAME/...`), or
 /// `NAME_INVALID`.
 pub(crate) fn check_repository_name(name: &str) -> Result<()> {
-    let ok = name.len() <= sealvol_spec::reference::MAX_NAME_LEN
-        && name
-            .split('/')
-            .all(sealvol_spec::reference::is_name_component);
-    if ok {
-        Ok(())
-    } else {
-        Err(RegistryError::new(
+    match name.parse::<sealvol_spec::reference::RepositoryName>() {
+        Ok(_) => Ok(()),
+        Err(_) => Err(RegistryError::new(
             Code::NameInvalid,
             format!("invalid repository name {name:?}"),
-        ))
+        )),
     }
 }

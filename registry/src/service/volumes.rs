@@ -94,18 +94,12 @@ pub(crate) async fn read_index(app: &App, index: &str) -> Result<sealvol_spec::o
 /// A volume's name (SPEC.md §1.1: `namespace/volume`, each component a
 /// name component), or `NAME_INVALID`.
 pub(crate) fn check_volume_name(name: &str) -> Result<()> {
-    let ok = name.len() <= sealvol_spec::reference::MAX_NAME_LEN
-        && name.split('/').count() >= 2
-        && name
-            .split('/')
-            .all(sealvol_spec::reference::is_name_component);
-    if ok {
-        Ok(())
-    } else {
-        Err(RegistryError::new(
+    match name.parse::<sealvol_spec::reference::VolumeName>() {
+        Ok(_) => Ok(()),
+        Err(_) => Err(RegistryError::new(
             Code::NameInvalid,
             format!("invalid volume name {name:?} (namespace/volume)"),
-        ))
+        )),
     }
 }
 
