@@ -119,9 +119,16 @@ fn paths(file: &File, modules: &BTreeSet<Vec<String>>) -> BTreeSet<Vec<String>> 
             .replace(" as ", "@")
             .split_whitespace()
             .collect();
+        // `pub use child::Item` re-exports what a child defines: the
+        // parent's code does not depend on it.
+        let before = rest[..at - 4].trim_end();
+        let public = before.ends_with("pub") || before.ends_with("pub(crate)");
         expand(&tree, &mut Vec::new(), &mut |p| {
             if let Some(abs) = absolute(file, p, modules) {
-                out.insert(abs);
+                let child = abs.len() > file.module.len() && abs.starts_with(&file.module);
+                if !(public && child) {
+                    out.insert(abs);
+                }
             }
         });
         rest = &tail[end..];
@@ -268,9 +275,7 @@ fn graph() -> Graph {
     for file in &files {
         let targets = edges.entry(file.rel.clone()).or_default();
         for target in paths(file, &modules) {
-            if target == file.module || file.module.starts_with(&target) {
-                // Itself, or the parent that declares it (`mod` lines and
-                // re-exports are not imports).
+            if target == file.module {
                 continue;
             }
             let to = by_module[&target];
