@@ -82,19 +82,7 @@ pub async fn migrate(from: &Config, to: &Config) -> Result<MigrateReport, ServeE
 }
 
 async fn open(config: &Config) -> Result<Arc<App>, ServeError> {
-    let key_file = config
-        .secrets_key_file
-        .clone()
-        .unwrap_or_else(|| config.root.join(crate::server::SECRETS_KEY_FILE));
-    let app = crate::server::open_app_with(
-        &config.root,
-        config.lifetimes(),
-        &key_file,
-        &config.storage,
-        &config.metadata,
-    )
-    .await?;
-    Ok(Arc::new(app))
+    Ok(Arc::new(crate::server::open(config).await?))
 }
 
 /// Streams blob `b` from `src` into `dst` through an upload, checking it

@@ -26,9 +26,8 @@ use crate::auth::{Auth, AuthConfig, AuthError};
 use crate::http::oci::dispatch;
 use crate::state::app::{App, Lifetimes};
 use crate::state::uploads::Uploads;
-use crate::store::meta::secrets::SecretKey;
 use crate::store::meta::MetaStore;
-use crate::store::{MetadataConfig, MetadataKind, StorageConfig};
+use crate::store::{MetadataConfig, StorageConfig, Stores};
 
 /// `registry.toml`; every field may be overridden on the command line.
 #[derive(Clone, Debug, Deserialize)]
@@ -268,6 +267,25 @@ impl Config {
 /// The secrets key's file in a data folder, unless configured elsewhere.
 pub const SECRETS_KEY_FILE: &str = "secrets.key";
 
+/// The one opening sequence of `sealvol serve` and `sealvol serve
+/// migrate`: the stores `config` names (`store::open`), with the secrets
+/// key in `secrets_key_file` or the data folder, then the upload sessions
+/// that survive, into an [`App`].
+pub async fn open(config: &Config) -> Result<App, ServeError> {
+    let key_file = config
+        .secrets_key_file
+        .clone()
+        .unwrap_or_else(|| config.root.join(SECRETS_KEY_FILE));
+    open_app_with(
+        &config.root,
+        config.lifetimes(),
+        &key_file,
+        &config.storage,
+        &config.metadata,
+    )
+    .await
+}
+
 /// Opens the data folder: blob store, metadata, surviving upload sessions,
 /// with the secrets key in the data folder and blobs in it too.
 pub async fn open_app(root: &Path, lifetimes: Lifetimes) -> Result<App, ServeError> {
@@ -294,20 +312,11 @@ pub async fn open_app_with(
         path: root.to_path_buf(),
         message: e.to_string(),
     };
-    std::fs::create_dir_all(root).map_err(|e| failed(&e))?;
-    make_private(root).map_err(|e| failed(&e))?;
-    let key = SecretKey::load_or_create(secrets_key).map_err(|e| failed(&e))?;
-    let blobs = storage.open(root).map_err(|e| failed(&e))?;
-    let meta = match metadata.kind {
-        MetadataKind::Redb => MetaStore::open_sealing_secrets(&root.join("meta.redb"), &key),
-        MetadataKind::Postgres => {
-            let url = (metadata.url.as_deref())
-                .ok_or_else(|| failed(&"[metadata] kind = \"postgres\" needs url"))?;
-            let password = metadata.password().map_err(|e| failed(&e))?;
-            MetaStore::open_postgres(url, password.as_deref())
-        }
-    }
-    .map_err(|e| failed(&e))?;
+    let Stores { blobs, meta, key } = crate::store::open(root, secrets_key, storage, metadata)
+        .map_err(|message| ServeError::Storage {
+            path: root.to_path_buf(),
+            message,
+        })?;
     let mut live = Vec::new();
     for id in meta.uploads().map_err(|e| failed(&e))? {
         // A crash between storing a completed upload and ending its
@@ -356,36 +365,6 @@ fn replica_id(root: &Path) -> std::io::Result<String> {
         }
         Err(e) => Err(e),
     }
-}
-
-/// Makes the data folder the owner's alone (0700, its files 0600): it
-/// holds the metadata database, API keys and the secrets key. A folder
-/// already 0700 was made so by this release and is not walked again, so a
-/// large blob store costs one walk, at the first start.
-fn make_private(root: &Path) -> std::io::Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    let mode = std::fs::metadata(root)?.permissions().mode() & 0o777;
-    if mode == 0o700 {
-        return Ok(());
-    }
-    for entry in walkdir::WalkDir::new(root).follow_links(false) {
-        let entry = entry.map_err(std::io::Error::other)?;
-        let ft = entry.file_type();
-        let want = if ft.is_dir() {
-            0o700
-        } else if ft.is_file() {
-            0o600
-        } else {
-            continue;
-        };
-        if entry.path() != root {
-            std::fs::set_permissions(entry.path(), std::fs::Permissions::from_mode(want))?;
-        }
-    }
-    // The folder itself last: its mode marks the walk as done.
-    std::fs::set_permissions(root, std::fs::Permissions::from_mode(0o700))?;
-    tracing::info!("made {} readable by its owner only", root.display());
-    Ok(())
 }
 
 /// Counts requests and their latency by method and status.
@@ -638,18 +617,7 @@ pub async fn serve(config: Config, ready: impl FnOnce(SocketAddr)) -> Result<(),
     // Whatever the registry writes from here on is its owner's alone.
     // SAFETY: umask only swaps the process's file mode mask.
     unsafe { libc::umask(0o077) };
-    let key_file = config
-        .secrets_key_file
-        .clone()
-        .unwrap_or_else(|| config.root.join(SECRETS_KEY_FILE));
-    let mut app = open_app_with(
-        &config.root,
-        config.lifetimes(),
-        &key_file,
-        &config.storage,
-        &config.metadata,
-    )
-    .await?;
+    let mut app = open(&config).await?;
     app.clock = crate::clock::Clock::from_config(config.test_clock);
     if let Some(url) = &config.upstream {
         let upstream =

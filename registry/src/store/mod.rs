@@ -1,9 +1,12 @@
-//! Where the registry keeps bytes: the [`BlobStore`] trait and its
-//! implementations, as CNCF distribution keeps its storage drivers.
+//! What the registry keeps across restarts, and [`open`], which opens it
+//! as `registry.toml`'s `[storage]` and `[metadata]` say (`config`).
 //!
-//! - [`fs::FsBlobStore`]: files under the data folder (the embedded
+//! Bytes are behind the [`BlobStore`] trait and its implementations, as
+//! CNCF distribution keeps its storage drivers:
+//!
+//! - [`blobs::fs::FsBlobStore`]: files under the data folder (the embedded
 //!   default);
-//! - [`object::ObjectBlobStore`]: an S3-compatible bucket through
+//! - [`blobs::object::ObjectBlobStore`]: an S3-compatible bucket through
 //!   `object_store`, so that several registry processes can share the
 //!   blobs.
 //!
@@ -13,99 +16,20 @@
 //! where its blob will.
 
 pub mod blobs;
+pub mod config;
 pub mod meta;
 
 pub use blobs::{
     AppendError, Appended, BlobBody, BlobReader, BlobStore, BodyError, BodyStream, StoredBlob,
 };
 
-use std::path::{Path, PathBuf};
+pub use config::{MetadataConfig, MetadataKind, StorageConfig, StorageKind};
+
+use std::path::Path;
 use std::sync::Arc;
 
-use serde::Deserialize;
-
-/// `registry.toml` `[storage]`: where blobs and upload data live.
-#[derive(Clone, Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct StorageConfig {
-    /// `fs` (the data folder, the default), `s3` (an S3-compatible
-    /// bucket) or `azure` (a Blob Storage container). `gcs` is not
-    /// supported yet.
-    #[serde(default)]
-    pub kind: StorageKind,
-    /// The bucket (`s3`) or container (`azure`).
-    pub bucket: Option<String>,
-    /// The storage account (`azure`); default `AZURE_STORAGE_ACCOUNT_NAME`.
-    pub account: Option<String>,
-    /// A key prefix inside the bucket, so several registries can share one.
-    pub prefix: Option<String>,
-    /// An S3-compatible endpoint (MinIO, R2, Ceph): `https://host[:port]`;
-    /// default AWS, or `AWS_ENDPOINT_URL`.
-    pub endpoint: Option<String>,
-    /// Default `AWS_REGION`, else `us-east-1`.
-    pub region: Option<String>,
-    /// A file holding `ACCESS_KEY_ID:SECRET_ACCESS_KEY` (`s3`) or the
-    /// account key (`azure`); without it the credentials come from the
-    /// environment as the cloud's SDKs find them (`AWS_ACCESS_KEY_ID`,
-    /// web identity, instance metadata; `AZURE_STORAGE_ACCOUNT_KEY`,
-    /// managed identity).
-    pub credentials_file: Option<PathBuf>,
-    /// Answer blob GETs with a redirect to a presigned URL of the bucket
-    /// (valid 20 minutes), so the bytes skip the registry, as
-    /// distribution's `redirect` does (`s3` only). Clients then need to
-    /// reach the bucket's endpoint themselves.
-    #[serde(default)]
-    pub redirect: bool,
-}
-
-/// `registry.toml` `[metadata]`: where repositories, manifests, tags,
-/// volumes, sync jobs and keys live.
-#[derive(Clone, Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct MetadataConfig {
-    /// `redb` (a file in the data folder, the default) or `postgres` (one
-    /// database that registry replicas share).
-    #[serde(default)]
-    pub kind: MetadataKind,
-    /// `postgres://USER@HOST:PORT/DATABASE` (`postgres`); no password in it.
-    pub url: Option<String>,
-    /// A file holding the database password, if it needs one.
-    pub password_file: Option<PathBuf>,
-}
-
-#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "lowercase")]
-pub enum MetadataKind {
-    #[default]
-    Redb,
-    Postgres,
-}
-
-impl MetadataConfig {
-    /// The password, read from its file.
-    pub fn password(&self) -> Result<Option<String>, String> {
-        let Some(file) = &self.password_file else {
-            return Ok(None);
-        };
-        let text = std::fs::read_to_string(file).map_err(|e| {
-            format!(
-                "cannot read [metadata] password_file {}: {e}",
-                file.display()
-            )
-        })?;
-        Ok(Some(text.trim_end_matches(['\r', '\n']).to_string()))
-    }
-}
-
-#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "lowercase")]
-pub enum StorageKind {
-    #[default]
-    Fs,
-    S3,
-    Gcs,
-    Azure,
-}
+use meta::secrets::SecretKey;
+use meta::MetaStore;
 
 impl StorageConfig {
     /// The blob store this section describes; `fs` keeps its files under
@@ -123,4 +47,73 @@ impl StorageConfig {
             ),
         }
     }
+}
+
+/// What the registry keeps across restarts, opened.
+pub struct Stores {
+    pub blobs: Arc<dyn BlobStore>,
+    pub meta: MetaStore,
+    /// The key that seals sync secrets at rest.
+    pub key: SecretKey,
+}
+
+/// Opens the data folder `root` (made if missing, and made its owner's
+/// alone), the secrets key in `secrets_key` (made at first start), the
+/// blob store `storage` names and the metadata `metadata` names: redb in
+/// `root`, with any secrets an earlier release kept in plaintext sealed,
+/// or PostgreSQL. `sealvol serve` and `sealvol serve migrate` open their
+/// stores here alike (`crate::server`). The error is a message about
+/// `root`.
+pub fn open(
+    root: &Path,
+    secrets_key: &Path,
+    storage: &StorageConfig,
+    metadata: &MetadataConfig,
+) -> Result<Stores, String> {
+    let failed = |e: &dyn std::fmt::Display| e.to_string();
+    std::fs::create_dir_all(root).map_err(|e| failed(&e))?;
+    make_private(root).map_err(|e| failed(&e))?;
+    let key = SecretKey::load_or_create(secrets_key).map_err(|e| failed(&e))?;
+    let blobs = storage.open(root).map_err(|e| failed(&e))?;
+    let meta = match metadata.kind {
+        MetadataKind::Redb => MetaStore::open_sealing_secrets(&root.join("meta.redb"), &key),
+        MetadataKind::Postgres => {
+            let url = (metadata.url.as_deref())
+                .ok_or_else(|| failed(&"[metadata] kind = \"postgres\" needs url"))?;
+            let password = metadata.password().map_err(|e| failed(&e))?;
+            MetaStore::open_postgres(url, password.as_deref())
+        }
+    }
+    .map_err(|e| failed(&e))?;
+    Ok(Stores { blobs, meta, key })
+}
+
+/// Makes the data folder the owner's alone (0700, its files 0600): it
+/// holds the metadata database, API keys and the secrets key. A folder
+/// already 0700 was made so by this release and is not walked again, so a
+/// large blob store costs one walk, at the first start.
+fn make_private(root: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(root)?.permissions().mode() & 0o777;
+    if mode == 0o700 {
+        return Ok(());
+    }
+    for entry in walkdir::WalkDir::new(root).follow_links(false) {
+        let entry = entry.map_err(std::io::Error::other)?;
+        let ft = entry.file_type();
+        let want = if ft.is_dir() {
+            0o700
+        } else if ft.is_file() {
+            0o600
+        } else {
+            continue;
+        };
+        if entry.path() != root {
+            std::fs::set_permissions(entry.path(), std::fs::Permissions::from_mode(want))?;
+        }
+    }
+    // The folder itself last: its mode marks the walk as done.
+    std::fs::set_permissions(root, std::fs::Permissions::from_mode(0o700))?;
+    tracing::info!("made {} readable by its owner only", root.display());
+    Ok(())
 }

@@ -479,7 +479,7 @@ impl BlobStore for ObjectBlobStore {
 
 impl ObjectBlobStore {
     /// An S3 or S3-compatible bucket as `[storage]` describes it.
-    pub fn s3(config: &crate::store::StorageConfig) -> Result<ObjectBlobStore, String> {
+    pub fn s3(config: &crate::store::config::StorageConfig) -> Result<ObjectBlobStore, String> {
         let bucket = (config.bucket.as_deref())
             .filter(|b| !b.is_empty())
             .ok_or("[storage] kind = \"s3\" needs bucket")?;
@@ -535,7 +535,7 @@ impl ObjectBlobStore {
 
     /// An Azure Blob Storage container as `[storage]` describes it (the
     /// emulator, azurite, when `AZURITE_BLOB_STORAGE_URL` is set).
-    pub fn azure(config: &crate::store::StorageConfig) -> Result<ObjectBlobStore, String> {
+    pub fn azure(config: &crate::store::config::StorageConfig) -> Result<ObjectBlobStore, String> {
         let container = (config.bucket.as_deref())
             .filter(|b| !b.is_empty())
             .ok_or("[storage] kind = \"azure\" needs bucket (the container)")?;
