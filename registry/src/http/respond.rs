@@ -10,7 +10,7 @@ use serde_json::Value;
 
 /// 500 with distribution's `UNKNOWN` error body: for failures on our side,
 /// whose details go to the log rather than to the client. (`UNKNOWN` is
-/// not one of [`Code`]'s, which are the codes a handler may choose.)
+/// not one of [`crate::error::Code`]'s, which are the codes a handler may choose.)
 pub fn unknown(message: &str) -> Response {
     let body = serde_json::json!({"errors": [{"code": "UNKNOWN", "message": message}]});
     let mut resp = (StatusCode::INTERNAL_SERVER_ERROR, body.to_string()).into_response();

@@ -7,12 +7,12 @@
 //! (the GC lease, [`crate::store::meta::sweeps`]). Marking reads a snapshot and parses
 //! manifests without any lock. The sweep re-checks each candidate in one
 //! transaction before it goes: a link renewed since (by an upload, or a
-//! blob `HEAD` on any replica, [`App::check_blob`]) stays, and so does all
+//! blob `HEAD` on any replica, `service::links::check_blob`) stays, and so does all
 //! of a repository whose manifests or tags changed since the snapshot,
 //! since a new manifest may reference what marking found unreferenced
 //! (the next pass sees it). Bytes go last, those nothing links any more;
 //! requests on other replicas that relied on bytes meanwhile check
-//! afterwards ([`App::settle`]), and this replica's own requests wait on
+//! afterwards (`service::links::settle`), and this replica's own requests wait on
 //! [`App::sweep`] while it sweeps. So
 //! nothing a client has just seen or stored can disappear under it, and
 //! the grace period covers what a push uploads before its manifests.

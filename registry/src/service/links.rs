@@ -1,7 +1,7 @@
 //! The blob links a request relies on: a `HEAD` that renews a link's time
-//! ([`check_blob`], batched), and the sweep mark a request reads before it
+//! (`check_blob`, batched), and the sweep mark a request reads before it
 //! relies on blob bytes and settles after it recorded its link or
-//! manifest ([`sweep_mark`], [`settle`]). The protocol is described in
+//! manifest (`sweep_mark`, `settle`). The protocol is described in
 //! `store::meta::sweeps`, which keeps the sequence and the GC lease.
 
 use std::collections::BTreeSet;

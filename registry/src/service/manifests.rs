@@ -2,7 +2,7 @@
 //! checking what a manifest references, storing it under a digest or a tag
 //! in one transaction, and sealing a version when it is a version index
 //! (SPEC.md §7.1). The `/v2` manifest PUT and the sync runner both store
-//! through [`store_manifest`].
+//! through `store_manifest`.
 
 use bytes::Bytes;
 use sealvol_spec::Sha256Digest;

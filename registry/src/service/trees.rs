@@ -5,7 +5,7 @@
 //!
 //! The registry stores the tree blob under its sha256 and checks every
 //! upload against it, so the bytes it reads are the ones the pusher
-//! sealed, and it seals a version only after [`read_tree`] decoded its
+//! sealed, and it seals a version only after `read_tree` decoded its
 //! tree and found the version digest the index claims (`manifests`).
 //! Clients still check everything themselves: that is their trust chain.
 

@@ -13,11 +13,11 @@
 //! script or style. Nothing is fetched from elsewhere at run time.
 //!
 //! Who may see and do what is the auth layer's business, as for the API:
-//! [`need`] maps each `/ui` route to the action it needs, and a forged
+//! [`crate::http::access::need`] maps each `/ui` route to the action it needs, and a forged
 //! form post is refused there (its Origin is checked, and the session
 //! cookie is `SameSite=Strict`). With authentication on, the login form
 //! trades a user's password (or an API key's secret) for a session cookie
-//! ([`session`]).
+//! (`session`).
 
 mod pages;
 pub(crate) mod session;

@@ -121,7 +121,7 @@ impl MetaStore {
         Ok(t.get(key(&[repo, digest]).as_str())?.map(|v| v.value()))
     }
 
-    /// The size and link time of link `repo NUL digest` ([`key`]).
+    /// The size and link time of link `repo NUL digest` (`key`).
     pub fn link(&self, k: &str) -> Result<Option<(u64, u64)>> {
         let tx = self.db.begin_read()?;
         let Some(size) = tx.open_table(BLOB_LINKS)?.get(k)?.map(|v| v.value()) else {

@@ -2,11 +2,11 @@
 //! on disk (byte for byte what earlier releases wrote, in redb files and
 //! in PostgreSQL's `sealvol_tables.tbl`), the kind of its values, and
 //! what a row holds; and how keys are made. Keys are text: a key of
-//! several parts joins them with NUL ([`key`]), which no repository
+//! several parts joins them with NUL (`key`), which no repository
 //! name, tag or digest contains, so a repository's rows form one
-//! contiguous key range ([`prefix`]).
+//! contiguous key range (`prefix`).
 //!
-//! [`create_all`] opens every table declared here when a store opens, so
+//! `create_all` opens every table declared here when a store opens, so
 //! a reader never meets a missing one. Only `store::meta` opens tables:
 //! the floors above call `MetaStore`'s methods, each one transaction.
 

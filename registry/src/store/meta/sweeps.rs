@@ -14,19 +14,19 @@
 //!   not just write under a live link (an upload that put bytes in the
 //!   store, a sync that found a chunk there, a cross-repository mount)
 //!   reads the sequence first ([`SweepMark`]), records its link or
-//!   manifest, then reads it again ([`App::settle`]): unchanged and even,
+//!   manifest, then reads it again (`service::links::settle`): unchanged and even,
 //!   no sweep can have deleted those bytes, and every later one sees the
 //!   link. Otherwise it waits for that sweep to end and checks that the
 //!   bytes are still there (a bucket listing cannot tell bytes put a
 //!   moment ago from bytes put long ago when the digest was stored before).
 //!
-//! Within one process the sweep also holds [`App::sweep`] exclusively, so
+//! Within one process the sweep also holds [`crate::state::app::App::sweep`] exclusively, so
 //! the requests of its own replica wait instead of checking afterwards.
 //!
-//! **Lock order.** A request that holds [`App::sweep`] shared may wait in
-//! [`App::settle`] for a sweep to end, so that sweep must never need the
+//! **Lock order.** A request that holds [`crate::state::app::App::sweep`] shared may wait in
+//! `service::links::settle` for a sweep to end, so that sweep must never need the
 //! lock. It cannot, because a sweep is in progress only under the lease
-//! that began it ([`begin_sweep`] records the lease's token beside the odd
+//! that began it (`begin_sweep` records the lease's token beside the odd
 //! number): a pass that merely holds the lease, marking or waiting for the
 //! lock itself, makes nobody wait. (When any live lease counted, writes
 //! waiting on a dead pass's odd number went on waiting once a new pass
@@ -38,7 +38,7 @@
 //! **Dead passes.** A pass whose process was killed leaves the lease and
 //! an odd number behind. The lease names its replica (the `replica-id` in
 //! the data folder, as sync jobs' leases do), and this process knows the
-//! leases it holds ([`HELD_HERE`]): a lease of this replica that this
+//! leases it holds (`service::links::HELD_HERE`): a lease of this replica that this
 //! process does not hold was left by an earlier process, so a restarted
 //! replica ends it as soon as a request or a pass meets it (the lease goes,
 //! the number becomes even) instead of making every write wait until it

@@ -8,7 +8,7 @@
 //! `DELETE` of it is a tombstone.
 //!
 //! A tombstoned version's index rows move from the manifest table to
-//! [`HIDDEN`], out of the OCI view but still marked by garbage collection,
+//! `HIDDEN`, out of the OCI view but still marked by garbage collection,
 //! and move back on restore.
 
 pub mod error;
