@@ -64,6 +64,7 @@
 
 pub mod auth;
 pub mod clock;
+pub mod config;
 pub mod error;
 pub mod http;
 pub mod migrate;

@@ -17,7 +17,8 @@ use std::sync::Arc;
 use futures_util::{StreamExt as _, TryStreamExt as _};
 use sha2::{Digest as _, Sha256};
 
-use crate::server::{Config, ServeError};
+use crate::config::Config;
+use crate::server::ServeError;
 use crate::state::app::App;
 use crate::store::meta::MetaError;
 use crate::store::{AppendError, BlobBody, BodyError, StoredBlob};
