@@ -37,7 +37,7 @@ impl MetaStore {
         Ok(MetaStore { db })
     }
 
-    /// The metadata in PostgreSQL at `url` (`store::postgres`), shared by
+    /// The metadata in PostgreSQL at `url` (`engine::postgres`), shared by
     /// every replica that connects to it.
     pub fn open_postgres(url: &str, password: Option<&str>) -> Result<MetaStore> {
         Ok(MetaStore {

@@ -2,7 +2,7 @@
 //! read and written in transactions, the shape of redb's API (which the
 //! metadata code was written against) over any engine that has it.
 //!
-//! The metadata code (`meta`, `volumes`, `sync_jobs`, `keys`, `gc`) is
+//! The metadata code (every file of `store::meta` beside this folder) is
 //! written once against these types; the engine underneath is redb, the
 //! embedded default. A shared engine (PostgreSQL, for registry replicas)
 //! implements the same four operations (get, insert, remove, ordered

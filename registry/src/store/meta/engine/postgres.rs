@@ -1,4 +1,4 @@
-//! PostgreSQL as the engine under `store::tables`, so that registry
+//! PostgreSQL as the engine under `store::meta`, so that registry
 //! replicas share one metadata store.
 //!
 //! Every table is rows of one relation, `sealvol_tables (tbl, k, v)`
