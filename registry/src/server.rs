@@ -6,25 +6,15 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use axum::extract::{DefaultBodyLimit, Request};
-use axum::http::HeaderValue;
-use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
-use axum::routing::get;
 use axum::Router;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use sealvol_sync::NetPolicy;
-use tower_http::catch_panic::CatchPanicLayer;
-use tower_http::set_header::SetResponseHeaderLayer;
-use tower_http::timeout::{RequestBodyTimeoutLayer, TimeoutLayer};
-use tower_http::trace::TraceLayer;
 
 use crate::auth::{Auth, AuthError};
 use crate::config::ConfigError;
 pub use crate::config::{Config, HttpConfig, TlsConfig};
-use crate::http::oci::dispatch;
 use crate::state::app::{App, Lifetimes};
 use crate::state::uploads::Uploads;
 use crate::store::{MetadataConfig, StorageConfig, Stores};
@@ -164,97 +154,6 @@ fn replica_id(root: &Path) -> std::io::Result<String> {
         }
         Err(e) => Err(e),
     }
-}
-
-/// Counts requests and their latency by method and status.
-async fn record_metrics(req: Request, next: Next) -> Response {
-    let method = req.method().to_string();
-    let started = Instant::now();
-    let resp = next.run(req).await;
-    let labels = [
-        ("method", method),
-        ("status", resp.status().as_u16().to_string()),
-    ];
-    metrics::counter!("sealvol_http_requests_total", &labels).increment(1);
-    metrics::histogram!("sealvol_http_request_duration_seconds", &labels)
-        .record(started.elapsed().as_secs_f64());
-    resp
-}
-
-/// The registry's router with its layers; `auth` decides who may do what.
-pub fn router(
-    app: Arc<App>,
-    auth: Arc<Auth>,
-    config: &Config,
-    prometheus: PrometheusHandle,
-) -> Router {
-    // A pull-through cache serves /v2 only: its /api/v1 answers 404.
-    let volumes = match app.upstream {
-        Some(_) => Router::new(),
-        None => crate::http::api::router().merge(crate::http::ui::router()),
-    };
-    Router::new()
-        .route(
-            "/metrics",
-            get(move || async move { prometheus.render().into_response() }),
-        )
-        // Probes for a kubelet or a load balancer, which send no
-        // credentials (/v2/ answers them 401 once [auth] is on). The
-        // registry listens only after its store is open and migrated, so
-        // answering at all means ready; neither says anything about the
-        // data.
-        .route("/livez", get(|| async { "ok\n" }))
-        .route("/readyz", get(|| async { "ok\n" }))
-        .merge(volumes)
-        .fallback(dispatch)
-        .with_state(app)
-        .route(
-            "/token",
-            get(crate::http::token::token)
-                .post(crate::http::token::token)
-                .with_state(Arc::clone(&auth)),
-        )
-        // Blob bodies stream to disk; the others are bounded by
-        // `limits`, before the auth layers so an unauthenticated client
-        // cannot make them read a large body either.
-        .layer(DefaultBodyLimit::disable())
-        // Outermost first on the way in: metrics see every answer, the
-        // CSRF check runs before credentials are checked, and the auth
-        // layer before any handler.
-        .layer(axum::middleware::from_fn_with_state(
-            Arc::clone(&auth),
-            crate::http::layers::authorize,
-        ))
-        .layer(axum::middleware::from_fn_with_state(
-            auth,
-            crate::http::layers::csrf,
-        ))
-        .layer(axum::middleware::from_fn(crate::http::layers::limit_bodies))
-        .layer(axum::middleware::from_fn(record_metrics))
-        .layer(TimeoutLayer::with_status_code(
-            axum::http::StatusCode::REQUEST_TIMEOUT,
-            Duration::from_secs(config.request_timeout_seconds),
-        ))
-        // A body that stops arriving fails its reader (`extract::read_body`
-        // answers 408), rather than holding the request until the timeout
-        // above, an hour by default.
-        .layer(RequestBodyTimeoutLayer::new(Duration::from_secs(
-            config.http.idle_timeout_seconds.max(1),
-        )))
-        .layer(SetResponseHeaderLayer::overriding(
-            axum::http::HeaderName::from_static("docker-distribution-api-version"),
-            HeaderValue::from_static("registry/2.0"),
-        ))
-        .layer(TraceLayer::new_for_http())
-        // Outermost, so a panic in any layer or handler becomes a 500 with
-        // an OCI error body (the layers it unwinds through do not record
-        // that request; the panic is logged instead).
-        .layer(catch_panics())
-}
-
-/// The layer that turns a panicking request into a 500 `UNKNOWN` answer.
-pub fn catch_panics() -> CatchPanicLayer<fn(Box<dyn std::any::Any + Send + 'static>) -> Response> {
-    CatchPanicLayer::custom(crate::http::respond::panicked as fn(_) -> Response)
 }
 
 /// Serves `router` on `listener` (HTTPS when `tls` is given) until
@@ -531,4 +430,22 @@ pub async fn serve(config: Config, ready: impl FnOnce(SocketAddr)) -> Result<(),
     drop(app);
     tracing::info!("stopped");
     Ok(())
+}
+
+/// The registry's router with its layers, for `registry.toml`'s timeouts
+/// (`http::router`).
+pub fn router(
+    app: Arc<App>,
+    auth: Arc<Auth>,
+    config: &Config,
+    prometheus: PrometheusHandle,
+) -> Router {
+    crate::http::router(app, auth, timeouts(config), prometheus)
+}
+
+fn timeouts(config: &Config) -> crate::http::Timeouts {
+    crate::http::Timeouts {
+        request: Duration::from_secs(config.request_timeout_seconds),
+        idle_body: Duration::from_secs(config.http.idle_timeout_seconds.max(1)),
+    }
 }

@@ -133,14 +133,35 @@ fn paths(file: &File, modules: &BTreeSet<Vec<String>>) -> BTreeSet<Vec<String>> 
         });
         rest = &tail[end..];
     }
-    // Paths written inline: `crate::a::b::f(..)`, `super::x`.
-    for start in ["crate::", "super::"] {
+    // Paths written inline: `crate::a::b::f(..)`, `super::x`, and
+    // `child::f(..)` for a module this file declares.
+    let children: Vec<String> = modules
+        .iter()
+        .filter(|m| m.len() == file.module.len() + 1 && m.starts_with(&file.module))
+        .map(|m| format!("{}::", m[m.len() - 1]))
+        .collect();
+    let starts = ["crate::".to_owned(), "super::".to_owned()];
+    // `use` items were read above; blank them so their paths are not
+    // read again as inline ones (a `pub use child::X` is no import).
+    let mut code = code.clone();
+    let mut from = 0;
+    while let Some(at) = find_use(&code[from..]) {
+        let at = from + at;
+        let end = code[at..].find(';').map_or(code.len(), |e| at + e);
+        code.replace_range(at..end, &" ".repeat(end - at));
+        from = end;
+    }
+    for start in starts.iter().chain(&children) {
         let mut from = 0;
         while let Some(at) = code[from..].find(start) {
             let at = from + at;
             from = at + start.len();
             if code[from..].starts_with('{') {
                 continue; // a `use` tree, read above
+            }
+            let before = code[..at].chars().next_back();
+            if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':') {
+                continue; // the tail of a longer path or name
             }
             let segs: Vec<String> = code[at..]
                 .split(|c: char| !(c.is_alphanumeric() || c == '_' || c == ':'))
@@ -385,7 +406,7 @@ fn the_check_sees_what_it_must() {
     let file = File {
         module: vec!["store".into(), "meta".into()],
         rel: "store/meta/mod.rs".into(),
-        code: "use crate::{http::{access, oci::Route}, error::X};\nuse engine::g;\nfn f() { crate::state::app::App::f(); }"
+        code: "use crate::{http::{access, oci::Route}, error::X};\nuse engine::g;\nfn f() { crate::state::app::App::f(); }\nfn h() { engine::k(); }"
             .into(),
     };
     let modules: BTreeSet<Vec<String>> = [

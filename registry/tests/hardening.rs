@@ -157,7 +157,7 @@ async fn a_panicking_handler_answers_500_with_an_oci_error() {
                 }
             }),
         )
-        .layer(sealvol_registry::server::catch_panics());
+        .layer(sealvol_registry::http::layers::catch_panics());
     let resp = app
         .oneshot(Request::get("/boom").body(Body::empty()).unwrap())
         .await

@@ -16,6 +16,7 @@
 //!   and have no limit here.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use axum::body::Body;
 use axum::extract::{Request, State};
@@ -23,6 +24,7 @@ use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use base64::Engine;
+use tower_http::catch_panic::CatchPanicLayer;
 
 use crate::auth::caller::denied_line;
 use crate::auth::policy::Subject;
@@ -317,6 +319,27 @@ pub async fn limit_bodies(req: Request, next: Next) -> Response {
     // limit hold for every reader, and fail as soon as it is passed.
     next.run(req.map(|b| Body::new(http_body_util::Limited::new(b, max))))
         .await
+}
+
+/// Counts every answer and times it, by method and status.
+/// Counts requests and their latency by method and status.
+pub async fn record_metrics(req: Request, next: Next) -> Response {
+    let method = req.method().to_string();
+    let started = Instant::now();
+    let resp = next.run(req).await;
+    let labels = [
+        ("method", method),
+        ("status", resp.status().as_u16().to_string()),
+    ];
+    metrics::counter!("sealvol_http_requests_total", &labels).increment(1);
+    metrics::histogram!("sealvol_http_request_duration_seconds", &labels)
+        .record(started.elapsed().as_secs_f64());
+    resp
+}
+
+/// The layer that turns a panicking request into a 500 `UNKNOWN` answer.
+pub fn catch_panics() -> CatchPanicLayer<fn(Box<dyn std::any::Any + Send + 'static>) -> Response> {
+    CatchPanicLayer::custom(crate::http::respond::panicked as fn(_) -> Response)
 }
 
 #[cfg(test)]

@@ -1,5 +1,5 @@
 //! The volume API (SPEC.md §7.3, §8.3): JSON under `/api/v1`, beside the
-//! OCI API and over the same store. [`router`] is its table; the handlers
+//! OCI API and over the same store. `http::router` holds its table; the handlers
 //! are in [`volumes`], [`syncs`] and [`admin`] (garbage collection, API
 //! keys, secrets). A volume name holds slashes, so the segment `-`
 //! separates it from what follows, as GitLab's routes do.
@@ -8,52 +8,14 @@ pub mod admin;
 pub mod syncs;
 pub mod volumes;
 
-use std::sync::Arc;
-
 use axum::body::Body;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{any, delete, get, post, put, MethodRouter};
-use axum::Router;
 use serde::Deserialize;
 
 use crate::error::{Code, RegistryError, Result};
 use crate::http::extract::MAX_API_BODY as MAX_BODY;
 use crate::http::query::Page;
-use crate::state::app::App;
-
-/// The volume API's routes (SPEC.md §7.3, §8.3): each path and method to
-/// its handler. A path this API lacks answers 404 and a method a path does
-/// not take 405, both `UNSUPPORTED`, so a client can tell "no such API"
-/// from a refusal.
-pub fn router() -> Router<Arc<App>> {
-    let r = |m: MethodRouter<Arc<App>>| m.fallback(method_not_supported);
-    Router::new()
-        .route("/api/v1", r(get(volumes::api_info)))
-        .route("/api/v1/", r(get(volumes::api_info)))
-        .route("/api/v1/namespaces", r(get(volumes::namespaces)))
-        .route("/api/v1/volumes", r(get(volumes::volumes)))
-        .route("/api/v1/volumes/{*path}", any(volumes::volume))
-        .route("/api/v1/gc", r(post(admin::gc)))
-        .route(
-            "/api/v1/keys",
-            r(get(admin::list_keys).post(admin::create_key)),
-        )
-        .route("/api/v1/keys/{id}", r(delete(admin::revoke_key)))
-        .route("/api/v1/whoami", r(get(volumes::whoami)))
-        .route(
-            "/api/v1/syncs",
-            r(get(syncs::list_syncs).post(syncs::create_sync)),
-        )
-        .route("/api/v1/syncs/{id}", r(get(syncs::describe_sync)))
-        .route("/api/v1/syncs/{id}/cancel", r(post(syncs::cancel_sync)))
-        .route("/api/v1/secrets", r(get(admin::list_secrets)))
-        .route(
-            "/api/v1/secrets/{name}",
-            r(put(admin::set_secret).delete(admin::delete_secret)),
-        )
-        .route("/api/v1/{*rest}", any(no_such_endpoint))
-}
 
 pub(crate) async fn no_such_endpoint() -> RegistryError {
     RegistryError::with_status(Code::Unsupported, StatusCode::NOT_FOUND, "no such endpoint")

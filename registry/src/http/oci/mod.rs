@@ -24,24 +24,43 @@ use crate::http::routes::Oci;
 use crate::service::manifests::{parse_digest, OCI_INDEX};
 use crate::state::app::App;
 
-/// The one handler behind every `/v2` path.
+/// The one handler behind every `/v2` path of a registry serving its own
+/// store.
 pub async fn dispatch(State(app): State<Arc<App>>, req: Request) -> Response {
-    let result = match crate::http::routes::oci(req.uri().path()) {
+    answer(crate::http::routes::oci(req.uri().path()), |r| {
+        handle_direct(app, r, req)
+    })
+    .await
+}
+
+/// The one handler behind every `/v2` path of a pull-through cache: the
+/// decorator `http::router` chooses once at start instead of
+/// [`dispatch`], so no handler asks whether the registry is a cache.
+pub async fn dispatch_cached(
+    app: Arc<App>,
+    up: Arc<crate::state::upstream::Upstream>,
+    req: Request,
+) -> Response {
+    answer(crate::http::routes::oci(req.uri().path()), |r| async move {
+        handle_cached(app, &up, r, req).await
+    })
+    .await
+}
+
+/// A `/v2` path no endpoint serves is answered 404 `UNSUPPORTED`.
+async fn answer<F: std::future::Future<Output = Result<Response>>>(
+    route: Option<Oci>,
+    handle: impl FnOnce(Oci) -> F,
+) -> Response {
+    let result = match route {
         None => Err(RegistryError::with_status(
             Code::Unsupported,
             StatusCode::NOT_FOUND,
             "no such endpoint",
         )),
-        Some(r) => handle(app, r, req).await,
+        Some(r) => handle(r).await,
     };
     result.unwrap_or_else(IntoResponse::into_response)
-}
-
-async fn handle(app: Arc<App>, route: Oci, req: Request) -> Result<Response> {
-    match app.upstream.clone() {
-        Some(up) => handle_cached(app, &up, route, req).await,
-        None => handle_direct(app, route, req).await,
-    }
 }
 
 /// Every endpoint, served from this registry's own store.

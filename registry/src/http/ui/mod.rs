@@ -20,6 +20,7 @@
 //! (`session`).
 
 mod pages;
+mod reply;
 pub(crate) mod session;
 
 use std::sync::Arc;
@@ -27,7 +28,7 @@ use std::sync::Arc;
 use axum::body::Body;
 use axum::extract::{FromRequestParts, Path, RawQuery, State};
 use axum::http::request::Parts;
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get, post, MethodRouter};
 use axum::Router;
@@ -38,13 +39,10 @@ use crate::error::{RegistryError, Result};
 use crate::http::query::{param, Page};
 use crate::http::routes::{split_web_volume, WebSub};
 use crate::state::app::App;
+use reply::{error_page, field, form, html, see_other};
 
 /// Volumes, versions and entries per page.
 const PAGE: usize = 100;
-
-/// The content security policy of every page: nothing but this origin,
-/// no inline script or style, no framing.
-const CSP: &str = "default-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'; object-src 'none'";
 
 /// The web view's routes. A method a page does not take answers the
 /// view's own 405 page, a path it lacks its 404 page.
@@ -114,45 +112,6 @@ async fn asset(content_type: &'static str, body: &'static str) -> Response {
         body,
     )
         .into_response()
-}
-
-/// A redirect after a form post, or to a canonical path.
-fn see_other(to: &str) -> Response {
-    let mut resp = StatusCode::SEE_OTHER.into_response();
-    if let Ok(v) = HeaderValue::from_str(to) {
-        resp.headers_mut().insert(header::LOCATION, v);
-    }
-    resp
-}
-
-/// An HTML page with the headers every page carries.
-fn html(status: StatusCode, markup: maud::Markup) -> Response {
-    let mut resp = (status, markup).into_response();
-    let h = resp.headers_mut();
-    h.insert(
-        header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static(CSP),
-    );
-    h.insert(
-        header::X_CONTENT_TYPE_OPTIONS,
-        HeaderValue::from_static("nosniff"),
-    );
-    h.insert(
-        header::REFERRER_POLICY,
-        HeaderValue::from_static("same-origin"),
-    );
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    resp
-}
-
-/// A failure as a page: the error's message, with its status.
-fn error_page(who: &pages::Who, e: RegistryError) -> Response {
-    // Logged here, once: the page is the answer, not the error's JSON.
-    let status = e.status();
-    if status.is_server_error() {
-        tracing::error!(error = %e, "web view");
-    }
-    html(status, pages::error(who, status, &e.to_string()))
 }
 
 async fn method_not_allowed(caller: Caller) -> Response {
@@ -336,21 +295,6 @@ async fn diff_page(app: &App, who: &pages::Who, name: &str, q: Option<&str>) -> 
         .await
         .map_err(RegistryError::internal)?;
     Ok(html(StatusCode::OK, pages::diff(who, name, &a, &b, &diff)))
-}
-
-/// The fields of a posted form.
-async fn form(body: Body) -> Result<Vec<(String, String)>> {
-    let max = crate::http::extract::MAX_API_BODY;
-    let bytes = crate::http::extract::read_body(body, max, api::ErrorCode::Invalid).await?;
-    Ok(form_urlencoded::parse(&bytes).into_owned().collect())
-}
-
-fn field(fields: &[(String, String)], key: &str) -> String {
-    fields
-        .iter()
-        .find(|(k, _)| k == key)
-        .map(|(_, v)| v.trim().to_string())
-        .unwrap_or_default()
 }
 
 /// `POST /ui/volumes/NAME/-/…`: the volume actions.

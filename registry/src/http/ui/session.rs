@@ -14,8 +14,9 @@ use axum::extract::{RawQuery, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::Response;
 
-use super::{field, form, html, pages, see_other};
 use crate::auth::{Auth, Caller};
+use crate::http::ui::pages;
+use crate::http::ui::reply::{error_page, field, form, html, see_other};
 use crate::state::app::App;
 
 /// The cookie's name.
@@ -58,7 +59,7 @@ pub(super) async fn login(State(_app): State<Arc<App>>, caller: Caller, body: Bo
     let who = pages::Who::of(&caller, None);
     let fields = match form(body).await {
         Ok(f) => f,
-        Err(e) => return super::error_page(&who, e),
+        Err(e) => return error_page(&who, e),
     };
     let next = next_of(&field(&fields, "next"));
     let (user, password) = (field(&fields, "username"), password_of(&fields));
