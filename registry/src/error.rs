@@ -2,7 +2,7 @@
 //! spec's JSON body (`{"errors":[{"code","message","detail"}]}`) with the
 //! status the spec gives its code, in this one place.
 
-use http::StatusCode;
+use ::http::StatusCode;
 
 /// The codes of the error body, OCI's and the volume API's, spelled as
 /// SPEC.md and the client read them.

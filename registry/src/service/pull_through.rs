@@ -40,7 +40,7 @@ const MANIFEST_TYPES: &[&str] = &[
 pub(crate) fn refuse_write(up: &Upstream) -> RegistryError {
     RegistryError::with_status(
         Code::Unsupported,
-        axum::http::StatusCode::METHOD_NOT_ALLOWED,
+        ::http::StatusCode::METHOD_NOT_ALLOWED,
         format!(
             "this registry is a pull-through cache of {}; push and delete there",
             up.url

@@ -128,7 +128,7 @@ impl Uploads {
             if start != session.size {
                 return Err(RegistryError::with_status(
                     Code::BlobUploadInvalid,
-                    axum::http::StatusCode::RANGE_NOT_SATISFIABLE,
+                    ::http::StatusCode::RANGE_NOT_SATISFIABLE,
                     format!(
                         "chunk starts at {start}, the upload has {} bytes",
                         session.size
