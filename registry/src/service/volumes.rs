@@ -1,6 +1,8 @@
-//! What the volume API does beyond one metadata call: a volume's stats,
-//! rebuilt from its versions' chunk manifests when unknown, and the chunk
-//! sizes a version brings, read when it is sealed (SPEC.md §7.3).
+//! What the volume API and the web view do to volumes (SPEC.md §7.3):
+//! read, list, delete and restore versions, set tags and expiries, each
+//! one metadata transaction; a volume's stats, rebuilt from its versions'
+//! chunk manifests when unknown; the chunk sizes a version brings, read
+//! when it is sealed; and the check of a volume's name.
 
 use std::collections::BTreeMap;
 

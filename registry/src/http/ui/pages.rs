@@ -1,6 +1,6 @@
 //! The web view's pages, as `maud` templates: every value a pusher chose
 //! (names, tags, paths, sources) is escaped by `maud`, and no page holds
-//! an inline script or style (`CSP` in the module above).
+//! an inline script or style (`CSP` in `reply`).
 
 use maud::{html, Markup, DOCTYPE};
 use sealvol_spec::api::{self, Action, Lifecycle, SyncState};

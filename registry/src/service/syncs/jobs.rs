@@ -1,11 +1,12 @@
-//! The sync API's handlers (SPEC.md §8.3): creating a job checks all it
+//! What the sync API does (SPEC.md §8.3): creating a job checks all it
 //! can without the source (URI, destination, globs, secret, `dir://`
 //! policy) so a typo is a 400 rather than a failed job; cancel takes the
 //! commit lock so a job is either sealed or canceled, never both. A job is
 //! read with `pull` and created or canceled with `push` on its destination
 //! (SPEC.md §7.5), decided here since the destination is in the body or
-//! the record; secrets are admin-only, decided by the auth layer. Routing
-//! is `volume_api`'s; running jobs is [`crate::service::syncs::runner`]'s.
+//! the record; secrets are admin-only, decided by the auth layer. The
+//! handlers are `http::api::syncs` and `http::api::admin`; running jobs
+//! is [`crate::service::syncs::runner`]'s.
 
 use std::sync::atomic::Ordering;
 

@@ -28,7 +28,7 @@ use crate::store::meta::volumes::records::{
     put_volume_record, version_records, volume_record, volume_record_rw, Lifecycle, VolumeRecord,
 };
 
-/// The metadata layer's results (the module's `Result` is the API's).
+/// The metadata layer's results, with `MetaError` unless said otherwise.
 type MetaResult<T, E = MetaError> = std::result::Result<T, E>;
 
 pub use crate::store::meta::volumes::records::ChunkTotals;
