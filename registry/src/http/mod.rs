@@ -78,7 +78,7 @@ pub fn router(
                 .with_state(Arc::clone(&auth)),
         )
         // Blob bodies stream to disk; the others are bounded by
-        // `limits`, before the auth layers so an unauthenticated client
+        // `layers::limit_bodies`, before the auth layers so an unauthenticated client
         // cannot make them read a large body either.
         .layer(DefaultBodyLimit::disable())
         // Outermost first on the way in: metrics see every answer, the
