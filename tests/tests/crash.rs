@@ -6,7 +6,7 @@
 //!
 //! A pass is killed mid-sweep by planting what it leaves in the stopped
 //! registry's metadata (the lease row and the odd sweep sequence, as
-//! `registry/src/sweeps.rs` writes them), so the kill lands where it
+//! `registry/src/store/meta/sweeps.rs` writes them), so the kill lands where it
 //! matters every time.
 
 use std::path::Path;
