@@ -354,6 +354,17 @@ impl ChunkCache {
         let _ = std::fs::remove_file(self.ref_path(digest));
     }
 
+    /// Drops the entry of a chunk whose bytes the chain rejected (SPEC.md
+    /// §2.5), before the caller fetches it again checked by sha256. Not
+    /// [`ChunkCache::remove_damaged`]: the bytes may be damaged, stored by
+    /// a reader of another version through a forging mirror, or right under
+    /// a forged chunk list, and which one only the fetch tells.
+    pub fn drop_rejected(&self, digest: &Sha256Digest) {
+        tracing::debug!(chunk = %digest, "cache entry dropped after the chain rejected its bytes");
+        let _ = std::fs::remove_file(self.path(digest));
+        let _ = std::fs::remove_file(self.ref_path(digest));
+    }
+
     /// Whether the cache holds the chunk, or a reference to it (without
     /// checking its bytes).
     pub fn contains(&self, digest: &Sha256Digest) -> bool {

@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use std::io::Write;
 
 use futures_util::{stream, StreamExt, TryStreamExt};
+use sealvol_spec::chain;
 use sealvol_spec::oci::VersionIndex;
 use sealvol_spec::reference::{Tag, VolumeRef, HEAD};
 use sealvol_spec::tree::{EntryData, TreeIndex};
@@ -16,8 +17,8 @@ use sealvol_spec::{B3Digest, Sha256Digest};
 use serde::Serialize;
 
 use crate::cache::ChunkCache;
-use crate::pull::{fetch_chunk, FetchStats};
-use crate::remote::Remote;
+use crate::pull::{fetch_chunk_as, FetchStats};
+use crate::remote::{BlobCheck, Remote};
 use crate::resolve::{display_ref, load_tree, resolve, Resolved};
 use crate::verified::InOrder;
 use crate::volumes::{self, Lifecycle};
@@ -140,10 +141,14 @@ pub fn stat(remote: &Remote, opened: &Opened, path: Option<&str>) -> Result<Stat
 }
 
 /// Writes a file of the version to `out` in order, fetching up to `jobs`
-/// chunks ahead. Each chunk is checked by sha256 as it arrives and each
-/// 1 MiB piece through the chain before a byte of it is written
-/// ([`crate::verified`]), so a forged chunk list ends the command before
-/// any wrong byte reaches `out`.
+/// chunks ahead. Each 1 MiB piece is checked through the chain before a
+/// byte of it is written ([`crate::verified`]), so a forged chunk list ends
+/// the command before any wrong byte reaches `out`. That check is the only
+/// hash of a format 2 tree's bytes (SPEC.md §2.5): when it rejects a piece,
+/// the chunks covering it are dropped from the cache and the rest of the
+/// file is fetched checked by sha256, from that piece on; only a piece of
+/// sha256-checked chunks that fails is an error. A format 1 tree's chunks
+/// are checked by sha256, and the whole file at the end.
 pub async fn cat(
     remote: &Remote,
     opened: &Opened,
@@ -162,20 +167,64 @@ pub async fn cat(
             EntryInfo::from(e).kind
         )));
     };
-    let mut check = InOrder::new(path, &e.data, opened.tree.is_verifiable()).expect("a file entry");
+    let verifiable = opened.tree.is_verifiable();
+    let mut check = InOrder::new(path, &e.data, verifiable).expect("a file entry");
     let stats = FetchStats::default();
     let repo = opened.version.repo.as_str();
-    let mut fetched = stream::iter(chunks.iter())
-        .map(|c| fetch_chunk(remote, repo, c, cache, &stats))
-        .buffered(jobs.max(1));
     let mut written = 0u64;
     let mut write = |b: &[u8]| {
         written += b.len() as u64;
         out.write_all(b)
             .map_err(|e| Error::io(std::path::Path::new("<stdout>"), e))
     };
-    while let Some(bytes) = fetched.try_next().await? {
-        check.push(&bytes, &mut write)?;
+    let mut how = if verifiable {
+        BlobCheck::Length
+    } else {
+        BlobCheck::Sha256
+    };
+    // Where the bytes still to pass on start: the whole file, then after a
+    // rejected piece that piece's start.
+    let mut from = 0u64;
+    loop {
+        let first = chunks.partition_point(|c| c.offset + u64::from(c.length) <= from);
+        let (stats, now) = (&stats, how);
+        let mut fetched = stream::iter(chunks[first..].iter())
+            .map(move |c| async move {
+                let bytes = fetch_chunk_as(remote, repo, c, cache, stats, now).await?;
+                Ok::<_, Error>((c.offset, bytes))
+            })
+            .buffered(jobs.max(1));
+        let mut rejected = false;
+        while let Some((offset, bytes)) = fetched.try_next().await? {
+            let skip = from.saturating_sub(offset) as usize;
+            match check.push(&bytes[skip.min(bytes.len())..], &mut write) {
+                Err(Error::Corrupt(_)) if how == BlobCheck::Length => {
+                    rejected = true;
+                    break;
+                }
+                r => r?,
+            }
+        }
+        if !rejected {
+            break;
+        }
+        from = check.verified();
+        check.rewind();
+        tracing::info!(
+            path,
+            offset = from,
+            "bytes failed the chain check; fetching again, checked by sha256"
+        );
+        if let Some(cache) = cache {
+            let end = from + chain::PIECE;
+            for c in chunks
+                .iter()
+                .filter(|c| c.offset < end && from < c.offset + u64::from(c.length))
+            {
+                cache.drop_rejected(&c.sha256);
+            }
+        }
+        how = BlobCheck::Sha256;
     }
     check.finish()?;
     out.flush()

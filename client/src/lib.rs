@@ -42,7 +42,7 @@ pub mod walk;
 pub use cache_dir::CacheDir;
 pub use chunker::ReadMode;
 pub use error::{Error, SealError, TransportError};
-pub use remote::Remote;
+pub use remote::{BlobCheck, Remote};
 pub use seal::{seal, seal_with_progress, ChunkLocation, SealOptions, Sealed};
 
 /// Where a long operation is, for progress bars. Calls come from many

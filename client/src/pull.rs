@@ -1,14 +1,20 @@
-//! Fetching a version (or a path inside one) into a directory. Every chunk
-//! is checked against its sha256 (by the transport, or when read from the
-//! cache) before it is written, and every byte is checked against the
-//! version digest before its file is renamed into place, so the destination
-//! never holds a half-written or wrong file: through the chain (SPEC.md
-//! §2.5), each 1 MiB piece as soon as the chunks covering it have landed
-//! (from the chunk in memory when it holds the whole piece, so most bytes
-//! are hashed once and never read back), or for a format 1 tree through the
-//! whole-file BLAKE3. The chunk cache then refers to the finished files, and
-//! complete files are recognised by their hash, so pulling again after an
-//! interruption fetches only what is still missing.
+//! Fetching a version (or a path inside one) into a directory. Every byte is
+//! checked against the version digest before its file is renamed into
+//! place, so the destination never holds a half-written or wrong file:
+//! through the chain (SPEC.md §2.5), each 1 MiB piece as soon as the chunks
+//! covering it have landed (from the chunk in memory when it holds the
+//! whole piece, so most bytes are hashed once and never read back), or for
+//! a format 1 tree through the whole-file BLAKE3. The chain is the only
+//! hash a format 2 pull computes: chunks are not checked by sha256 as they
+//! arrive (SPEC.md §2.5, "Hash each byte once"). A piece the chain rejects
+//! is repaired once the rest has landed: the chunks covering it are dropped
+//! from the cache, fetched again checked by sha256, and the piece checked
+//! again; only a piece built from sha256-checked chunks that still fails
+//! ends the pull (the tree's chunk list is forged). A format 1 tree has no
+//! chain, so its chunks are checked by sha256. The chunk cache then refers
+//! to the finished files, and complete files are recognised by their hash,
+//! so pulling again after an interruption fetches only what is still
+//! missing.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -26,7 +32,7 @@ use serde::Serialize;
 
 use crate::cache::ChunkCache;
 use crate::dest::{self, Dest};
-use crate::remote::Remote;
+use crate::remote::{BlobCheck, Remote};
 use crate::resolve::{display_ref, load_tree, resolve};
 use crate::walk::Filter;
 use crate::{Error, Progress};
@@ -291,6 +297,13 @@ pub async fn pull(
     } else {
         opts.jobs
     };
+    // With the chain, each byte is hashed once, by it; without one, sha256
+    // is all there is to check chunks against.
+    let check = if verifiable {
+        BlobCheck::Length
+    } else {
+        BlobCheck::Sha256
+    };
     let chunk_count = wanted.len() as u64;
     let result = stream::iter(wanted)
         .map(|c| {
@@ -303,7 +316,7 @@ pub async fn pull(
             async move {
                 // Not copied into the cache: the finished file is what the
                 // cache then points to (`ChunkCache::put_refs`).
-                let bytes = fetch(remote, &repo, &c, cache.as_ref(), stats, false).await?;
+                let bytes = fetch(remote, &repo, &c, cache.as_ref(), stats, false, check).await?;
                 progress.advance(u64::from(c.length));
                 tokio::task::spawn_blocking(move || {
                     let written = write_chunk(&files, &places[&(c.sha256, c.length)], &bytes);
@@ -319,6 +332,7 @@ pub async fn pull(
         .await;
     progress.finish();
     result?;
+    repair(remote, &version.repo, &files, cache.as_ref(), &stats).await?;
 
     // Symlinks, then the modes of the directories this pull created,
     // deepest first (a read-only directory must not stop files from
@@ -451,10 +465,27 @@ pub async fn fetch_chunk(
     cache: Option<&ChunkCache>,
     stats: &FetchStats,
 ) -> Result<Vec<u8>, Error> {
-    fetch(remote, repo, c, cache, stats, true).await
+    fetch_chunk_as(remote, repo, c, cache, stats, BlobCheck::Sha256).await
 }
 
-/// [`fetch_chunk`], adding what it downloads to the cache only with
+/// [`fetch_chunk`], checking the bytes as `check` says. With
+/// [`BlobCheck::Length`] neither a cached copy nor a download is hashed, and
+/// the download is cached unchecked: the caller checks every byte it uses
+/// through the chain, and where the chain rejects them calls
+/// [`ChunkCache::remove_damaged`] and [`fetch_chunk`] (SPEC.md §2.5), so a
+/// poisoned entry costs one fetch, never a lasting error.
+pub async fn fetch_chunk_as(
+    remote: &Remote,
+    repo: &str,
+    c: &ChunkRef,
+    cache: Option<&ChunkCache>,
+    stats: &FetchStats,
+    check: BlobCheck,
+) -> Result<Vec<u8>, Error> {
+    fetch(remote, repo, c, cache, stats, true, check).await
+}
+
+/// [`fetch_chunk_as`], adding what it downloads to the cache only with
 /// `store`.
 async fn fetch(
     remote: &Remote,
@@ -463,21 +494,24 @@ async fn fetch(
     cache: Option<&ChunkCache>,
     stats: &FetchStats,
     store: bool,
+    check: BlobCheck,
 ) -> Result<Vec<u8>, Error> {
     if let Some(cache) = cache {
         let cache = cache.clone();
         let c = *c;
-        if let Some(bytes) = tokio::task::spawn_blocking(move || cache.get(&c))
-            .await
-            .expect("cache task panicked")
+        if let Some(bytes) = tokio::task::spawn_blocking(move || match check {
+            BlobCheck::Sha256 => cache.get(&c),
+            BlobCheck::Length => cache.get_unverified(&c),
+        })
+        .await
+        .expect("cache task panicked")
         {
             stats.cached.fetch_add(1, Ordering::Relaxed);
             return Ok(bytes);
         }
     }
-    // The transport checks sha256 as the bytes stream in.
     let bytes = remote
-        .get_blob(repo, &c.sha256, u64::from(c.length))
+        .get_blob_as(repo, &c.sha256, u64::from(c.length), check)
         .await?;
     stats.downloaded.fetch_add(1, Ordering::Relaxed);
     stats.bytes.fetch_add(bytes.len() as u64, Ordering::Relaxed);
@@ -503,6 +537,8 @@ struct Chain {
     /// Pieces checked so far: a file is renamed into place only when this
     /// is every piece, counted rather than assumed from the chunk list.
     checked: AtomicUsize,
+    /// Pieces the chain rejected, to be repaired ([`repair`]).
+    failed: Mutex<Vec<u64>>,
 }
 
 impl Chain {
@@ -519,7 +555,24 @@ impl Chain {
             cvs: cvs.to_vec(),
             pending: pending.into_iter().map(Into::into).collect(),
             checked: AtomicUsize::new(0),
+            failed: Mutex::new(Vec::new()),
         }
+    }
+
+    fn has_failed(&self) -> bool {
+        !self.failed.lock().expect("failed pieces lock").is_empty()
+    }
+
+    /// Checks piece `p` of `f`, read back from `file`.
+    fn check_back(&self, f: &FileJob, file: &std::fs::File, p: u64) -> Result<bool, Error> {
+        use std::os::unix::fs::FileExt as _;
+        let range = chain::piece_range(self.size, p);
+        let mut back = vec![0; (range.end - range.start) as usize];
+        file.read_exact_at(&mut back, range.start)
+            .map_err(|e| Error::io(&f.shown, e))?;
+        Ok(chain::verify_piece(
+            self.size, &f.blake3, &self.cvs, p, &back,
+        ))
     }
 
     /// Whether every piece of the file was checked.
@@ -529,7 +582,8 @@ impl Chain {
 
     /// Counts `bytes`, just written at `offset` of `file`, against the
     /// pieces they touch, and checks each piece they complete: from `bytes`
-    /// when it lies inside them, otherwise read back from `file`.
+    /// when it lies inside them, otherwise read back from `file`. A piece
+    /// that fails is noted for [`repair`].
     fn landed(
         &self,
         f: &FileJob,
@@ -553,15 +607,11 @@ impl Chain {
                     .map_err(|e| Error::io(&f.shown, e))?;
                 &back[..]
             };
-            if !chain::verify_piece(self.size, &f.blake3, &self.cvs, p, data) {
-                return Err(Error::Corrupt(format!(
-                    "{}: bytes {}..{} do not match the version digest (a chunk list or chunk the registry served is wrong)",
-                    f.shown.display(),
-                    range.start,
-                    range.end
-                )));
+            if chain::verify_piece(self.size, &f.blake3, &self.cvs, p, data) {
+                self.checked.fetch_add(1, Ordering::AcqRel);
+            } else {
+                self.failed.lock().expect("failed pieces lock").push(p);
             }
-            self.checked.fetch_add(1, Ordering::AcqRel);
         }
         Ok(())
     }
@@ -585,8 +635,77 @@ fn write_chunk(files: &[FileJob], places: &[(usize, u64)], bytes: &[u8]) -> Resu
         drop(file);
         if f.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
             let last = f.handle.lock().expect("file handle lock").take();
-            finish_file(files, i, last)?;
+            // A file with a piece to repair is finished by `repair`.
+            if !f.chain.as_ref().is_some_and(Chain::has_failed) {
+                finish_file(files, i, last)?;
+            }
         }
+    }
+    Ok(())
+}
+
+/// Repairs the pieces the chain rejected, once every chunk has landed. Their
+/// bytes came unchecked from the cache or the registry (SPEC.md §2.5): the
+/// chunks covering each are dropped from the cache, fetched again checked
+/// by sha256, and written over it, and the piece is checked again. A piece
+/// of sha256-checked chunks that still fails means the chunk list itself
+/// is forged: the pull fails and the file is not placed.
+async fn repair(
+    remote: &Remote,
+    repo: &str,
+    files: &Arc<Vec<FileJob>>,
+    cache: Option<&ChunkCache>,
+    stats: &FetchStats,
+) -> Result<(), Error> {
+    for (i, f) in files.iter().enumerate() {
+        let Some(chain) = &f.chain else { continue };
+        let failed = std::mem::take(&mut *chain.failed.lock().expect("failed pieces lock"));
+        if failed.is_empty() {
+            continue;
+        }
+        tracing::info!(
+            file = %f.shown.display(),
+            pieces = failed.len(),
+            "bytes failed the chain check; fetching their chunks again, checked by sha256"
+        );
+        let ranges: Vec<_> = failed
+            .iter()
+            .map(|&p| chain::piece_range(f.size, p))
+            .collect();
+        let covering = f.chunks.iter().filter(|c| {
+            let end = c.offset + u64::from(c.length);
+            ranges.iter().any(|r| c.offset < r.end && r.start < end)
+        });
+        let file = Arc::new(f.open_temp()?);
+        for c in covering {
+            if let Some(cache) = cache {
+                cache.drop_rejected(&c.sha256);
+            }
+            let bytes = fetch(remote, repo, c, None, stats, false, BlobCheck::Sha256).await?;
+            let (file, offset) = (file.clone(), c.offset);
+            tokio::task::spawn_blocking(move || {
+                use std::os::unix::fs::FileExt as _;
+                file.write_all_at(&bytes, offset)
+            })
+            .await
+            .expect("writer task panicked")
+            .map_err(|e| Error::io(&f.shown, e))?;
+        }
+        for (&p, range) in failed.iter().zip(&ranges) {
+            if !chain.check_back(f, &file, p)? {
+                return Err(Error::Corrupt(format!(
+                    "{}: bytes {}..{} do not match the version digest (a chunk list or chunk the registry served is wrong)",
+                    f.shown.display(),
+                    range.start,
+                    range.end
+                )));
+            }
+            chain.checked.fetch_add(1, Ordering::AcqRel);
+        }
+        let files = files.clone();
+        tokio::task::spawn_blocking(move || finish_file(&files, i, Some(file)))
+            .await
+            .expect("writer task panicked")?;
     }
     Ok(())
 }

@@ -99,6 +99,26 @@ impl<'a> InOrder<'a> {
         Ok(())
     }
 
+    /// How many bytes were passed on: every byte before this offset was
+    /// verified (a format 1 file: every byte pushed).
+    pub fn verified(&self) -> u64 {
+        if self.legacy.is_some() {
+            self.seen
+        } else {
+            (self.next_piece * PIECE).min(self.size)
+        }
+    }
+
+    /// Forgets the bytes pushed since [`InOrder::verified`] (those of a
+    /// piece that failed, or not yet complete), so that a reader can push
+    /// them again from that offset, fetched another way. Not for a format 1
+    /// file, whose hash has seen them.
+    pub fn rewind(&mut self) {
+        debug_assert!(self.legacy.is_none(), "a format 1 file cannot rewind");
+        self.buf.clear();
+        self.seen = self.verified();
+    }
+
     fn check(&mut self, piece: &[u8]) -> Result<(), Error> {
         let i = self.next_piece;
         if !chain::verify_piece(self.size, &self.root, self.pieces, i, piece) {
@@ -185,6 +205,19 @@ mod tests {
         let err = r.unwrap_err().to_string();
         assert!(err.contains("f: bytes 1048576..2097152"), "{err}");
         assert_eq!(out, &d[..PIECE as usize], "only the first piece passed");
+        // Pushed again from where it stopped, right this time: the rest.
+        let mut r = InOrder::new("f", &e, true).unwrap();
+        let mut out2 = Vec::new();
+        let mut keep = |b: &[u8]| {
+            out2.extend_from_slice(b);
+            Ok(())
+        };
+        assert!(r.push(&bad[..2 * PIECE as usize + 3], &mut keep).is_err());
+        assert_eq!(r.verified(), PIECE);
+        r.rewind();
+        r.push(&d[PIECE as usize..], &mut keep).unwrap();
+        r.finish().unwrap();
+        assert_eq!(out2, d, "the rest passed after a rewind");
         // Small files: nothing passes.
         let d = data(5000);
         let e = EntryData::file_of(&d, &[]);

@@ -4,9 +4,9 @@
 //! Mounting fetches only the tree index (checked against the version
 //! digest); names, attributes, directory listings and link targets are then
 //! answered from memory. A read fetches just the chunks its range touches
-//! (from memory, the on-disk chunk cache `pull` shares, or the registry,
-//! which is checked by sha256 as it downloads), and serves only bytes
-//! verified through the chain of SPEC.md §2.5: the 1 MiB pieces the range
+//! (from memory, the on-disk chunk cache `pull` shares, or the registry),
+//! and serves only bytes verified through the chain of SPEC.md §2.5, the
+//! only hash of them it computes: the 1 MiB pieces the range
 //! touches are assembled from those chunks and checked against the
 //! chaining values the version digest covers, so a tree index whose chunk
 //! lists were rewritten gives `EIO` on the pieces it falsifies instead of

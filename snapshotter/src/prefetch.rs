@@ -9,10 +9,11 @@
 //! prefetched joins that fetch, and a failed prefetch is only logged (the
 //! read that needs the chunk fetches it again).
 //!
-//! Prefetch fills the disk cache with chunks checked by sha256 on download;
-//! it verifies nothing through the chain. A read still checks every piece
-//! it serves against the version digest ([`crate::verify`]), whatever the
-//! cache holds.
+//! Prefetch fills the disk cache with chunks checked only for their length
+//! (sha256 too for a format 1 tree); it verifies nothing through the chain.
+//! A read checks every piece it serves against the version digest
+//! ([`crate::verify`]), whatever the cache holds, and fetches again,
+//! checked by sha256, a chunk that fails there.
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

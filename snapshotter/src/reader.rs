@@ -4,11 +4,14 @@
 //!
 //! What this layer promises about a chunk's bytes depends on the tree
 //! ([`Check`]). For a format 2 tree they are raw material for the chain
-//! checks of [`crate::verify`]: a chunk read from the disk cache is only
-//! checked for its length (hashing it would be wasted work, since every
-//! byte served is checked against the version digest anyway), and a chunk
-//! that fails there is re-checked by sha256 ([`ChunkReader::recheck`]),
-//! removed from the cache if damaged, and fetched again. For a format 1
+//! checks of [`crate::verify`]: a chunk read from the disk cache or
+//! downloaded is only checked for its length (hashing it would be wasted
+//! work, since every byte served is checked against the version digest
+//! anyway: SPEC.md §2.5), and a chunk that fails there is re-checked by
+//! sha256 ([`ChunkReader::recheck`]), removed from the cache if damaged,
+//! and fetched again, checked by sha256 this time. So a cache entry
+//! poisoned by another version's forged chunk list costs one fetch, never
+//! a lasting `EIO`. For a format 1
 //! tree, which has no chaining values, every chunk is checked by sha256
 //! (from the cache or by the transport) before its bytes are kept or
 //! served, and that is all a format 1 read can be checked against.
@@ -21,7 +24,7 @@
 //! the registry is back.
 //!
 //! Chunks are fetched whole even when a read needs a few bytes of one: a
-//! chunk is one blob, checked against its sha256 as it downloads.
+//! chunk is one blob.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::hash::Hash;
@@ -33,8 +36,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures_util::future::{self, BoxFuture, FutureExt as _, Shared};
 use sealvol_client::cache::ChunkCache;
-use sealvol_client::pull::{fetch_chunk, FetchStats};
-use sealvol_client::{Remote, TransportError};
+use sealvol_client::pull::{fetch_chunk_as, FetchStats};
+use sealvol_client::{BlobCheck, Remote, TransportError};
 use sealvol_spec::tree::ChunkRef;
 use sealvol_spec::Sha256Digest;
 
@@ -72,9 +75,8 @@ pub enum ReadError {
 pub(crate) enum Check {
     /// Its sha256, always: format 1 trees, and re-checks.
     Sha256,
-    /// Only its length when it comes from the disk cache: the reader checks
-    /// every byte it serves through the chain (SPEC.md §2.5). Bytes from
-    /// the registry are checked by sha256 by the transport all the same.
+    /// Only its length, from the disk cache or the registry: the reader
+    /// checks every byte it serves through the chain (SPEC.md §2.5).
     Chain,
 }
 
@@ -167,9 +169,13 @@ impl Downloads {
 }
 
 impl RegistrySource {
-    /// The chunk's sha256-checked bytes, from the cache (`ChunkCache::get`)
-    /// or the registry.
-    async fn fetch_checked(&self, c: &ChunkRef) -> Result<Vec<u8>, sealvol_client::Error> {
+    /// The chunk's bytes, from the cache or the registry, checked as `how`
+    /// says (`fetch_chunk_as`).
+    async fn fetch_checked(
+        &self,
+        c: &ChunkRef,
+        how: BlobCheck,
+    ) -> Result<Vec<u8>, sealvol_client::Error> {
         let _leading = match self.in_flight.as_ref().map(|d| d.turn(c.sha256)) {
             Some(Turn::Wait(mut rx)) => {
                 // Resolves with an error once the leader's sender is gone.
@@ -179,7 +185,16 @@ impl RegistrySource {
             Some(Turn::Lead(l)) => Some(l),
             None => None,
         };
-        let once = || fetch_chunk(&self.remote, &self.repo, c, Some(&self.cache), &self.stats);
+        let once = || {
+            fetch_chunk_as(
+                &self.remote,
+                &self.repo,
+                c,
+                Some(&self.cache),
+                &self.stats,
+                how,
+            )
+        };
         match once().await {
             // A mount lives longer than a registry token: answer the
             // challenge again, once.
@@ -205,9 +220,16 @@ impl RegistrySource {
                 });
             }
         }
+        // With the chain the download is not hashed either: the chain
+        // checks every byte served, and a chunk it rejects is checked by
+        // sha256 then (`ChunkReader::recheck`).
+        let how = match check {
+            Check::Chain => BlobCheck::Length,
+            Check::Sha256 => BlobCheck::Sha256,
+        };
         Ok(Fetched {
-            bytes: sealvol_client::buffers::into_bytes(self.fetch_checked(c).await?),
-            checked: true,
+            bytes: sealvol_client::buffers::into_bytes(self.fetch_checked(c, how).await?),
+            checked: how == BlobCheck::Sha256,
         })
     }
 }

@@ -18,8 +18,8 @@
 //! file's chunk (valid under its own sha256) fails here, and the read gets
 //! `EIO` ([`ReadError::Forged`]) while other pieces and files still read.
 //!
-//! Chunks under a piece may come from the disk cache unhashed
-//! ([`Check::Chain`]). When a piece fails, the chunks that were not checked
+//! Chunks under a piece come from the disk cache or the registry unhashed
+//! ([`Check::Chain`]): the chain is the one hash of each byte served. When a piece fails, the chunks that were not checked
 //! by sha256 are checked now; damaged ones are removed from the cache and
 //! fetched again, and the piece is tried once more. Only a piece made of
 //! intact chunks that still fails is reported as forged.

@@ -920,3 +920,130 @@ fn pushing_the_files_of_a_format_1_version_again_republishes_it_in_place() {
     );
     assert!(out.stdout == b"{\"layers\": 2}\n");
 }
+
+/// The bytes under `hex` (a chunk's sha256) in the chunk cache at `cache`.
+fn cached_chunk(cache: &str, hex: &str) -> Option<Vec<u8>> {
+    std::fs::read(Path::new(cache).join(format!("chunks/sha256/{}/{hex}", &hex[..2]))).ok()
+}
+
+/// Readers of a format 2 tree check each byte once, through the chain, and
+/// cache downloads unchecked (SPEC.md §2.5), so a version whose chunk list
+/// names a chunk with other bytes, read through a mirror that serves those
+/// bytes, poisons the cache for every version that holds the real chunk.
+/// The rule: nothing unverified is served, and a poisoned entry costs one
+/// fetch (checked by sha256), never a lasting error. Each of the mount,
+/// `cat` and `pull` of the honest version reads the right bytes from a
+/// poisoned cache and leaves the entry repaired.
+#[test]
+fn a_cache_poisoned_through_a_forging_mirror_costs_an_honest_version_one_fetch() {
+    let sb = Sandbox::new();
+    let src = sb.path().join("src");
+    forge_sample(&src);
+    let docker = DockerRegistry::start();
+    let reg = docker.addr();
+    let hex = push(&sb, &reg, &src, "bdn:ns/honest", &[]);
+    let honest = format!("bdn:ns/honest@b3:{hex}");
+    let mirror = Mirror::new(&reg);
+    let x = chunks_of(&mirror.fetch("ns/honest", &hex).tree, "big1.bin")[0];
+    let good = big1();
+    let real = good[..x.length as usize].to_vec();
+
+    // The hostile version: one file whose bytes are the chunk's with its
+    // middle byte flipped (what the mirror below serves for that chunk),
+    // its hash and pieces those bytes', its chunk list naming the real
+    // chunk. Valid, and consistent with its own digest.
+    let mut poison = real.clone();
+    let mid = poison.len() / 2;
+    poison[mid] ^= 0xff;
+    let mut data = EntryData::file_of(&poison, &[]);
+    if let EntryData::File { chunks, .. } = &mut data {
+        chunks[0].sha256 = x.sha256;
+    }
+    let entries = [sealvol_spec::Entry {
+        path: "poison.bin".into(),
+        mode: 0o644,
+        data,
+    }];
+    let evil_hex = mirror.publish_entries(
+        "evil/poison",
+        sealvol_spec::ChunkingParams::default(),
+        &entries,
+        &[&real],
+        &[],
+    );
+    let evil = format!("bdn:evil/poison@b3:{evil_hex}/poison.bin");
+    let forging = sealvol_tests::FlipProxy::start_only(&reg, &[x.sha256.to_string()]);
+    // One cache per honest reader: a cache already repaired refuses the
+    // hostile version its poison (its chain rejects the real chunk, and
+    // the mirror's bytes fail their sha256 on the fetch that follows).
+    let poison_cache = |cache: &str| {
+        let out = sb.sealvol(&forging.addr(), &["cat", &evil, "--cache-dir", cache]);
+        assert!(
+            out.status.success(),
+            "cat of the hostile version: {}",
+            stderr(&out)
+        );
+        assert!(out.stdout == poison, "the hostile version's own bytes");
+        assert_eq!(
+            cached_chunk(cache, &x.sha256.hex()).as_deref(),
+            Some(&poison[..]),
+            "the cache holds the mirror's bytes under the honest chunk's name"
+        );
+    };
+    let assert_repaired = |cache: &str, who: &str| {
+        assert_eq!(
+            cached_chunk(cache, &x.sha256.hex()).as_deref(),
+            Some(&real[..]),
+            "{who} left the poisoned entry in the cache"
+        );
+    };
+
+    // The mount: the right bytes, no EIO.
+    let cache = fresh_cache(&sb, "mount");
+    poison_cache(&cache);
+    let mnt = mountpoint(&sb, "mnt");
+    let mut m = Mounted::start(
+        &sb,
+        &reg,
+        &["mount", &honest, s(&mnt), "--cache-dir", &cache],
+        &[&mnt],
+    );
+    assert!(
+        read(&mnt.join("big1.bin")).unwrap() == good,
+        "the mount served wrong bytes"
+    );
+    m.stop();
+    assert_repaired(&cache, "the mount");
+
+    // cat.
+    let cache = fresh_cache(&sb, "cat");
+    poison_cache(&cache);
+    let out = sb.sealvol(
+        &reg,
+        &["cat", &format!("{honest}/big1.bin"), "--cache-dir", &cache],
+    );
+    assert!(out.status.success(), "cat big1.bin: {}", stderr(&out));
+    assert!(out.stdout == good, "cat big1.bin: wrong bytes");
+    assert_repaired(&cache, "cat");
+
+    // pull: every file right. A pull leaves references to the files it
+    // wrote rather than copies, so the entry it repaired is gone, not
+    // rewritten.
+    let cache = fresh_cache(&sb, "pull");
+    poison_cache(&cache);
+    let dest = sb.path().join("pulled");
+    ok(
+        sb.sealvol(&reg, &["pull", &honest, s(&dest), "--cache-dir", &cache]),
+        "pull of the honest version",
+    );
+    assert_eq!(tree(&dest), tree(&src), "the pulled files");
+    assert_ne!(
+        cached_chunk(&cache, &x.sha256.hex()).as_deref(),
+        Some(&poison[..]),
+        "pull left the poisoned entry in the cache"
+    );
+    assert!(
+        forging.flipped() >= 3,
+        "the mirror served its bytes each time"
+    );
+}
