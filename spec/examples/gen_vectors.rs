@@ -5,7 +5,8 @@
 
 use std::path::Path;
 
-use sealvol_spec::oci::{build_version, VersionMeta};
+use sealvol_spec::oci::{build_prefetch, build_version, VersionMeta};
+use sealvol_spec::prefetch::PrefetchList;
 use sealvol_spec::tree::{Entry, EntryData};
 use sealvol_spec::{ChunkingParams, Sha256Digest, TreeIndex, VolumeRef};
 use serde_json::json;
@@ -317,6 +318,79 @@ fn main() {
         "manifests": v.manifests.iter().map(|c| json!({"digest": c.digest().to_string(), "size": c.bytes.len()})).collect::<Vec<_>>(),
     });
     write(&out.join("oci.json"), &oci);
+
+    // A recorded prefetch list of `chained` (SPEC.md §5.8), as a referrer of
+    // that version's index, and lists a reader refuses, with the rule each
+    // breaks.
+    let chained_v = build_version(&chained, &meta).unwrap();
+    let reads = [
+        ("weights.bin", 2),
+        ("piece.bin", 0),
+        ("weights.bin", 0),
+        ("weights.bin", 1),
+        ("weights.bin", 2),
+        ("weights.bin", 3),
+    ];
+    let list = PrefetchList::from_reads(chained.version_digest(), reads);
+    let list_bytes = list.encode().unwrap();
+    let built = build_prefetch(
+        list_bytes.clone(),
+        &chained.version_digest(),
+        &chained_v.index.digest(),
+        chained_v.index.bytes.len() as u64,
+        "2026-10-26T00:00:00Z",
+    )
+    .unwrap();
+    let hostile = |files: &[&str], runs: &[(u32, u64, u64)]| {
+        let mut l = list.clone();
+        l.files = files.iter().map(|f| f.to_string()).collect();
+        l.runs = runs.iter().map(|&r| r.into()).collect();
+        l
+    };
+    let mut other = list.clone();
+    other.version = t.version_digest();
+    let invalid = [
+        (
+            "names a path the version lacks",
+            "path",
+            hostile(&["nope.bin"], &[(0, 0, 1)]),
+        ),
+        (
+            "asks for a piece past the end",
+            "range",
+            hostile(&["weights.bin"], &[(0, 3, 2)]),
+        ),
+        (
+            "names a piece twice",
+            "repeat",
+            hostile(&["weights.bin"], &[(0, 0, 2), (0, 1, 1)]),
+        ),
+        (
+            "names a file index it does not list",
+            "file",
+            hostile(&["weights.bin"], &[(1, 0, 1)]),
+        ),
+        ("is for another version", "version", other),
+    ];
+    for (name, _, l) in &invalid {
+        assert!(
+            l.check(&chained.version_digest(), &chained).is_err(),
+            "{name}"
+        );
+    }
+    let prefetch = json!({
+        "tree": "chained",
+        "reads": reads,
+        "list": String::from_utf8(list_bytes).unwrap(),
+        "index_digest": chained_v.index.digest().to_string(),
+        "index_size": chained_v.index.bytes.len(),
+        "manifest": String::from_utf8(built.manifest.bytes.clone()).unwrap(),
+        "manifest_digest": built.manifest.digest().to_string(),
+        "invalid": invalid.iter().map(|(name, rule, l)| json!({
+            "name": name, "rule": rule, "list": String::from_utf8(l.encode().unwrap()).unwrap(),
+        })).collect::<Vec<_>>(),
+    });
+    write(&out.join("prefetch.json"), &prefetch);
 }
 
 fn write(path: &Path, v: &serde_json::Value) {

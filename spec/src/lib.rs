@@ -2,7 +2,8 @@
 //!
 //! This crate is the format and nothing else: parsing refs and digests,
 //! the tree index and its encoding, the version digest, the chunking
-//! parameters and cut points, the layout of a version as OCI content, and
+//! parameters and cut points, the layout of a version as OCI content, the
+//! recorded prefetch list of a version ([`prefetch`]), and
 //! the JSON bodies of the registry's `/api/v1` ([`api`]). It does no I/O:
 //! reading directories and talking to registries belong to
 //! `sealvol-client`, serving them to `sealvol-registry`.
@@ -27,6 +28,7 @@ pub mod digest;
 pub mod filter;
 pub mod oci;
 pub mod path;
+pub mod prefetch;
 pub mod reference;
 pub mod tree;
 pub mod version;

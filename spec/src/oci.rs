@@ -36,6 +36,11 @@ pub const MT_TREE_BLOB_V1: &str = "application/vnd.sealvol.tree.index.v1";
 pub const MT_CHUNKS_MANIFEST: &str = "application/vnd.sealvol.chunks.v1";
 /// Media type of a chunk blob: the raw bytes of one chunk.
 pub const MT_CHUNK: &str = "application/vnd.sealvol.chunk.v1";
+/// `artifactType` of a recorded prefetch list's manifest, a referrer of the
+/// version index (SPEC.md §5.8).
+pub const MT_PREFETCH: &str = "application/vnd.sealvol.prefetch.v1";
+/// Media type of the prefetch list blob ([`crate::prefetch`]).
+pub const MT_PREFETCH_LIST: &str = "application/vnd.sealvol.prefetch.v1+json";
 
 /// Annotation keys (SPEC.md §5.4).
 pub const ANN_CREATED: &str = "org.opencontainers.image.created";
@@ -503,6 +508,114 @@ pub fn artifact_layers(bytes: &[u8], artifact_type: &str) -> Result<Vec<Descript
             "manifest artifactType is not {artifact_type}"
         ))),
     }
+}
+
+/// A prefetch list laid out as a referrer of its version (SPEC.md §5.8):
+/// the empty config and the list blob, then the manifest whose `subject`
+/// is the version index.
+#[derive(Clone, Debug)]
+pub struct BuiltPrefetch {
+    /// The empty config, then the list blob.
+    pub blobs: Vec<Content>,
+    pub manifest: Content,
+}
+
+/// The referrer manifest of the prefetch list `list` (its encoded bytes)
+/// recorded on `version`, whose index is `index_digest`, `index_size` bytes
+/// long; `created` is an RFC 3339 time, by which readers pick the newest.
+pub fn build_prefetch(
+    list: Vec<u8>,
+    version: &B3Digest,
+    index_digest: &Sha256Digest,
+    index_size: u64,
+    created: &str,
+) -> Result<BuiltPrefetch, OciError> {
+    let empty = Content::new(MediaType::EmptyJSON, EMPTY_JSON.to_vec())?;
+    let blob = Content::new(MediaType::Other(MT_PREFETCH_LIST.into()), list)?;
+    let subject = DescriptorBuilder::default()
+        .media_type(MediaType::ImageIndex)
+        .digest(oci_digest(index_digest))
+        .size(index_size)
+        .build()?;
+    let m = ImageManifestBuilder::default()
+        .schema_version(2u32)
+        .media_type(MediaType::ImageManifest)
+        .artifact_type(MediaType::Other(MT_PREFETCH.into()))
+        .config(empty.descriptor.clone())
+        .layers(vec![blob.descriptor.clone()])
+        .subject(subject)
+        .annotations(HashMap::from([
+            (ANN_VERSION.to_string(), version.to_string()),
+            (ANN_CREATED.to_string(), created.to_string()),
+        ]))
+        .build()?;
+    Ok(BuiltPrefetch {
+        manifest: manifest_content(&m)?,
+        blobs: vec![empty, blob],
+    })
+}
+
+/// Whether a referrer descriptor (an entry of a referrers list) may be a
+/// prefetch list of `version`: its `artifactType` and its
+/// `dev.sealvol.version` annotation. `Some(created)` when it is, the time
+/// it was recorded (empty when it has none), to pick the newest.
+pub fn prefetch_candidate(d: &Descriptor, version: &B3Digest) -> Option<String> {
+    match d.artifact_type() {
+        Some(MediaType::Other(t)) if t == MT_PREFETCH => {}
+        _ => return None,
+    }
+    let ann = d.annotations().as_ref();
+    if ann.and_then(|a| a.get(ANN_VERSION)) != Some(&version.to_string()) {
+        return None;
+    }
+    Some(
+        ann.and_then(|a| a.get(ANN_CREATED))
+            .cloned()
+            .unwrap_or_default(),
+    )
+}
+
+/// The list blob of a prefetch manifest, once the manifest is found to be
+/// one (`artifactType`, one layer of the list's media type, at most
+/// [`crate::prefetch::MAX_LIST_BYTES`]) and to be about the version index
+/// `index_digest` (its `subject`) and `version` (its annotation).
+pub fn prefetch_layer(
+    bytes: &[u8],
+    version: &B3Digest,
+    index_digest: &Sha256Digest,
+) -> Result<Descriptor, OciError> {
+    let bad =
+        |why: String| OciError::NotAVersion(format!("not a prefetch list of {version}: {why}"));
+    let m: ImageManifest = serde_json::from_slice(bytes)?;
+    match m.artifact_type() {
+        Some(MediaType::Other(t)) if t == MT_PREFETCH => {}
+        _ => return Err(bad(format!("artifactType is not {MT_PREFETCH}"))),
+    }
+    let subject = m.subject().as_ref().and_then(sha256_of);
+    if subject != Some(*index_digest) {
+        return Err(bad(format!("its subject is not {index_digest}")));
+    }
+    let ann = m.annotations().as_ref().and_then(|a| a.get(ANN_VERSION));
+    if ann != Some(&version.to_string()) {
+        return Err(bad(format!("its {ANN_VERSION} annotation differs")));
+    }
+    let [layer] = m.layers().as_slice() else {
+        return Err(bad(format!("it has {} layers, not 1", m.layers().len())));
+    };
+    if *layer.media_type() != MediaType::Other(MT_PREFETCH_LIST.into()) {
+        return Err(bad(format!("its layer is not {MT_PREFETCH_LIST}")));
+    }
+    if sha256_of(layer).is_none() {
+        return Err(bad("its layer is not named by sha256".into()));
+    }
+    if layer.size() > crate::prefetch::MAX_LIST_BYTES {
+        return Err(bad(format!(
+            "its list is {} bytes, over the {}-byte limit",
+            layer.size(),
+            crate::prefetch::MAX_LIST_BYTES
+        )));
+    }
+    Ok(layer.clone())
 }
 
 #[cfg(test)]

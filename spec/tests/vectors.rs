@@ -198,3 +198,45 @@ fn validation() {
         }
     }
 }
+
+#[test]
+fn prefetch_list() {
+    use sealvol_spec::oci::{build_prefetch, prefetch_layer};
+    use sealvol_spec::prefetch::PrefetchList;
+    let v = load("prefetch.json");
+    let tree = tree_from(&load("trees.json")[v["tree"].as_str().unwrap()]);
+    let version = tree.version_digest();
+    let reads: Vec<(String, u64)> = serde_json::from_value(v["reads"].clone()).unwrap();
+    let list = PrefetchList::from_reads(version, reads.iter().map(|(p, i)| (p.as_str(), *i)));
+    let bytes = list.encode().unwrap();
+    assert_eq!(bytes, v["list"].as_str().unwrap().as_bytes());
+    PrefetchList::decode(&bytes)
+        .unwrap()
+        .check(&version, &tree)
+        .unwrap();
+    for bad in v["invalid"].as_array().unwrap() {
+        let l = PrefetchList::decode(bad["list"].as_str().unwrap().as_bytes()).unwrap();
+        assert!(l.check(&version, &tree).is_err(), "{}", bad["name"]);
+    }
+    let index: Sha256Digest = v["index_digest"].as_str().unwrap().parse().unwrap();
+    let built = build_prefetch(
+        bytes,
+        &version,
+        &index,
+        v["index_size"].as_u64().unwrap(),
+        "2026-10-26T00:00:00Z",
+    )
+    .unwrap();
+    assert_eq!(
+        built.manifest.bytes,
+        v["manifest"].as_str().unwrap().as_bytes()
+    );
+    assert_eq!(
+        built.manifest.digest().to_string(),
+        v["manifest_digest"].as_str().unwrap()
+    );
+    let layer = prefetch_layer(&built.manifest.bytes, &version, &index).unwrap();
+    assert_eq!(layer.size(), built.blobs[1].bytes.len() as u64);
+    let other: Sha256Digest = Sha256Digest::of(b"another index");
+    assert!(prefetch_layer(&built.manifest.bytes, &version, &other).is_err());
+}

@@ -309,6 +309,90 @@ def file_data_checks(label, data, e, full_pieces):
     return checks
 
 
+
+def prefetch_list(version, reads):
+    """§5.8: a recording's (path, piece) reads as a list: repeats dropped,
+    files in order of first read, consecutive pieces of one file merged."""
+    files, index, seen, runs = [], {}, set(), []
+    for path, piece in reads:
+        if path not in index:
+            index[path] = len(files)
+            files.append(path)
+        f = index[path]
+        if (f, piece) in seen:
+            continue
+        seen.add((f, piece))
+        if runs and runs[-1][0] == f and runs[-1][1] + runs[-1][2] == piece:
+            runs[-1][2] += 1
+        else:
+            runs.append([f, piece, 1])
+    return {"schemaVersion": 1, "version": version, "files": files, "runs": runs}
+
+
+def canonical(value):
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def prefetch_error(list_bytes, version, entries):
+    """§5.8's reader checks; None when the list is accepted, else the rule."""
+    if len(list_bytes) > 4 << 20:
+        return "size"
+    lst = json.loads(list_bytes)
+    if lst.get("schemaVersion") != 1:
+        return "schema"
+    if lst["version"] != version:
+        return "version"
+    if len(lst["files"]) > 65536 or len(lst["runs"]) > 131072:
+        return "count"
+    sizes = {e["path"]: e["size"] for e in entries if e["kind"] == "file"}
+    if len(set(lst["files"])) != len(lst["files"]):
+        return "duplicate"
+    if any(f not in sizes for f in lst["files"]):
+        return "path"
+    named = set()
+    for f, first, count in lst["runs"]:
+        if not 0 <= f < len(lst["files"]):
+            return "file"
+        path = lst["files"][f]
+        if count < 1 or first + count > -(-sizes[path] // PIECE):
+            return "range"
+        for p in range(first, first + count):
+            if (path, p) in named:
+                return "repeat"
+            named.add((path, p))
+    return None
+
+
+def prefetch_checks(vectors, trees):
+    case = json.loads((vectors / "prefetch.json").read_text())
+    tree = trees[case["tree"]]
+    entries = sorted(tree["entries"], key=lambda e: canonical_key(e["path"]))
+    version = version_digest(entries)
+    lst = case["list"].encode()
+    out = [
+        ("list bytes", canonical(prefetch_list(version, case["reads"])), lst),
+        ("list accepted", prefetch_error(lst, version, entries), None),
+    ]
+    for bad in case["invalid"]:
+        out.append((f"invalid: {bad['name']}", prefetch_error(bad["list"].encode(), version, entries), bad["rule"]))
+    manifest = case["manifest"].encode()
+    m = json.loads(manifest)
+    out += [
+        ("manifest is canonical JSON", canonical(m), manifest),
+        ("manifest digest", "sha256:" + hashlib.sha256(manifest).hexdigest(), case["manifest_digest"]),
+        ("artifactType", m.get("artifactType"), "application/vnd.sealvol.prefetch.v1"),
+        ("config", m["config"], {"mediaType": "application/vnd.oci.empty.v1+json", "size": 2,
+                                 "digest": "sha256:" + hashlib.sha256(b"{}").hexdigest()}),
+        ("layer", m["layers"], [{"mediaType": "application/vnd.sealvol.prefetch.v1+json", "size": len(lst),
+                                 "digest": "sha256:" + hashlib.sha256(lst).hexdigest()}]),
+        ("subject", m["subject"], {"mediaType": "application/vnd.oci.image.index.v1+json",
+                                   "digest": case["index_digest"], "size": case["index_size"]}),
+        ("version annotation", m["annotations"]["dev.sealvol.version"], version),
+        ("created annotation", "org.opencontainers.image.created" in m["annotations"], True),
+    ]
+    return out
+
+
 def main(argv):
     vectors = pathlib.Path(argv[1]) if len(argv) > 1 else HERE
     self_test()
@@ -368,6 +452,9 @@ def main(argv):
             checks.append((name, what, got, want))
         for what, got, want in file_data_checks("f", data, e, []):
             checks.append((name, what, got, want))
+    # The recorded prefetch list (§5.8) and the referrer that carries it.
+    for what, got, want in prefetch_checks(vectors, trees):
+        checks.append(("prefetch", what, got, want))
     # Validation (§2.3): what it accepts and what it refuses, by rule.
     validation = json.loads((vectors / "validation.json").read_text())
     for case in validation["valid"]:
