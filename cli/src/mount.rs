@@ -12,7 +12,7 @@ use std::time::Duration;
 use anyhow::{bail, Context as _};
 use clap::ValueEnum;
 use sealvol_client::CacheDir;
-use sealvol_snapshotter::{MountOptions, Prefetch, Unmounted};
+use sealvol_snapshotter::{Engine, MountOptions, Prefetch, Unmounted};
 use sealvol_spec::reference::VolumeRef;
 
 use crate::volume::{self, Conn};
@@ -39,6 +39,27 @@ impl From<PrefetchArg> for Prefetch {
             PrefetchArg::None => Prefetch::None,
             PrefetchArg::Open => Prefetch::Open,
             PrefetchArg::All => Prefetch::All,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum EngineArg {
+    /// fanotify when root and the kernel has pre-content events, else fuse
+    Auto,
+    /// The kernel serves reads from local files filled on demand
+    /// (fanotify pre-content events; root, Linux 6.14+)
+    Fanotify,
+    /// This process serves every read through FUSE
+    Fuse,
+}
+
+impl From<EngineArg> for Engine {
+    fn from(e: EngineArg) -> Engine {
+        match e {
+            EngineArg::Auto => Engine::Auto,
+            EngineArg::Fanotify => Engine::Fanotify,
+            EngineArg::Fuse => Engine::Fuse,
         }
     }
 }
@@ -70,6 +91,9 @@ pub struct MountArgs {
     /// What to fetch before it is read
     #[arg(long, value_enum, default_value_t = PrefetchArg::None)]
     pub prefetch: PrefetchArg,
+    /// Who serves the reads
+    #[arg(long, value_enum, default_value_t = EngineArg::Auto)]
+    pub engine: EngineArg,
     /// Run in the background; exits 0 once every mount is ready
     #[arg(long)]
     pub daemon: bool,
@@ -195,6 +219,7 @@ pub fn mount(args: MountArgs) -> anyhow::Result<()> {
     opts.fetch_timeout = Duration::from_secs(args.fetch_timeout);
     opts.allow_other = args.allow_other;
     opts.legacy = args.verification.legacy();
+    opts.engine = args.engine.into();
 
     // Chunks are megabytes: allocate each with its own mapping, so memory
     // freed when one leaves the cache goes back to the system (glibc would
@@ -225,6 +250,12 @@ pub fn mount(args: MountArgs) -> anyhow::Result<()> {
                 sealvol_client::resolve::legacy_warning(m.reference())
             );
         }
+        let (engine, why) = m.engine();
+        let engine = match engine {
+            Engine::Fanotify => "fanotify",
+            _ => "fuse",
+        };
+        println!("sealvol: engine: {engine} ({why})");
         // Scripts and tests wait for this line.
         println!(
             "sealvol: mounted {} at {}",

@@ -48,6 +48,7 @@
 use std::path::PathBuf;
 
 pub mod containerd;
+pub mod fanotify;
 mod fs;
 pub mod inodes;
 mod mount;
@@ -59,8 +60,8 @@ mod testing;
 mod verify;
 
 pub use mount::{
-    mount, mount_loaded, mounts, unmount, Loaded, Mount, MountEntry, MountOptions, MountStats,
-    Prefetch, Unmounted,
+    mount, mount_loaded, mounts, unmount, Engine, Loaded, Mount, MountEntry, MountOptions,
+    MountStats, Prefetch, Unmounted,
 };
 pub use reader::{Downloads, ReadError};
 
@@ -77,6 +78,8 @@ pub enum MountError {
     Cache { path: PathBuf, message: String },
     #[error("cannot mount at {}: {message}; FUSE needs /dev/fuse and, for users other than root, fusermount3 (Debian: apt-get install fuse3)", path.display())]
     Fuse { path: PathBuf, message: String },
+    #[error(transparent)]
+    Fanotify(#[from] fanotify::EngineError),
     #[error("cannot unmount {}: {message}", path.display())]
     Unmount { path: PathBuf, message: String },
 }

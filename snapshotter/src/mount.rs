@@ -38,6 +38,20 @@ pub enum Prefetch {
     All,
 }
 
+/// Who serves a mount's reads (`sealvol mount --engine`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Engine {
+    /// fanotify where the kernel and the user allow it, else FUSE.
+    #[default]
+    Auto,
+    /// The kernel, from local files filled on demand through fanotify
+    /// pre-content events (root, Linux 6.14 and later; see
+    /// `crate::fanotify`).
+    Fanotify,
+    /// This process, through FUSE.
+    Fuse,
+}
+
 /// How a version is mounted.
 #[derive(Clone, Debug)]
 pub struct MountOptions {
@@ -76,6 +90,8 @@ pub struct MountOptions {
     /// so the pod's root owns the version without a copy or a chown (the
     /// snapshotter's `remap-ids`).
     pub owner: Option<(u32, u32)>,
+    /// Who serves the reads ([`MountOptions::new`]: FUSE).
+    pub engine: Engine,
 }
 
 impl MountOptions {
@@ -93,6 +109,9 @@ impl MountOptions {
             allow_other: false,
             legacy: Legacy::Warn,
             owner: None,
+            // Library users (the containerd snapshotter) opt in; `sealvol
+            // mount` defaults to `Auto`.
+            engine: Engine::Fuse,
         }
     }
 }
@@ -137,6 +156,9 @@ pub struct Mount {
     reader: Arc<FileReader>,
     prefetch: Option<Arc<Prefetcher>>,
     read_errors: Arc<std::sync::atomic::AtomicU64>,
+    /// The engine serving it, and why, for `sealvol mount` to print.
+    engine: (Engine, String),
+    fanotify: Option<crate::fanotify::Session>,
 }
 
 /// How an unmount went.
@@ -216,18 +238,15 @@ pub async fn mount_loaded(
         .as_deref()
         .and_then(|c| humantime::parse_rfc3339_weak(c).ok())
         .unwrap_or(SystemTime::UNIX_EPOCH);
-    let inodes = Arc::new(Inodes::new(
-        tree,
-        vref.path.as_deref(),
-        match opts.owner {
-            Some((uid, gid)) => Owner {
-                uid,
-                gid,
-                time: created,
-            },
-            None => Owner::current(created),
+    let owner = match opts.owner {
+        Some((uid, gid)) => Owner {
+            uid,
+            gid,
+            time: created,
         },
-    )?);
+        None => Owner::current(created),
+    };
+    let inodes = Arc::new(Inodes::new(tree, vref.path.as_deref(), owner)?);
 
     let cache = if let Some(shared) = &opts.shared_cache {
         shared.clone()
@@ -250,6 +269,7 @@ pub async fn mount_loaded(
     } else {
         None
     };
+    let chunk_cache = cache.clone();
     let source = Arc::new(RegistrySource {
         remote: remote.clone(),
         repo,
@@ -269,6 +289,39 @@ pub async fn mount_loaded(
             rt.clone(),
         )),
     };
+    let engine = choose_engine(opts);
+    if engine.0 == Engine::Fanotify {
+        let m = crate::fanotify::mount(crate::fanotify::Request {
+            cache_dir: opts.cache_dir.clone(),
+            cache_size: opts.cache_size.filter(|_| opts.shared_cache.is_none()),
+            chunk_cache,
+            version: version.index.digest,
+            base: vref.path.clone(),
+            inodes: Arc::clone(&inodes),
+            owner,
+            reference: reference.clone(),
+            reader: Arc::clone(&reader),
+            mountpoint: mountpoint.clone(),
+            rt: rt.clone(),
+        })
+        .await?;
+        let (session, read_errors) = m;
+        return Ok(Mount {
+            mountpoint,
+            reference,
+            version: version.index.digest,
+            loaded: loaded.clone(),
+            unmounter: None,
+            session: None,
+            ended: session.ended(),
+            fetch_stats,
+            reader,
+            prefetch,
+            read_errors,
+            engine,
+            fanotify: Some(session),
+        });
+    }
     let fs = VolumeFs::new(
         Arc::clone(&inodes),
         Arc::clone(&reader),
@@ -333,7 +386,22 @@ pub async fn mount_loaded(
         reader,
         prefetch,
         read_errors,
+        engine,
+        fanotify: None,
     })
+}
+
+/// The engine for a mount, and a few words on why (`opts.engine` Auto:
+/// fanotify when the kernel and the user allow it, else FUSE).
+fn choose_engine(opts: &MountOptions) -> (Engine, String) {
+    match opts.engine {
+        Engine::Fuse => (Engine::Fuse, "asked for".into()),
+        Engine::Fanotify => (Engine::Fanotify, "kernel pre-content events".into()),
+        Engine::Auto => match crate::fanotify::probe(&opts.cache_dir) {
+            Ok(()) => (Engine::Fanotify, "kernel pre-content events".into()),
+            Err(e) => (Engine::Fuse, e.to_string()),
+        },
+    }
 }
 
 /// Whether `tree` may be mounted under `policy`: `Ok(true)` when every byte
@@ -434,6 +502,12 @@ impl Mount {
         self.reader.verifiable()
     }
 
+    /// The engine serving the mount and why it was chosen:
+    /// `fanotify (kernel pre-content events)`, `fuse (…)`.
+    pub fn engine(&self) -> (Engine, &str) {
+        (self.engine.0, &self.engine.1)
+    }
+
     pub fn stats(&self) -> MountStats {
         let r = &self.reader.chunks().stats;
         let p = &self.reader.stats;
@@ -473,6 +547,12 @@ impl Mount {
     fn unmount_inner(&mut self) -> Result<Unmounted, MountError> {
         if let Some(p) = &self.prefetch {
             p.stop();
+        }
+        if let Some(session) = &mut self.fanotify {
+            return session.unmount().map_err(|e| MountError::Unmount {
+                path: self.mountpoint.clone(),
+                message: e.to_string(),
+            });
         }
         let Some(mut unmounter) = self.unmounter.take() else {
             return Ok(Unmounted::Already);
@@ -561,9 +641,18 @@ fn parse_mountinfo(text: &str) -> Vec<MountEntry> {
             let mut right = right.split(' ');
             let (fstype, source) = (right.next()?, right.next()?);
             let source = unescape(source);
-            (fstype.starts_with("fuse") && source.starts_with("sealvol:")).then(|| MountEntry {
+            if fstype.starts_with("fuse") && source.starts_with("sealvol:") {
+                return Some(MountEntry {
+                    mountpoint: PathBuf::from(unescape(mountpoint)),
+                    source,
+                });
+            }
+            // The fanotify engine's bind mount of a laid-out version.
+            let root = unescape(left.split(' ').nth(3)?);
+            let shown = crate::fanotify::layout::mounted_ref(&root)?;
+            Some(MountEntry {
                 mountpoint: PathBuf::from(unescape(mountpoint)),
-                source,
+                source: format!("sealvol:{shown}"),
             })
         })
         .collect()
@@ -690,6 +779,8 @@ mod tests {
 98 22 0:50 / /mnt/my\\040vol ro,nosuid,nodev,noatime - fuse sealvol:bdn:ns/vol@b3:ab rw,user_id=0
 99 22 0:51 / /mnt/b ro - fuse.sealvol sealvol:127.0.0.1:5000/ns/v@b3:cd rw
 100 22 0:52 / /mnt/other ro - fuse.sshfs host:/x rw
+101 22 254:0 /nonexistent/fanotify/abababababababababababababababababababababababababababababababab/tree /mnt/f ro - ext4 /dev/vda rw
+102 22 254:0 /srv/fanotify/short/tree /mnt/g ro - ext4 /dev/vda rw
 ";
         assert_eq!(
             parse_mountinfo(text),
@@ -701,6 +792,12 @@ mod tests {
                 MountEntry {
                     mountpoint: "/mnt/b".into(),
                     source: "sealvol:127.0.0.1:5000/ns/v@b3:cd".into()
+                },
+                MountEntry {
+                    mountpoint: "/mnt/f".into(),
+                    source:
+                        "sealvol:abababababababababababababababababababababababababababababababab"
+                            .into()
                 },
             ]
         );

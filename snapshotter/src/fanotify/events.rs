@@ -1,0 +1,547 @@
+//! The daemon's side: expose the layout at the mountpoint with its marks
+//! in place, start the [`keeper`](super::keeper), and answer the events it
+//! forwards by filling the pieces they need.
+//!
+//! The bind mount is made with the new mount API so that no read can
+//! happen before the mark is there (a file opened on a mount with no
+//! pre-content mark is never asked about, for as long as it stays open):
+//! `open_tree(OPEN_TREE_CLONE)` makes a detached copy of the layout's tree,
+//! `mount_setattr` makes it read-only, `fanotify_mark(FAN_MARK_MOUNT)`
+//! marks it through its descriptor, and only then `move_mount` attaches it
+//! at the mountpoint.
+
+use std::ffi::CString;
+use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt as _;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::stream::{self, StreamExt as _};
+use sealvol_spec::chain::PIECE;
+
+use super::keeper::{self, Forward, Keeper, Reply, ANSWER, BYE, FULL};
+use super::layout::Layout;
+use super::sys::{self, Group};
+use super::EngineError;
+use crate::verify::{FileReader, PIECES_AHEAD};
+use crate::Unmounted;
+
+/// Pieces of one event fetched at once.
+const FILL_JOBS: usize = 8;
+
+/// A mount served by the fanotify engine.
+pub(crate) struct Session {
+    mountpoint: PathBuf,
+    sock: Arc<OwnedFd>,
+    ended: tokio::sync::watch::Receiver<bool>,
+    /// Set once the keeper was told goodbye or the mount is gone.
+    done: Arc<AtomicBool>,
+}
+
+struct Shared {
+    layout: Layout,
+    reader: Arc<FileReader>,
+    group: Group,
+    sock: Arc<OwnedFd>,
+    mountpoint: PathBuf,
+    /// Files not yet wholly filled; the mount mark goes when it is zero.
+    unfilled: AtomicUsize,
+    read_errors: Arc<AtomicU64>,
+}
+
+fn io_err(what: &str) -> impl Fn(std::io::Error) -> EngineError + '_ {
+    move |e| EngineError::Keeper(format!("{what}: {e}"))
+}
+
+fn cstring(p: &Path) -> Result<CString, EngineError> {
+    CString::new(p.as_os_str().as_bytes()).map_err(|e| EngineError::Mount {
+        path: p.to_path_buf(),
+        message: e.to_string(),
+    })
+}
+
+fn syscall_fd(r: libc::c_long) -> std::io::Result<OwnedFd> {
+    if r < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: the kernel just returned this descriptor to us.
+    Ok(unsafe { OwnedFd::from_raw_fd(r as RawFd) })
+}
+
+/// A detached, read-only copy of `tree` (see the module docs).
+fn detached_tree(tree: &Path) -> std::io::Result<OwnedFd> {
+    let c = CString::new(tree.as_os_str().as_bytes())
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+    // SAFETY: open_tree with a valid path; returns a new descriptor.
+    let fd = syscall_fd(unsafe {
+        libc::syscall(
+            libc::SYS_open_tree,
+            libc::AT_FDCWD,
+            c.as_ptr(),
+            libc::OPEN_TREE_CLONE | libc::OPEN_TREE_CLOEXEC,
+        )
+    })?;
+    let attr = libc::mount_attr {
+        attr_set: libc::MOUNT_ATTR_RDONLY
+            | libc::MOUNT_ATTR_NOSUID
+            | libc::MOUNT_ATTR_NODEV
+            | libc::MOUNT_ATTR_NOATIME,
+        // Changing the atime mode needs its field cleared first.
+        attr_clr: sys::MOUNT_ATTR_ATIME_FIELD,
+        propagation: 0,
+        userns_fd: 0,
+    };
+    // SAFETY: mount_setattr on our descriptor with a struct of its size.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            fd.as_raw_fd(),
+            c"".as_ptr(),
+            libc::AT_EMPTY_PATH,
+            &raw const attr,
+            std::mem::size_of::<libc::mount_attr>(),
+        )
+    };
+    if r < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(fd)
+}
+
+fn move_mount(tree: &OwnedFd, to: &CString) -> std::io::Result<()> {
+    // SAFETY: move_mount of our detached tree to a valid path.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_move_mount,
+            tree.as_raw_fd(),
+            c"".as_ptr(),
+            libc::AT_FDCWD,
+            to.as_ptr(),
+            libc::MOVE_MOUNT_F_EMPTY_PATH,
+        )
+    };
+    if r < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Mounts `layout` at `mountpoint` and starts serving its events on `rt`.
+pub(crate) fn start(
+    layout: Layout,
+    reader: Arc<FileReader>,
+    mountpoint: &Path,
+    rt: tokio::runtime::Handle,
+    read_errors: Arc<AtomicU64>,
+) -> Result<Session, EngineError> {
+    let mount_err = |message: String| EngineError::Mount {
+        path: mountpoint.to_path_buf(),
+        message,
+    };
+    let group = Group::init().map_err(|e| EngineError::NoPreContent(e.to_string()))?;
+    let tree = detached_tree(&layout.tree)
+        .map_err(|e| mount_err(format!("cannot bind {}: {e}", layout.tree.display())))?;
+    let unfilled = layout.files.iter().filter(|f| !f.full()).count();
+    for f in layout.files.iter().filter(|f| f.full()) {
+        group
+            .ignore(&f.path)
+            .map_err(|e| EngineError::NoPreContent(format!("ignore mark: {e}")))?;
+    }
+    if unfilled > 0 {
+        group
+            .mark_mount_at(tree.as_raw_fd())
+            .map_err(|e| EngineError::NoPreContent(format!("FAN_PRE_ACCESS mount mark: {e}")))?;
+    }
+
+    // The keeper, before anyone can read through the mount.
+    let mut pair = [0 as RawFd; 2];
+    // SAFETY: socketpair fills two descriptors.
+    if unsafe {
+        libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
+            0,
+            pair.as_mut_ptr(),
+        )
+    } != 0
+    {
+        return Err(io_err("socketpair")(std::io::Error::last_os_error()));
+    }
+    // SAFETY: both descriptors were just made and are ours.
+    let (ours, theirs) = unsafe { (OwnedFd::from_raw_fd(pair[0]), OwnedFd::from_raw_fd(pair[1])) };
+    let to = cstring(mountpoint)?;
+    let k = Keeper {
+        group: group.raw(),
+        sock: theirs.as_raw_fd(),
+        lock: layout.lock_fd(),
+        lock_path: cstring(&layout.folder.join("lock"))?,
+        mountpoint: to.clone(),
+        files: layout
+            .files
+            .iter()
+            .map(|f| cstring(&f.path))
+            .collect::<Result<_, _>>()?,
+        full: layout.files.iter().map(|f| f.full()).collect(),
+    };
+    let keep = [k.group, k.sock, k.lock];
+    // SAFETY: the child runs only system calls over memory prepared above
+    // (see keeper's module docs) and never returns from this block.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(io_err("fork")(std::io::Error::last_os_error()));
+    }
+    if pid == 0 {
+        // SAFETY: in the child: drop every inherited descriptor but ours,
+        // ignore the terminal's signals (the daemon decides when to go),
+        // name the process, and run.
+        unsafe {
+            close_all_but(&keep);
+            for s in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGPIPE] {
+                libc::signal(s, libc::SIG_IGN);
+            }
+            libc::prctl(libc::PR_SET_NAME, c"sealvol-keeper".as_ptr());
+        }
+        keeper::run(k);
+    }
+    drop(theirs);
+    let sock = Arc::new(ours);
+    if let Err(e) = move_mount(&tree, &to) {
+        bye(&sock);
+        // SAFETY: reap the keeper we just started.
+        unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
+        return Err(mount_err(format!("cannot attach the bind mount: {e}")));
+    }
+    drop(tree);
+    reap_later(pid);
+
+    let shared = Arc::new(Shared {
+        layout,
+        reader,
+        group,
+        sock: Arc::clone(&sock),
+        mountpoint: mountpoint.to_path_buf(),
+        unfilled: AtomicUsize::new(unfilled),
+        read_errors,
+    });
+    let (ended_tx, ended) = tokio::sync::watch::channel(false);
+    let done = Arc::new(AtomicBool::new(false));
+    let mnt_id = mount_id(mountpoint);
+    std::thread::Builder::new()
+        .name("sealvol-fanotify".into())
+        .spawn({
+            let shared = Arc::clone(&shared);
+            let rt = rt.clone();
+            move || {
+                while let Some((ev, fd)) = recv_event(shared.sock.as_raw_fd()) {
+                    let shared = Arc::clone(&shared);
+                    rt.spawn(async move { answer(shared, ev, fd).await });
+                }
+                tracing::warn!(
+                    mountpoint = %shared.mountpoint.display(),
+                    "the fanotify keeper is gone; reads of unfilled bytes there now fail"
+                );
+            }
+        })
+        .map_err(io_err("thread"))?;
+    std::thread::Builder::new()
+        .name("sealvol-mountwatch".into())
+        .spawn({
+            let done = Arc::clone(&done);
+            move || {
+                while !done.load(Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_millis(250));
+                    if !mounted(mnt_id) {
+                        break;
+                    }
+                }
+                let _ = ended_tx.send(true);
+            }
+        })
+        .map_err(io_err("thread"))?;
+    Ok(Session {
+        mountpoint: mountpoint.to_path_buf(),
+        sock,
+        ended,
+        done,
+    })
+}
+
+/// Closes every descriptor of this (forked) process but `keep`.
+///
+/// # Safety
+/// Only in the keeper, right after the fork.
+unsafe fn close_all_but(keep: &[RawFd]) {
+    let mut sorted = [keep[0], keep[1], keep[2]];
+    sorted.sort_unstable();
+    let mut lo: u32 = 0;
+    for &fd in &sorted {
+        if fd as u32 > lo {
+            libc::syscall(libc::SYS_close_range, lo, fd as u32 - 1, 0);
+        }
+        lo = fd as u32 + 1;
+    }
+    libc::syscall(libc::SYS_close_range, lo, u32::MAX, 0);
+    // Standard descriptors point at /dev/null, not at a closed slot that a
+    // later open would take.
+    let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
+    if null >= 0 {
+        for std in 0..3 {
+            if !keep.contains(&std) {
+                libc::dup2(null, std);
+            }
+        }
+        if null > 2 {
+            libc::close(null);
+        }
+    }
+}
+
+/// Waits for the keeper in the background, so that it leaves no zombie.
+fn reap_later(pid: libc::pid_t) {
+    let _ = std::thread::Builder::new()
+        .name("sealvol-keeper-wait".into())
+        .spawn(move || {
+            // SAFETY: waits for our own child.
+            unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
+        });
+}
+
+/// The mount id of `path` (statx `STATX_MNT_ID`), to see it go.
+fn mount_id(path: &Path) -> Option<u64> {
+    let c = CString::new(path.as_os_str().as_bytes()).ok()?;
+    // SAFETY: statx into a zeroed struct we own.
+    unsafe {
+        let mut st: libc::statx = std::mem::zeroed();
+        (libc::statx(libc::AT_FDCWD, c.as_ptr(), 0, libc::STATX_MNT_ID, &mut st) == 0)
+            .then_some(st.stx_mnt_id)
+    }
+}
+
+fn mounted(id: Option<u64>) -> bool {
+    let Some(id) = id else {
+        return false;
+    };
+    let Ok(text) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return true;
+    };
+    let want = id.to_string();
+    text.lines()
+        .any(|l| l.split(' ').next() == Some(want.as_str()))
+}
+
+fn send_reply(sock: RawFd, r: Reply) -> bool {
+    // SAFETY: sends a plain struct.
+    unsafe {
+        libc::send(
+            sock,
+            (&raw const r).cast(),
+            std::mem::size_of::<Reply>(),
+            libc::MSG_NOSIGNAL,
+        ) == std::mem::size_of::<Reply>() as isize
+    }
+}
+
+fn bye(sock: &OwnedFd) {
+    send_reply(
+        sock.as_raw_fd(),
+        Reply {
+            kind: BYE,
+            ..Reply::default()
+        },
+    );
+}
+
+/// The next event from the keeper; `None` once it is gone.
+fn recv_event(sock: RawFd) -> Option<(Forward, OwnedFd)> {
+    loop {
+        let mut msg = Forward::default();
+        let mut iov = libc::iovec {
+            iov_base: (&raw mut msg).cast(),
+            iov_len: std::mem::size_of::<Forward>(),
+        };
+        let mut cbuf = [0u64; 4];
+        // SAFETY: recvmsg into stack buffers that outlive the call; the
+        // control data is read only through the CMSG macros within them.
+        unsafe {
+            let mut mh: libc::msghdr = std::mem::zeroed();
+            mh.msg_iov = &mut iov;
+            mh.msg_iovlen = 1;
+            mh.msg_control = cbuf.as_mut_ptr().cast();
+            mh.msg_controllen = std::mem::size_of_val(&cbuf);
+            let n = libc::recvmsg(sock, &mut mh, libc::MSG_CMSG_CLOEXEC);
+            if n < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
+                continue;
+            }
+            if n <= 0 {
+                return None;
+            }
+            let c = libc::CMSG_FIRSTHDR(&mh);
+            if c.is_null()
+                || (*c).cmsg_level != libc::SOL_SOCKET
+                || (*c).cmsg_type != libc::SCM_RIGHTS
+            {
+                continue;
+            }
+            let fd = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<RawFd>());
+            if n as usize != std::mem::size_of::<Forward>() {
+                libc::close(fd);
+                continue;
+            }
+            return Some((msg, OwnedFd::from_raw_fd(fd)));
+        }
+    }
+}
+
+/// Why an event could not be allowed.
+#[derive(Debug, thiserror::Error)]
+enum FillError {
+    #[error(transparent)]
+    Read(#[from] crate::ReadError),
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    #[error("the fill task stopped")]
+    Stopped,
+}
+
+/// Fills what event `ev` needs and answers it.
+async fn answer(shared: Arc<Shared>, ev: Forward, fd: OwnedFd) {
+    let verdict = match fill(&shared, &ev, &fd).await {
+        Ok(()) => 0,
+        Err(e) => {
+            shared.read_errors.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(error = %e, "read failed (EIO)");
+            libc::EIO as u32
+        }
+    };
+    drop(fd);
+    send_reply(
+        shared.sock.as_raw_fd(),
+        Reply {
+            kind: ANSWER,
+            a: ev.slot,
+            b: verdict,
+            _pad: 0,
+        },
+    );
+}
+
+async fn fill(shared: &Arc<Shared>, ev: &Forward, fd: &OwnedFd) -> Result<(), FillError> {
+    // SAFETY: fstat into a zeroed struct on a descriptor we own.
+    let ino = unsafe {
+        let mut st: libc::stat = std::mem::zeroed();
+        if libc::fstat(fd.as_raw_fd(), &mut st) != 0 {
+            return Err(std::io::Error::last_os_error().into());
+        }
+        st.st_ino
+    };
+    // Not a file of the layout (a directory): nothing to fill.
+    let Some((index, file)) = shared.layout.file_of(ino) else {
+        return Ok(());
+    };
+    let end = if ev.count == u64::MAX {
+        file.size
+    } else {
+        ev.offset.saturating_add(ev.count)
+    };
+    let missing = file.missing(ev.offset, end);
+    if !missing.is_empty() {
+        let ino = file.ino;
+        stream::iter(missing.iter().copied())
+            .map(|p| {
+                let shared = Arc::clone(shared);
+                async move {
+                    let bytes = shared.reader.read(ino, p * PIECE, PIECE as u32).await?;
+                    let s = Arc::clone(&shared);
+                    tokio::task::spawn_blocking(move || {
+                        s.layout.files[index].write(p * PIECE, &bytes)
+                    })
+                    .await
+                    .map_err(|_| FillError::Stopped)??;
+                    Ok::<(), FillError>(())
+                }
+            })
+            .buffer_unordered(FILL_JOBS)
+            .collect::<Vec<_>>()
+            .await
+            .into_iter()
+            .collect::<Result<Vec<()>, _>>()?;
+        let s = Arc::clone(shared);
+        tokio::task::spawn_blocking(move || s.layout.files[index].commit(&missing))
+            .await
+            .map_err(|_| FillError::Stopped)??;
+        if file.full() {
+            filled(shared, index);
+        }
+    }
+    // A reader going on in order finds the next pieces verified.
+    if ev.count != u64::MAX {
+        let next = end.div_ceil(PIECE);
+        shared
+            .reader
+            .verify_ahead(file.ino, next..next + PIECES_AHEAD);
+    }
+    Ok(())
+}
+
+/// File `index` is wholly filled: its reads stop reaching us, and once
+/// every file is, the mount's.
+fn filled(shared: &Shared, index: usize) {
+    let file = &shared.layout.files[index];
+    if let Err(e) = shared.group.ignore(&file.path) {
+        tracing::debug!(file = file.rel, error = %e, "ignore mark refused");
+    }
+    send_reply(
+        shared.sock.as_raw_fd(),
+        Reply {
+            kind: FULL,
+            a: index as u32,
+            ..Reply::default()
+        },
+    );
+    if shared.unfilled.fetch_sub(1, Ordering::AcqRel) == 1 {
+        if let Err(e) = shared.group.unmark_mount(&shared.mountpoint) {
+            tracing::debug!(error = %e, "mount mark not removed");
+        }
+    }
+}
+
+impl Session {
+    /// Resolves when the mount went away from outside.
+    pub fn ended(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.ended.clone()
+    }
+
+    /// Unmounts: cleanly when no descriptor is open there (the keeper then
+    /// exits), else detaches; the keeper serves the open files for as long
+    /// as this process lives, and fails them closed after.
+    pub fn unmount(&mut self) -> std::io::Result<Unmounted> {
+        if self.done.swap(true, Ordering::AcqRel) {
+            return Ok(Unmounted::Already);
+        }
+        match sys::umount(&self.mountpoint, 0) {
+            Ok(()) => {
+                bye(&self.sock);
+                Ok(Unmounted::Clean)
+            }
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
+                sys::umount(&self.mountpoint, libc::MNT_DETACH)?;
+                Ok(Unmounted::Detached)
+            }
+            // Gone already, perhaps lazily with files still open: the
+            // keeper fails those closed when this process lets it go.
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => Ok(Unmounted::Already),
+            Err(e) => {
+                self.done.store(false, Ordering::Release);
+                Err(e)
+            }
+        }
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        self.done.store(true, Ordering::Release);
+    }
+}

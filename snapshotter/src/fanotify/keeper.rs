@@ -1,0 +1,343 @@
+//! The keeper: a process forked before the mount is shown, which owns the
+//! fanotify group so that the group, its marks and its pending events
+//! outlive the daemon (see the kernel facts in [`super`]).
+//!
+//! It reads the group's events and forwards each one over a
+//! `SOCK_SEQPACKET` socket pair to the daemon (a [`Forward`] with the
+//! event's descriptor attached by `SCM_RIGHTS`), and writes the daemon's
+//! [`Reply`]s back to the group. When the daemon's end of the socket
+//! closes without a goodbye (the daemon died, or dropped the mount without
+//! unmounting it), [`fail_closed`] runs: every pending and later event is
+//! denied with `EIO`, the mount is detached, every file not known to be
+//! filled is truncated to length zero once no other mount holds the
+//! version's folder, and only then does the keeper exit and let the
+//! group go.
+//!
+//! The keeper is forked from a multi-threaded process, so between `fork`
+//! and `_exit` it makes system calls only: no allocation, no locks, no
+//! panics. Everything it needs (paths as C strings, the fill flags) is
+//! prepared before the fork.
+
+use std::ffi::CString;
+use std::os::fd::RawFd;
+
+use super::sys::deny_errno;
+
+/// Events forwarded and not yet answered, at most.
+const PENDING: usize = 512;
+
+/// keeper → daemon: one event. The event's descriptor rides along.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Forward {
+    pub slot: u32,
+    pub _pad: u32,
+    pub mask: u64,
+    pub offset: u64,
+    /// `u64::MAX` when the kernel gave no range: the whole file.
+    pub count: u64,
+}
+
+/// daemon → keeper.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Reply {
+    pub kind: u32,
+    pub a: u32,
+    pub b: u32,
+    pub _pad: u32,
+}
+
+/// `Reply::kind`: answer the event in slot `a` with `b` (0: allow, else
+/// the errno to deny with).
+pub(crate) const ANSWER: u32 = 1;
+/// File `a` (its index in the layout) is wholly filled and durable.
+pub(crate) const FULL: u32 = 2;
+/// The mount was unmounted cleanly (no descriptor is left on it): exit.
+pub(crate) const BYE: u32 = 3;
+
+/// What the keeper owns after the fork.
+pub(crate) struct Keeper {
+    pub group: RawFd,
+    pub sock: RawFd,
+    /// The folder's lock file, opened (and shared-locked) by the daemon.
+    pub lock: RawFd,
+    pub lock_path: CString,
+    pub mountpoint: CString,
+    /// Every laid-out file by its path through the cache folder.
+    pub files: Vec<CString>,
+    /// Which of them are wholly filled.
+    pub full: Vec<bool>,
+}
+
+fn respond(group: RawFd, fd: RawFd, response: u32) {
+    let r = libc::fanotify_response { fd, response };
+    // SAFETY: writes a plain struct to the group; the kernel copies it.
+    unsafe {
+        libc::write(
+            group,
+            (&raw const r).cast(),
+            std::mem::size_of::<libc::fanotify_response>(),
+        );
+        libc::close(fd);
+    }
+}
+
+/// Sends `msg` with `fd` attached; false if the daemon is not there.
+fn send_fd(sock: RawFd, msg: &Forward, fd: RawFd) -> bool {
+    let mut iov = libc::iovec {
+        iov_base: (msg as *const Forward).cast_mut().cast(),
+        iov_len: std::mem::size_of::<Forward>(),
+    };
+    let mut cbuf = [0u64; 4];
+    // SAFETY: a msghdr over stack buffers that outlive the call; the
+    // CMSG macros stay within `cbuf` (CMSG_SPACE(4) is 24 bytes).
+    unsafe {
+        let mut mh: libc::msghdr = std::mem::zeroed();
+        mh.msg_iov = &mut iov;
+        mh.msg_iovlen = 1;
+        mh.msg_control = cbuf.as_mut_ptr().cast();
+        mh.msg_controllen = libc::CMSG_SPACE(4) as usize;
+        let c = libc::CMSG_FIRSTHDR(&mh);
+        (*c).cmsg_level = libc::SOL_SOCKET;
+        (*c).cmsg_type = libc::SCM_RIGHTS;
+        (*c).cmsg_len = libc::CMSG_LEN(4) as usize;
+        std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<RawFd>(), fd);
+        libc::sendmsg(sock, &mh, libc::MSG_NOSIGNAL) == std::mem::size_of::<Forward>() as isize
+    }
+}
+
+/// One event of a read from the group: `(mask, fd, offset, count)`.
+fn parse(buf: &[u8], mut at: usize, len: usize) -> Option<(usize, u64, RawFd, u64, u64)> {
+    let word = |o: usize, n: usize| -> Option<&[u8]> { buf.get(o..o + n) };
+    let event_len = u32::from_ne_bytes(word(at, 4)?.try_into().ok()?) as usize;
+    let meta_len = u16::from_ne_bytes(word(at + 6, 2)?.try_into().ok()?) as usize;
+    if event_len < 24 || at + event_len > len {
+        return None;
+    }
+    let mask = u64::from_ne_bytes(word(at + 8, 8)?.try_into().ok()?);
+    let fd = i32::from_ne_bytes(word(at + 16, 4)?.try_into().ok()?);
+    let (mut offset, mut count) = (0, u64::MAX);
+    let mut info = at + meta_len;
+    while info + 4 <= at + event_len {
+        let kind = *buf.get(info)?;
+        let ilen = u16::from_ne_bytes(word(info + 2, 2)?.try_into().ok()?) as usize;
+        if ilen < 4 {
+            break;
+        }
+        if kind == super::sys::FAN_EVENT_INFO_TYPE_RANGE && ilen >= 24 {
+            offset = u64::from_ne_bytes(word(info + 8, 8)?.try_into().ok()?);
+            count = u64::from_ne_bytes(word(info + 16, 8)?.try_into().ok()?);
+        }
+        info += ilen;
+    }
+    at += event_len;
+    Some((at, mask, fd, offset, count))
+}
+
+/// The keeper's life; never returns.
+pub(crate) fn run(mut k: Keeper) -> ! {
+    let mut pending = [-1 as RawFd; PENDING];
+    let mut buf = [0u8; 8192];
+    loop {
+        let free = pending.iter().position(|&f| f < 0);
+        let mut fds = [
+            libc::pollfd {
+                fd: k.sock,
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                // A negative fd is skipped: stop reading events while every
+                // slot is taken.
+                fd: if free.is_some() { k.group } else { -1 },
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        // SAFETY: two pollfds on the stack.
+        if unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) } < 0 {
+            continue; // EINTR
+        }
+        if fds[0].revents != 0 {
+            let mut r = Reply::default();
+            // SAFETY: receives at most size_of::<Reply>() bytes into `r`.
+            let n = unsafe {
+                libc::recv(
+                    k.sock,
+                    (&raw mut r).cast(),
+                    std::mem::size_of::<Reply>(),
+                    libc::MSG_DONTWAIT,
+                )
+            };
+            if n == std::mem::size_of::<Reply>() as isize {
+                match r.kind {
+                    ANSWER => {
+                        if let Some(fd) = pending.get_mut(r.a as usize) {
+                            if *fd >= 0 {
+                                let resp = if r.b == 0 {
+                                    libc::FAN_ALLOW
+                                } else {
+                                    deny_errno(r.b as i32)
+                                };
+                                respond(k.group, *fd, resp);
+                                *fd = -1;
+                            }
+                        }
+                    }
+                    FULL => {
+                        if let Some(f) = k.full.get_mut(r.a as usize) {
+                            *f = true;
+                        }
+                    }
+                    BYE => {
+                        for fd in pending.iter_mut().filter(|f| **f >= 0) {
+                            respond(k.group, *fd, deny_errno(libc::EIO));
+                        }
+                        // SAFETY: ends the keeper without running the
+                        // parent's atexit handlers or destructors.
+                        unsafe { libc::_exit(0) }
+                    }
+                    _ => {}
+                }
+            } else if n == 0 || (n < 0 && !would_block()) {
+                fail_closed(&mut k, &mut pending);
+            }
+        }
+        if fds[1].revents != 0 {
+            // SAFETY: reads into a stack buffer of its length.
+            let len = unsafe { libc::read(k.group, buf.as_mut_ptr().cast(), buf.len()) };
+            if len <= 0 {
+                continue;
+            }
+            let len = len as usize;
+            let mut at = 0;
+            while let Some((next, mask, fd, offset, count)) = parse(&buf, at, len) {
+                at = next;
+                if fd < 0 {
+                    continue;
+                }
+                let Some(slot) = pending.iter().position(|&f| f < 0) else {
+                    // Cannot happen (one read holds fewer events than the
+                    // free slots it was allowed by), but never drop one.
+                    respond(k.group, fd, deny_errno(libc::EIO));
+                    continue;
+                };
+                let msg = Forward {
+                    slot: slot as u32,
+                    _pad: 0,
+                    mask,
+                    offset,
+                    count,
+                };
+                if send_fd(k.sock, &msg, fd) {
+                    pending[slot] = fd;
+                } else {
+                    respond(k.group, fd, deny_errno(libc::EIO));
+                }
+            }
+        }
+    }
+}
+
+fn would_block() -> bool {
+    let e = std::io::Error::last_os_error().raw_os_error();
+    e == Some(libc::EAGAIN) || e == Some(libc::EINTR)
+}
+
+/// The daemon is gone: deny what waits, take the mount away, and leave no
+/// hole that a held descriptor could read as zeros once the group goes.
+/// Also run by the daemon itself when the keeper dies ([`super::events`]).
+pub(crate) fn fail_closed(k: &mut Keeper, pending: &mut [RawFd]) -> ! {
+    for fd in pending.iter_mut().filter(|f| **f >= 0) {
+        respond(k.group, *fd, deny_errno(libc::EIO));
+        *fd = -1;
+    }
+    // SAFETY: plain system calls on C strings prepared before the fork.
+    unsafe {
+        libc::umount2(k.mountpoint.as_ptr(), libc::MNT_DETACH);
+        // Our share of the folder's lock, then wait until no other mount
+        // holds it: their files are theirs to keep.
+        libc::flock(k.lock, libc::LOCK_UN);
+    }
+    let mut buf = [0u8; 8192];
+    loop {
+        deny_all(k.group, &mut buf);
+        // SAFETY: as above.
+        let exclusive = unsafe {
+            let fd = libc::open(k.lock_path.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC);
+            fd >= 0 && libc::flock(fd, libc::LOCK_EX | libc::LOCK_NB) == 0
+        };
+        if exclusive {
+            break;
+        }
+        let mut p = libc::pollfd {
+            fd: k.group,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one pollfd on the stack.
+        unsafe { libc::poll(&mut p, 1, 1000) };
+    }
+    for (path, _) in k.files.iter().zip(&k.full).filter(|(_, full)| !**full) {
+        // SAFETY: a valid C string; truncate raises no event through the
+        // cache folder's path, which no mark watches.
+        unsafe { libc::truncate(path.as_ptr(), 0) };
+    }
+    deny_all(k.group, &mut buf);
+    // SAFETY: ends the process; the kernel closes the group, and later
+    // reads of the truncated files see their end, not zeros.
+    unsafe { libc::_exit(0) }
+}
+
+/// Denies every queued event with `EIO`, without waiting for more.
+fn deny_all(group: RawFd, buf: &mut [u8]) {
+    loop {
+        let mut p = libc::pollfd {
+            fd: group,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one pollfd; a read into `buf` of its length.
+        let len = unsafe {
+            if libc::poll(&mut p, 1, 0) <= 0 {
+                return;
+            }
+            libc::read(group, buf.as_mut_ptr().cast(), buf.len())
+        };
+        if len <= 0 {
+            return;
+        }
+        let mut at = 0;
+        while let Some((next, _, fd, _, _)) = parse(buf, at, len as usize) {
+            at = next;
+            if fd >= 0 {
+                respond(group, fd, deny_errno(libc::EIO));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_event_with_a_range_record_parses_and_a_short_one_does_not() {
+        let mut b = vec![0u8; 48];
+        b[0..4].copy_from_slice(&48u32.to_ne_bytes());
+        b[4] = 3;
+        b[6..8].copy_from_slice(&24u16.to_ne_bytes());
+        b[8..16].copy_from_slice(&0x0010_0000u64.to_ne_bytes());
+        b[16..20].copy_from_slice(&7i32.to_ne_bytes());
+        b[24] = 6;
+        b[26..28].copy_from_slice(&24u16.to_ne_bytes());
+        b[32..40].copy_from_slice(&(3u64 << 20).to_ne_bytes());
+        b[40..48].copy_from_slice(&4096u64.to_ne_bytes());
+        assert_eq!(parse(&b, 0, 48), Some((48, 0x0010_0000, 7, 3 << 20, 4096)));
+        assert_eq!(parse(&b, 0, 40), None);
+        // No range record: the whole file.
+        b[0..4].copy_from_slice(&24u32.to_ne_bytes());
+        assert_eq!(parse(&b, 0, 24), Some((24, 0x0010_0000, 7, 0, u64::MAX)));
+    }
+}

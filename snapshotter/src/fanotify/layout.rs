@@ -1,0 +1,455 @@
+//! The version laid out as local files that start empty, and which of
+//! their 1 MiB pieces are filled.
+//!
+//! `<cache>/fanotify/<key>/` holds `tree/` (what the mountpoint shows),
+//! `fill/<inode>` (one bit per piece of each file, set only after the
+//! piece's bytes were written and fsynced), `ref` (the pinned ref, for
+//! `sealvol mounts`) and `lock` (held with `flock` by every mount of the
+//! folder, so that trimming the cache skips it). The key is the version
+//! digest, plus a hash of the directory when a ref mounts one.
+//!
+//! Laying out is idempotent: a later mount keeps every file whose size is
+//! right (its bitmap with it) and lays out again any file that is missing
+//! or has another size (the keeper truncates files it could not vouch
+//! for; see [`super`]), with an empty bitmap.
+
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::fd::AsRawFd as _;
+use std::os::unix::fs::{FileExt as _, MetadataExt as _, OpenOptionsExt as _, PermissionsExt as _};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::SystemTime;
+
+use sealvol_spec::chain::pieces_of;
+use sealvol_spec::tree::EntryData;
+use sealvol_spec::B3Digest;
+
+use super::EngineError;
+use crate::inodes::{Inodes, Owner, ROOT};
+
+/// One laid-out file.
+pub(crate) struct LaidFile {
+    pub ino: u64,
+    /// Its path through the cache folder (a mount no mark watches).
+    pub path: PathBuf,
+    /// Its path relative to the tree, for messages.
+    pub rel: String,
+    pub size: u64,
+    /// Opened for writing on first fill.
+    writer: Mutex<Option<File>>,
+    fill: Mutex<Fill>,
+}
+
+/// A file's fill bitmap, in memory and in `fill/<inode>`.
+pub(crate) struct Fill {
+    bits: Vec<u8>,
+    pieces: u64,
+    file: File,
+}
+
+impl Fill {
+    fn open(path: &Path, pieces: u64, fresh: bool) -> io::Result<Fill> {
+        let len = pieces.div_ceil(8) as usize;
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(fresh)
+            .mode(0o600)
+            .open(path)?;
+        let mut bits = vec![0u8; len];
+        let n = file.read_at(&mut bits, 0).unwrap_or(0);
+        if n != len {
+            // Short or missing: trust nothing of it.
+            bits.iter_mut().for_each(|b| *b = 0);
+            file.set_len(0)?;
+        }
+        Ok(Fill { bits, pieces, file })
+    }
+
+    fn has(&self, piece: u64) -> bool {
+        self.bits[(piece / 8) as usize] & (1 << (piece % 8)) != 0
+    }
+
+    /// The pieces of `range` not filled yet.
+    pub fn missing(&self, range: std::ops::Range<u64>) -> Vec<u64> {
+        range.filter(|&p| p < self.pieces && !self.has(p)).collect()
+    }
+
+    /// Records `pieces` as filled (their bytes are already durable).
+    fn set(&mut self, pieces: &[u64]) -> io::Result<()> {
+        for &p in pieces {
+            self.bits[(p / 8) as usize] |= 1 << (p % 8);
+        }
+        // The bitmap needs no fsync: losing it only refetches pieces.
+        self.file.write_all_at(&self.bits, 0)
+    }
+
+    pub fn full(&self) -> bool {
+        (0..self.pieces).all(|p| self.has(p))
+    }
+}
+
+impl LaidFile {
+    pub fn missing(&self, offset: u64, end: u64) -> Vec<u64> {
+        let end = end.min(self.size);
+        if offset >= end {
+            return Vec::new();
+        }
+        self.fill().missing(pieces_of(offset, end))
+    }
+
+    fn fill(&self) -> std::sync::MutexGuard<'_, Fill> {
+        self.fill.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn full(&self) -> bool {
+        self.fill().full()
+    }
+
+    /// Writes verified bytes at `offset` (not yet durable).
+    pub fn write(&self, offset: u64, bytes: &[u8]) -> io::Result<()> {
+        let mut w = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+        if w.is_none() {
+            *w = Some(OpenOptions::new().write(true).open(&self.path)?);
+        }
+        w.as_ref()
+            .expect("opened above")
+            .write_all_at(bytes, offset)
+    }
+
+    /// Makes the written pieces durable, then records them as filled.
+    pub fn commit(&self, pieces: &[u64]) -> io::Result<()> {
+        {
+            let w = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(f) = w.as_ref() {
+                f.sync_data()?;
+            }
+        }
+        self.fill().set(pieces)
+    }
+}
+
+/// A version's folder, laid out and locked for as long as it lives.
+pub(crate) struct Layout {
+    pub folder: PathBuf,
+    pub tree: PathBuf,
+    pub files: Vec<LaidFile>,
+    /// The layout's inode number (on the host file system) to the index in
+    /// `files`.
+    by_host_ino: HashMap<u64, usize>,
+    lock: File,
+}
+
+fn err(path: &Path) -> impl Fn(io::Error) -> EngineError + '_ {
+    move |e| EngineError::Layout {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    }
+}
+
+/// The folder of a version (and a directory of it) under `cache_dir`.
+pub(crate) fn folder(cache_dir: &Path, version: &B3Digest, base: Option<&str>) -> PathBuf {
+    let hex = version.hex();
+    let key = match base {
+        None => hex,
+        Some(b) => format!("{hex}-{}", &blake3::hash(b.as_bytes()).to_hex()[..16]),
+    };
+    cache_dir.join("fanotify").join(key)
+}
+
+impl Layout {
+    /// Lays out the files of `inodes` in `folder` (see the module docs).
+    pub fn prepare(
+        folder: &Path,
+        inodes: &Inodes,
+        owner: Owner,
+        reference: &str,
+    ) -> Result<Layout, EngineError> {
+        let tree = folder.join("tree");
+        let fill_dir = folder.join("fill");
+        for d in [folder, &tree, &fill_dir] {
+            std::fs::create_dir_all(d).map_err(err(d))?;
+        }
+        let lock_path = folder.join("lock");
+        let lock = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&lock_path)
+            .map_err(err(&lock_path))?;
+        // SAFETY: flock on a descriptor we own.
+        if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_SH) } != 0 {
+            return Err(err(&lock_path)(io::Error::last_os_error()));
+        }
+        // The lock's mtime is the folder's last use, for trimming.
+        let _ = lock.set_modified(SystemTime::now());
+        let _ = std::fs::write(folder.join("ref"), reference);
+
+        let mut files = Vec::new();
+        let mut dirs = Vec::new();
+        for ino in ROOT + 1..=inodes.len() {
+            let Some(entry) = inodes.entry(ino) else {
+                continue;
+            };
+            let rel = relative(inodes, ino);
+            let path = tree.join(&rel);
+            let mode = entry.mode & 0o7777;
+            match &entry.data {
+                EntryData::Dir => {
+                    match std::fs::create_dir(&path) {
+                        Ok(()) => {}
+                        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                        Err(e) => return Err(err(&path)(e)),
+                    }
+                    dirs.push((path, mode));
+                }
+                EntryData::Symlink { target } => {
+                    match std::fs::symlink_metadata(&path) {
+                        Ok(m) if m.file_type().is_symlink() => {}
+                        Ok(_) => {
+                            remove_any(&path).map_err(err(&path))?;
+                            std::os::unix::fs::symlink(target, &path).map_err(err(&path))?;
+                        }
+                        Err(_) => std::os::unix::fs::symlink(target, &path).map_err(err(&path))?,
+                    }
+                    chown(&path, owner).map_err(err(&path))?;
+                }
+                EntryData::File { size, .. } => {
+                    let size = *size;
+                    let fresh = match std::fs::symlink_metadata(&path) {
+                        Ok(m) if m.is_file() && m.len() == size => false,
+                        Ok(_) => {
+                            remove_any(&path).map_err(err(&path))?;
+                            true
+                        }
+                        Err(_) => true,
+                    };
+                    if fresh {
+                        let f = File::create(&path).map_err(err(&path))?;
+                        f.set_len(size).map_err(err(&path))?;
+                    }
+                    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode))
+                        .map_err(err(&path))?;
+                    chown(&path, owner).map_err(err(&path))?;
+                    set_time(&path, owner.time).map_err(err(&path))?;
+                    let fill_path = fill_dir.join(ino.to_string());
+                    let fill = Fill::open(&fill_path, pieces_of(0, size).end, fresh)
+                        .map_err(err(&fill_path))?;
+                    files.push(LaidFile {
+                        ino,
+                        path,
+                        rel,
+                        size,
+                        writer: Mutex::new(None),
+                        fill: Mutex::new(fill),
+                    });
+                }
+            }
+        }
+        // Directory modes and times last: creating children changes both.
+        dirs.push((
+            tree.clone(),
+            inodes.attr(ROOT).map_or(0o755, |a| a.perm.into()),
+        ));
+        for (path, mode) in dirs.iter().rev() {
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(*mode))
+                .map_err(err(path))?;
+            chown(path, owner).map_err(err(path))?;
+            set_time(path, owner.time).map_err(err(path))?;
+        }
+        let mut by_host_ino = HashMap::new();
+        for (i, f) in files.iter().enumerate() {
+            let m = std::fs::metadata(&f.path).map_err(err(&f.path))?;
+            by_host_ino.insert(m.ino(), i);
+        }
+        Ok(Layout {
+            folder: folder.to_path_buf(),
+            tree,
+            files,
+            by_host_ino,
+            lock,
+        })
+    }
+
+    /// The descriptor holding the folder's shared lock.
+    pub fn lock_fd(&self) -> std::os::fd::RawFd {
+        self.lock.as_raw_fd()
+    }
+
+    /// The laid-out file behind a descriptor (an event's), by inode.
+    pub fn file_of(&self, host_ino: u64) -> Option<(usize, &LaidFile)> {
+        let i = *self.by_host_ino.get(&host_ino)?;
+        Some((i, &self.files[i]))
+    }
+}
+
+/// The ref shown for a bind mount whose root (mountinfo's fourth field)
+/// is a layout's `tree`: `.../fanotify/<key>/tree`; `None` for any other
+/// mount. The ref is read from the folder's `ref` file when the root is a
+/// path of this file system, else the key is shown.
+pub(crate) fn mounted_ref(root: &str) -> Option<String> {
+    let rest = root.strip_suffix("/tree")?;
+    let (parent, key) = rest.rsplit_once('/')?;
+    if !parent.ends_with("/fanotify") || key.len() < 64 {
+        return None;
+    }
+    let shown = std::fs::read_to_string(Path::new(rest).join("ref")).ok();
+    Some(shown.unwrap_or_else(|| key.to_string()))
+}
+
+/// `ino`'s path relative to the mount's root.
+fn relative(inodes: &Inodes, ino: u64) -> String {
+    let mut parts = Vec::new();
+    let mut at = ino;
+    while at != ROOT {
+        parts.push(inodes.name(at));
+        match inodes.parent(at) {
+            Some(p) => at = p,
+            None => break,
+        }
+    }
+    parts.reverse();
+    parts.join("/")
+}
+
+fn remove_any(path: &Path) -> io::Result<()> {
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.is_dir() => std::fs::remove_dir_all(path),
+        Ok(_) => std::fs::remove_file(path),
+        Err(_) => Ok(()),
+    }
+}
+
+fn cstr(path: &Path) -> io::Result<std::ffi::CString> {
+    use std::os::unix::ffi::OsStrExt as _;
+    std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))
+}
+
+fn chown(path: &Path, owner: Owner) -> io::Result<()> {
+    let c = cstr(path)?;
+    // SAFETY: valid NUL-terminated path.
+    if unsafe { libc::lchown(c.as_ptr(), owner.uid, owner.gid) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+fn set_time(path: &Path, time: SystemTime) -> io::Result<()> {
+    let d = time
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or_default();
+    let ts = libc::timespec {
+        tv_sec: d.as_secs() as libc::time_t,
+        tv_nsec: d.subsec_nanos() as libc::c_long,
+    };
+    let c = cstr(path)?;
+    // SAFETY: valid path and a two-element timespec array.
+    if unsafe {
+        libc::utimensat(
+            libc::AT_FDCWD,
+            c.as_ptr(),
+            [ts, ts].as_ptr(),
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    } != 0
+    {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Bytes a folder takes on disk (allocated blocks, so holes count zero).
+fn disk_usage(path: &Path) -> u64 {
+    let Ok(m) = std::fs::symlink_metadata(path) else {
+        return 0;
+    };
+    let mut total = m.blocks() * 512;
+    if m.is_dir() {
+        if let Ok(rd) = std::fs::read_dir(path) {
+            total += rd.flatten().map(|e| disk_usage(&e.path())).sum::<u64>();
+        }
+    }
+    total
+}
+
+/// What [`trim`] did.
+#[derive(Debug, Default)]
+pub(crate) struct Trimmed {
+    /// Bytes the version folders took, before and after.
+    pub before: u64,
+    pub after: u64,
+    pub removed: usize,
+}
+
+/// Keeps the version folders plus `other` bytes (the chunk cache) within
+/// `bound`: removes whole folders that no mount holds, least recently used
+/// first. Folders in use stay, even past the bound.
+pub(crate) fn trim(cache_dir: &Path, bound: u64, other: u64) -> Trimmed {
+    let base = cache_dir.join("fanotify");
+    let Ok(rd) = std::fs::read_dir(&base) else {
+        return Trimmed::default();
+    };
+    let mut folders: Vec<(SystemTime, PathBuf, u64)> = rd
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .map(|e| {
+            let p = e.path();
+            let used = std::fs::metadata(p.join("lock"))
+                .and_then(|m| m.modified())
+                .unwrap_or(SystemTime::UNIX_EPOCH);
+            let size = disk_usage(&p);
+            (used, p, size)
+        })
+        .collect();
+    let before: u64 = folders.iter().map(|f| f.2).sum();
+    let mut total = before;
+    folders.sort();
+    let mut removed = 0;
+    for (_, path, size) in folders {
+        if total.saturating_add(other) <= bound {
+            break;
+        }
+        let Ok(lock) = OpenOptions::new().write(true).open(path.join("lock")) else {
+            continue;
+        };
+        // SAFETY: flock on a descriptor we own.
+        if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            continue; // mounted
+        }
+        if std::fs::remove_dir_all(&path).is_ok() {
+            total -= size;
+            removed += 1;
+        }
+    }
+    Trimmed {
+        before,
+        after: total,
+        removed,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bitmap_survives_reopening_and_a_short_one_is_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("7");
+        let mut f = Fill::open(&p, 10, true).unwrap();
+        assert_eq!(f.missing(0..10).len(), 10);
+        f.set(&[0, 9]).unwrap();
+        let f = Fill::open(&p, 10, false).unwrap();
+        assert_eq!(f.missing(0..10), vec![1, 2, 3, 4, 5, 6, 7, 8]);
+        assert!(!f.full());
+        // A bitmap for another size of file is not trusted.
+        let f = Fill::open(&p, 100, false).unwrap();
+        assert_eq!(f.missing(0..100).len(), 100);
+        let f = Fill::open(&dir.path().join("e"), 0, true).unwrap();
+        assert!(f.full());
+    }
+}

@@ -1,0 +1,507 @@
+//! `sealvol mount --engine fanotify` as a user meets it: the kernel serves
+//! the version from local files that the mount fills on demand through
+//! fanotify pre-content events (issue 32). The version reads back byte for
+//! byte (through `read` and `mmap`), what was filled stays filled for the
+//! next mount, a forged chunk list gives `EIO`, and a mount process killed
+//! while a read waits on it never lets that read, or a later one through a
+//! held descriptor or a mapping, see the zeros of an unfilled hole.
+//!
+//! These need root and a kernel with pre-content events (Linux 6.14+), as
+//! CI has; they fail, not skip, without them.
+
+use std::fs::File;
+use std::io::{Read as _, Write as _};
+use std::net::{TcpListener, TcpStream};
+use std::os::unix::fs::{symlink, FileExt as _, PermissionsExt as _};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use sealvol_spec::chain::PIECE;
+use sealvol_spec::{ChunkRef, EntryData, TreeIndex};
+use sealvol_tests::forge::Mirror;
+use sealvol_tests::fuse::{
+    assert_eio, is_mounted, mountpoint, pread, read, read_until_error, within, Mounted,
+};
+use sealvol_tests::{host, json, noise, s, write, DockerRegistry, Sandbox, Server};
+
+const MIB: usize = PIECE as usize;
+/// Several pieces and several chunks, the last piece short.
+const BIG: usize = 40 * MIB + 777;
+
+fn sample(root: &Path) {
+    write(&root.join("big.bin"), &noise(BIG, 1), 0o644);
+    write(&root.join("config.json"), b"{\"hidden_size\": 64}\n", 0o644);
+    write(&root.join("tokenizer.json"), &noise(3000, 2), 0o444);
+    write(&root.join("empty"), b"", 0o644);
+    write(&root.join("secret.key"), b"not for everyone\n", 0o600);
+    write(&root.join("run.sh"), b"#!/bin/sh\necho hi\n", 0o755);
+    write(&root.join("nested/deeper/notes.txt"), b"deep\n", 0o644);
+    std::fs::create_dir_all(root.join("emptydir")).unwrap();
+    symlink("nested/deeper/notes.txt", root.join("link")).unwrap();
+    for (dir, mode) in [("", 0o755), ("nested/deeper", 0o750), ("emptydir", 0o700)] {
+        std::fs::set_permissions(root.join(dir), std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+}
+
+fn push(sb: &Sandbox, registry: &str, dir: &Path, reference: &str) -> String {
+    let v = json(
+        sb.sealvol(registry, &["push", s(dir), reference, "--output", "json"]),
+        &format!("push {reference}"),
+    );
+    v["digest"]
+        .as_str()
+        .and_then(|d| d.strip_prefix("b3:"))
+        .unwrap_or_else(|| panic!("push printed {v}"))
+        .to_string()
+}
+
+/// `sealvol mount --engine fanotify REF MNT --cache-dir CACHE EXTRA…`,
+/// checked to have said it chose fanotify.
+fn mount_fanotify(
+    sb: &Sandbox,
+    registry: &str,
+    reference: &str,
+    mnt: &Path,
+    cache: &Path,
+    extra: &[&str],
+) -> Mounted {
+    let mut args = vec![
+        "mount",
+        reference,
+        s(mnt),
+        "--cache-dir",
+        s(cache),
+        "--engine",
+        "fanotify",
+    ];
+    args.extend_from_slice(extra);
+    let m = Mounted::start(sb, registry, &args, &[mnt]);
+    assert!(
+        m.stdout()
+            .contains("sealvol: engine: fanotify (kernel pre-content events)"),
+        "the engine line: {:?} {}",
+        m.stdout(),
+        m.stderr()
+    );
+    m
+}
+
+/// `GET`s a `sealvol serve` answered with 200, from its metrics.
+fn gets_served(addr: &str) -> u64 {
+    let text = reqwest::blocking::Client::builder()
+        .no_proxy()
+        .build()
+        .unwrap()
+        .get(format!("http://{addr}/metrics"))
+        .send()
+        .unwrap()
+        .text()
+        .unwrap();
+    text.lines()
+        .filter(|l| {
+            l.starts_with("sealvol_http_requests_total{")
+                && l.contains("method=\"GET\"")
+                && l.contains("status=\"200\"")
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
+}
+
+/// The bytes of `path` through a read-only shared mapping.
+fn mmap_read(path: &Path) -> Vec<u8> {
+    use std::os::fd::AsRawFd as _;
+    let f = File::open(path).unwrap();
+    let len = f.metadata().unwrap().len() as usize;
+    // SAFETY: a read-only private view of a file we keep open while
+    // copying out of it; unmapped before returning.
+    unsafe {
+        let p = libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            f.as_raw_fd(),
+            0,
+        );
+        assert_ne!(p, libc::MAP_FAILED, "mmap {}", path.display());
+        let out = std::slice::from_raw_parts(p as *const u8, len).to_vec();
+        libc::munmap(p, len);
+        out
+    }
+}
+
+#[test]
+fn a_fanotify_mount_reads_back_its_source_and_keeps_what_it_filled() {
+    let sb = Sandbox::new();
+    let src = sb.path().join("src");
+    sample(&src);
+    let serve = Server::start(&sb.path().join("serve"));
+    let reg = host(&serve);
+    let hex = push(&sb, &reg, &src, "bdn:ns/vol");
+    let reference = format!("bdn:ns/vol@b3:{hex}");
+    let cache = sb.path().join("cache");
+    let mnt = mountpoint(&sb, "mnt");
+
+    let mut m = mount_fanotify(&sb, &reg, &reference, &mnt, &cache, &[]);
+    assert_eq!(
+        m.ready(),
+        [format!("sealvol: mounted {reference} at {}", mnt.display())]
+    );
+    // Mounted read-only.
+    let err = File::create(mnt.join("new")).unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::EROFS), "{err}");
+
+    // A read in the middle first: only its pieces are filled.
+    let big = noise(BIG, 1);
+    let at = 17 * MIB + 5;
+    assert_eq!(
+        pread(&mnt.join("big.bin"), at as u64, 10_000).unwrap(),
+        big[at..at + 10_000]
+    );
+    // Names, modes, link targets and every byte.
+    let (a, b) = (src.clone(), mnt.clone());
+    within("comparing the trees", move || {
+        sealvol_tests::assert_same_tree(&a, &b)
+    });
+    assert_eq!(mmap_read(&mnt.join("big.bin")), big);
+    m.stop();
+    assert!(!is_mounted(&mnt), "the mount is gone after a clean stop");
+
+    // A second mount of the version refetches nothing it filled: its reads
+    // reach the registry not once (only the mount's own resolve does).
+    let m = mount_fanotify(&sb, &reg, &reference, &mnt, &cache, &[]);
+    // Reading the metrics is a GET too: count what one costs.
+    let first = gets_served(&reg);
+    let before = gets_served(&reg);
+    let own = before - first;
+    assert_eq!(read(&mnt.join("big.bin")).unwrap(), big);
+    assert_eq!(mmap_read(&mnt.join("big.bin")), big);
+    assert_eq!(read(&mnt.join("tokenizer.json")).unwrap(), noise(3000, 2));
+    assert_eq!(
+        gets_served(&reg) - before,
+        own,
+        "filled bytes were fetched again"
+    );
+    // `sealvol umount` knows it for a sealvol mount, and the process ends.
+    let out = sb.sealvol(&reg, &["umount", s(&mnt)]);
+    assert!(
+        out.status.success(),
+        "umount: {}",
+        sealvol_tests::stderr(&out)
+    );
+    let pid = m.pid();
+    within("the mount process to end after umount", move || {
+        while !exited(pid) {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    });
+    assert!(!is_mounted(&mnt));
+    assert!(m.stdout().contains("sealvol: unmounted"), "{}", m.stdout());
+}
+
+/// Whether process `pid` (our child) has ended: gone, or a zombie.
+fn exited(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat
+            .rsplit_once(") ")
+            .is_some_and(|(_, rest)| rest.starts_with('Z')),
+        Err(_) => true,
+    }
+}
+
+/// Four pieces, the last one short; `big2.bin` differs in its first MiB
+/// only, so both files cut alike (FastCDC looks at no byte before 1 MiB).
+fn forge_sample(root: &Path) -> (Vec<u8>, Vec<u8>) {
+    let big1 = noise(3 * MIB + 4321, 11);
+    let mut big2 = big1.clone();
+    big2[..MIB].copy_from_slice(&noise(MIB, 12));
+    write(&root.join("big1.bin"), &big1, 0o644);
+    write(&root.join("big2.bin"), &big2, 0o644);
+    write(&root.join("config.json"), b"{\"hidden_size\": 64}\n", 0o644);
+    (big1, big2)
+}
+
+fn chunks_of(tree: &TreeIndex, path: &str) -> Vec<ChunkRef> {
+    match &tree.get(path).unwrap_or_else(|| panic!("no {path}")).data {
+        EntryData::File { chunks, .. } => chunks.clone(),
+        other => panic!("{path} is not a file: {other:?}"),
+    }
+}
+
+#[test]
+fn a_forged_chunk_list_gives_eio_through_the_fanotify_engine() {
+    let sb = Sandbox::new();
+    let src = sb.path().join("src");
+    let (good, other) = forge_sample(&src);
+    let docker = DockerRegistry::start();
+    let reg = docker.addr();
+    let hex = push(&sb, &reg, &src, "bdn:ns/vol");
+    let pinned = format!("bdn:ns/vol@b3:{hex}");
+    let mirror = Mirror::new(&reg);
+    let before = mirror.fetch("ns/vol", &hex);
+    let c2 = chunks_of(&before.tree, "big2.bin");
+    // big1.bin's first chunk is now big2.bin's: a blob the registry has,
+    // of the right length and sha256; the tree stays valid under the
+    // pinned digest. Only the per-piece check can catch it.
+    let swapped = c2[0].sha256;
+    let built = mirror.forge("ns/vol", &hex, |entries| {
+        for e in entries.iter_mut().filter(|e| e.path == "big1.bin") {
+            if let EntryData::File { chunks, .. } = &mut e.data {
+                chunks[0].sha256 = swapped;
+            }
+        }
+    });
+    assert_eq!(built.digest.hex(), hex);
+
+    let mnt = mountpoint(&sb, "mnt");
+    let cache = sb.path().join("cache");
+    let mut m = mount_fanotify(&sb, &reg, &pinned, &mnt, &cache, &[]);
+    let path = mnt.join("big1.bin");
+    for offset in [0, MIB as u64 / 2, 0] {
+        assert_eio(
+            pread(&path, offset, 4096),
+            &format!("a read of big1.bin at {offset}, in the forged piece"),
+        );
+    }
+    let (returned, err) = read_until_error(&path);
+    let err = err.expect("reading big1.bin through the forged piece succeeded");
+    assert_eq!(err.raw_os_error(), Some(libc::EIO), "{err}");
+    assert!(
+        returned.is_empty() || returned == good[..returned.len()],
+        "{} wrong bytes served",
+        returned.len()
+    );
+    // An mmap of it fails too (the kernel asks for the whole mapping).
+    let f = File::open(&path).unwrap();
+    {
+        use std::os::fd::AsRawFd as _;
+        // SAFETY: a mapping we only check for failure; unmapped if made.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                good.len(),
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                f.as_raw_fd(),
+                0,
+            )
+        };
+        let e = std::io::Error::last_os_error();
+        if p != libc::MAP_FAILED {
+            // SAFETY: unmapping what we mapped.
+            unsafe { libc::munmap(p, good.len()) };
+            panic!("mmap of a file with a forged piece succeeded");
+        }
+        assert_eq!(e.raw_os_error(), Some(libc::EIO), "mmap: {e}");
+    }
+    // Pieces that verify are served, and right; other files read.
+    assert_eq!(
+        pread(&path, 2 * PIECE + 10, 4096).unwrap(),
+        good[2 * MIB + 10..2 * MIB + 10 + 4096]
+    );
+    assert_eq!(read(&mnt.join("big2.bin")).unwrap(), other);
+    assert_eq!(
+        read(&mnt.join("config.json")).unwrap(),
+        b"{\"hidden_size\": 64}\n"
+    );
+    m.stop();
+}
+
+/// A TCP relay to a registry that can be told to hold every request (a
+/// registry that hangs rather than refuses).
+struct Gate {
+    addr: String,
+    hold: Arc<AtomicBool>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Gate {
+    fn start(upstream: &str) -> Gate {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let (hold, stop) = (
+            Arc::new(AtomicBool::new(false)),
+            Arc::new(AtomicBool::new(false)),
+        );
+        let upstream = upstream.to_string();
+        let (h, st) = (hold.clone(), stop.clone());
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                if st.load(Ordering::SeqCst) {
+                    break;
+                }
+                let Ok(client) = conn else { continue };
+                let Ok(server) = TcpStream::connect(&upstream) else {
+                    continue;
+                };
+                let (mut c_in, mut s_out) =
+                    (client.try_clone().unwrap(), server.try_clone().unwrap());
+                let (mut s_in, mut c_out) = (server, client);
+                let (h, st) = (h.clone(), st.clone());
+                std::thread::spawn(move || {
+                    let mut buf = vec![0u8; 64 << 10];
+                    while let Ok(n) = c_in.read(&mut buf) {
+                        if n == 0 {
+                            break;
+                        }
+                        while h.load(Ordering::SeqCst) && !st.load(Ordering::SeqCst) {
+                            std::thread::sleep(Duration::from_millis(20));
+                        }
+                        if s_out.write_all(&buf[..n]).is_err() {
+                            break;
+                        }
+                    }
+                    let _ = s_out.shutdown(std::net::Shutdown::Write);
+                });
+                std::thread::spawn(move || {
+                    let _ = std::io::copy(&mut s_in, &mut c_out);
+                    let _ = c_out.shutdown(std::net::Shutdown::Write);
+                });
+            }
+        });
+        Gate { addr, hold, stop }
+    }
+}
+
+impl Drop for Gate {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        let _ = TcpStream::connect(&self.addr);
+    }
+}
+
+/// What a read after the kill may give: an error, or the end of the file
+/// (the keeper truncated what it could not vouch for); never bytes.
+fn assert_no_bytes(r: std::io::Result<Vec<u8>>, what: &str) {
+    match r {
+        Err(_) => {}
+        Ok(b) => assert!(
+            b.is_empty(),
+            "{what}: {} bytes served after the mount process died (zeros: {})",
+            b.len(),
+            b.iter().all(|&x| x == 0)
+        ),
+    }
+}
+
+#[test]
+fn a_killed_mount_process_never_lets_a_read_see_zeros() {
+    let sb = Sandbox::new();
+    let src = sb.path().join("src");
+    sample(&src);
+    let serve = Server::start(&sb.path().join("serve"));
+    let reg = host(&serve);
+    let hex = push(&sb, &reg, &src, "bdn:ns/vol");
+    let reference = format!("bdn:ns/vol@b3:{hex}");
+    let gate = Gate::start(&reg);
+    let cache = sb.path().join("cache");
+    let big = noise(BIG, 1);
+
+    // (a) A read through a held descriptor waits on the registry when the
+    // mount process is killed.
+    let mnt = mountpoint(&sb, "mnt");
+    let m = mount_fanotify(
+        &sb,
+        &gate.addr,
+        &reference,
+        &mnt,
+        &cache,
+        &["--fetch-timeout", "100"],
+    );
+    // One piece filled before, which later reads may still see.
+    assert_eq!(pread(&mnt.join("big.bin"), 0, 4096).unwrap(), big[..4096]);
+    let held = File::open(mnt.join("big.bin")).unwrap();
+    let held = Arc::new(held);
+    gate.hold.store(true, Ordering::SeqCst);
+    let waiting = {
+        let f = Arc::clone(&held);
+        std::thread::spawn(move || {
+            let mut buf = vec![0u8; 4096];
+            f.read_at(&mut buf, 20 * PIECE + 3).map(|n| {
+                buf.truncate(n);
+                buf
+            })
+        })
+    };
+    std::thread::sleep(Duration::from_millis(700));
+    assert!(!waiting.is_finished(), "the cold read did not wait");
+    m.signal(libc::SIGKILL);
+    let r = within("the read pending at the kill", move || {
+        waiting.join().unwrap()
+    });
+    assert_eio(r, "a read pending when the mount process was killed");
+    // Later reads through the held descriptor: an error or the end of the
+    // file, never the hole's zeros (the registry is released: a read that
+    // reached a live mount would get bytes).
+    gate.hold.store(false, Ordering::SeqCst);
+    std::thread::sleep(Duration::from_millis(300));
+    for at in [20 * PIECE + 3, 30 * PIECE, 3] {
+        let f = Arc::clone(&held);
+        let r = within("a read after the kill", move || {
+            let mut buf = vec![0u8; 4096];
+            f.read_at(&mut buf, at).map(|n| {
+                buf.truncate(n);
+                buf
+            })
+        });
+        assert_no_bytes(r, &format!("a read at {at} through the held descriptor"));
+    }
+    drop(held);
+    drop(m);
+    assert!(!is_mounted(&mnt), "the killed mount was left attached");
+
+    // A new mount lays the version out again and reads it right.
+    let mut m = mount_fanotify(&sb, &gate.addr, &reference, &mnt, &cache, &[]);
+    assert_eq!(read(&mnt.join("big.bin")).unwrap(), big);
+    m.stop();
+
+    // (b) An mmap, whose pre-content event asks for the whole mapping,
+    // waits on the registry when the mount process is killed: it fails,
+    // and nothing is ever mapped from a hole. In a child process, so
+    // that a SIGBUS cannot take the test down.
+    let cache2 = sb.path().join("cache2");
+    let m = mount_fanotify(
+        &sb,
+        &gate.addr,
+        &reference,
+        &mnt,
+        &cache2,
+        &["--fetch-timeout", "100"],
+    );
+    gate.hold.store(true, Ordering::SeqCst);
+    let probe = format!(
+        "import mmap,sys\nf=open(sys.argv[1],'rb')\ntry:\n m=mmap.mmap(f.fileno(),0,prot=mmap.PROT_READ)\nexcept OSError as e:\n print('error',e.errno); sys.exit(3)\nprint('mapped', m[{at}:{at}+64].hex())\n",
+        at = 25 * MIB
+    );
+    let child = std::process::Command::new("python3")
+        .args(["-c", &probe, s(&mnt.join("big.bin"))])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3");
+    std::thread::sleep(Duration::from_millis(1500));
+    m.signal(libc::SIGKILL);
+    let out = within("the mmap pending at the kill", move || {
+        child.wait_with_output().unwrap()
+    });
+    gate.hold.store(false, Ordering::SeqCst);
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    let want = big[25 * MIB..25 * MIB + 64]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<String>();
+    assert!(
+        stdout.trim() == format!("error {}", libc::EIO)
+            || stdout.trim() == format!("mapped {want}"),
+        "the mmap after the kill: {stdout:?} {:?} ({:?})",
+        String::from_utf8_lossy(&out.stderr),
+        out.status
+    );
+    assert!(
+        !stdout.contains(&"00".repeat(64)),
+        "zeros were mapped: {stdout}"
+    );
+    drop(m);
+}
