@@ -27,6 +27,10 @@ pub enum Error {
     InvalidTree(String),
     #[error("{0}")]
     Usage(String),
+    /// A recorded prefetch list (SPEC.md §5.8) that breaks a rule: it is
+    /// not used, and nothing it names is fetched.
+    #[error("the recorded prefetch list is refused: {0}")]
+    InvalidPrefetch(String),
     /// A version whose bytes cannot be verified against its digest, refused
     /// by policy.
     #[error("{0}")]

@@ -27,6 +27,7 @@ pub mod filestate;
 pub mod hosts;
 pub mod inspect;
 pub mod keys;
+pub mod prefetch;
 pub mod pull;
 pub mod push;
 pub mod remote;

@@ -872,6 +872,145 @@ impl Remote {
         }
     }
 
+    /// The referrers of manifest `subject` in `repo` whose `artifactType`
+    /// is `artifact_type` (OCI distribution 1.1), and whether the registry
+    /// has the referrers API. Without it (the endpoint answers 404) they are
+    /// read from the referrers tag schema's index, tagged `sha256-<hex>`,
+    /// and filtered here; no such tag means none. Each page is at most the
+    /// manifest limit (SPEC.md §5.2), and at most [`REFERRER_PAGES`] pages
+    /// are read.
+    pub async fn referrers(
+        &self,
+        repo: &str,
+        subject: &Sha256Digest,
+        artifact_type: &str,
+    ) -> Result<(Vec<sealvol_spec::oci::OciDescriptor>, bool), TransportError> {
+        let what = format!("referrers of {repo}@{subject}");
+        let reference = self.by_digest(repo, &subject.to_string());
+        let token = match self.is_open().await {
+            true => None,
+            false => self
+                .client
+                .auth(&reference, &self.auth, RegistryOperation::Pull)
+                .await
+                .ok()
+                .flatten(),
+        };
+        let mut url = self.v2_url(&format!("{repo}/referrers/{subject}"))?;
+        url.query_pairs_mut()
+            .append_pair("artifactType", artifact_type);
+        let mut found = Vec::new();
+        for _ in 0..REFERRER_PAGES {
+            let page = self
+                .retry(&what, || self.get_bounded(url.clone(), token.as_deref()))
+                .await;
+            let (body, next) = match page {
+                Ok(p) => p,
+                Err(TransportError::NotFound(_)) if found.is_empty() => {
+                    return Ok((
+                        self.referrers_by_tag(repo, subject, artifact_type).await?,
+                        false,
+                    ))
+                }
+                Err(e) => return Err(e),
+            };
+            let page = sealvol_spec::oci::referrers_in(&body, artifact_type).map_err(|e| {
+                TransportError::Registry {
+                    registry: self.registry.clone(),
+                    message: format!("{what}: {e}"),
+                }
+            })?;
+            found.extend(page);
+            match next {
+                Some(n) => {
+                    url = url.join(&n).map_err(|e| TransportError::Registry {
+                        registry: self.registry.clone(),
+                        message: format!("{what}: bad Link {n:?}: {e}"),
+                    })?
+                }
+                None => break,
+            }
+        }
+        Ok((found, true))
+    }
+
+    /// The referrers tag schema's index of `subject`, filtered.
+    async fn referrers_by_tag(
+        &self,
+        repo: &str,
+        subject: &Sha256Digest,
+        artifact_type: &str,
+    ) -> Result<Vec<sealvol_spec::oci::OciDescriptor>, TransportError> {
+        let tag = referrers_tag(subject);
+        match self.manifest(repo, &tag).await {
+            Ok((bytes, _)) => match sealvol_spec::oci::referrers_in(&bytes, artifact_type) {
+                Ok(found) => Ok(found),
+                // Not an index: not the tag schema's, so no referrers.
+                Err(e) => {
+                    tracing::debug!(repo, tag, error = %e, "referrers tag holds no index");
+                    Ok(Vec::new())
+                }
+            },
+            Err(TransportError::NotFound(_)) => Ok(Vec::new()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// `<scheme>://<registry>/v2/<rest>`.
+    fn v2_url(&self, rest: &str) -> Result<Url, TransportError> {
+        let url = format!("{}://{}/v2/{rest}", self.scheme, self.resolved_registry());
+        Url::parse(&url).map_err(|e| TransportError::Registry {
+            registry: self.registry.clone(),
+            message: format!("{url} is not a valid URL: {e}"),
+        })
+    }
+
+    /// A `GET` of a JSON document of at most the manifest limit: its body
+    /// and the `rel="next"` target of its `Link` header.
+    async fn get_bounded(
+        &self,
+        url: Url,
+        token: Option<&str>,
+    ) -> Result<(Vec<u8>, Option<String>), OciDistributionError> {
+        let max = sealvol_spec::oci::MAX_MANIFEST_BYTES;
+        let mut req = self.http.get(url).header(
+            reqwest::header::ACCEPT,
+            "application/vnd.oci.image.index.v1+json",
+        );
+        match (token, &self.auth) {
+            (Some(t), _) => req = req.bearer_auth(t),
+            (None, RegistryAuth::Bearer(t)) => req = req.bearer_auth(t),
+            (None, RegistryAuth::Basic(u, p)) => req = req.basic_auth(u, Some(p)),
+            _ => {}
+        }
+        let mut resp = req.send().await?;
+        if !resp.status().is_success() {
+            return Err(status_error(resp).await);
+        }
+        let next = resp
+            .headers()
+            .get(reqwest::header::LINK)
+            .and_then(|v| v.to_str().ok())
+            .and_then(next_link);
+        let too_large = |n: u64| {
+            OciDistributionError::SpecViolationError(format!(
+                "a referrers list of {n} bytes or more, over the {max}-byte limit"
+            ))
+        };
+        if let Some(n) = resp.content_length().filter(|&n| n > max as u64) {
+            return Err(too_large(n));
+        }
+        let read = |e| OciDistributionError::IoError(std::io::Error::other(e));
+        let mut body = Vec::new();
+        while let Some(piece) = resp.chunk().await.map_err(read)? {
+            if body.len() + piece.len() > max {
+                return Err(too_large((body.len() + piece.len()) as u64));
+            }
+            body.extend_from_slice(&piece);
+        }
+        Ok((body, next))
+    }
+
     /// What this connection learned of the registry's volume API.
     pub(crate) fn api_info_cell(&self) -> &OnceCell<Option<ApiInfo>> {
         &self.api
@@ -1005,6 +1144,27 @@ impl Remote {
         };
         self.authenticate(&reference, op).await;
     }
+}
+
+/// Most pages of a referrers list read.
+pub const REFERRER_PAGES: usize = 16;
+
+/// The tag under which the referrers tag schema keeps the referrers of
+/// `subject`: `sha256-<hex>`.
+pub fn referrers_tag(subject: &Sha256Digest) -> String {
+    subject.to_string().replacen(':', "-", 1)
+}
+
+/// The target of `rel="next"` in a `Link` header: `<url>; rel="next"`.
+fn next_link(header: &str) -> Option<String> {
+    header.split(',').find_map(|part| {
+        let (target, params) = part.trim().split_once(';')?;
+        let target = target.trim().strip_prefix('<')?.strip_suffix('>')?;
+        params
+            .split(';')
+            .any(|p| matches!(p.trim(), "rel=\"next\"" | "rel=next"))
+            .then(|| target.to_string())
+    })
 }
 
 /// Page size for tag and repository lists.
@@ -1169,6 +1329,21 @@ mod tests {
         for r in ["ghcr.io", "registry.example.com:5000", "10.0.0.1:5000"] {
             assert!(!is_loopback(r), "{r}");
         }
+    }
+
+    #[test]
+    fn link_headers_give_the_next_page() {
+        assert_eq!(
+            next_link(r#"</v2/a/referrers/sha256:1?n=1&last=x>; rel="next""#).as_deref(),
+            Some("/v2/a/referrers/sha256:1?n=1&last=x")
+        );
+        assert_eq!(next_link(r#"<http://x/>; rel="prev""#), None);
+        assert_eq!(next_link("garbage"), None);
+        let d: Sha256Digest =
+            "sha256:0000000000000000000000000000000000000000000000000000000000000000"
+                .parse()
+                .unwrap();
+        assert_eq!(referrers_tag(&d), format!("sha256-{}", "0".repeat(64)));
     }
 
     #[test]

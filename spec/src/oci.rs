@@ -518,6 +518,9 @@ pub struct BuiltPrefetch {
     /// The empty config, then the list blob.
     pub blobs: Vec<Content>,
     pub manifest: Content,
+    /// The manifest's descriptor as a referrers list shows it: with its
+    /// `artifactType` and annotations (for the referrers tag schema).
+    pub referrer: Descriptor,
 }
 
 /// The referrer manifest of the prefetch list `list` (its encoded bytes)
@@ -532,6 +535,10 @@ pub fn build_prefetch(
 ) -> Result<BuiltPrefetch, OciError> {
     let empty = Content::new(MediaType::EmptyJSON, EMPTY_JSON.to_vec())?;
     let blob = Content::new(MediaType::Other(MT_PREFETCH_LIST.into()), list)?;
+    let annotations = HashMap::from([
+        (ANN_VERSION.to_string(), version.to_string()),
+        (ANN_CREATED.to_string(), created.to_string()),
+    ]);
     let subject = DescriptorBuilder::default()
         .media_type(MediaType::ImageIndex)
         .digest(oci_digest(index_digest))
@@ -544,14 +551,16 @@ pub fn build_prefetch(
         .config(empty.descriptor.clone())
         .layers(vec![blob.descriptor.clone()])
         .subject(subject)
-        .annotations(HashMap::from([
-            (ANN_VERSION.to_string(), version.to_string()),
-            (ANN_CREATED.to_string(), created.to_string()),
-        ]))
+        .annotations(annotations.clone())
         .build()?;
+    let manifest = manifest_content(&m)?;
+    let mut referrer = manifest.descriptor.clone();
+    referrer.set_artifact_type(Some(MediaType::Other(MT_PREFETCH.into())));
+    referrer.set_annotations(Some(annotations));
     Ok(BuiltPrefetch {
-        manifest: manifest_content(&m)?,
+        manifest,
         blobs: vec![empty, blob],
+        referrer,
     })
 }
 
@@ -616,6 +625,47 @@ pub fn prefetch_layer(
         )));
     }
     Ok(layer.clone())
+}
+
+/// The entries of a referrers list (an image index: the referrers API's
+/// answer, or the referrers tag schema's index) whose `artifactType` is
+/// `artifact_type`; a registry may ignore the filter, and the tag schema has
+/// none.
+pub fn referrers_in(bytes: &[u8], artifact_type: &str) -> Result<Vec<Descriptor>, OciError> {
+    let index: ImageIndex = serde_json::from_slice(bytes)?;
+    Ok(index
+        .manifests()
+        .iter()
+        .filter(|d| matches!(d.artifact_type(), Some(MediaType::Other(t)) if t == artifact_type))
+        .cloned()
+        .collect())
+}
+
+/// The referrers tag schema's index with `referrer` added (or put in place
+/// of an entry of the same digest): `existing` is the index the tag holds,
+/// `None` when there is none yet.
+pub fn add_referrer(existing: Option<&[u8]>, referrer: Descriptor) -> Result<Content, OciError> {
+    let mut manifests = match existing {
+        Some(bytes) => serde_json::from_slice::<ImageIndex>(bytes)?
+            .manifests()
+            .clone(),
+        None => Vec::new(),
+    };
+    manifests.retain(|d| d.digest() != referrer.digest());
+    manifests.push(referrer);
+    let index = ImageIndexBuilder::default()
+        .schema_version(2u32)
+        .media_type(MediaType::ImageIndex)
+        .manifests(manifests)
+        .build()?;
+    let bytes = canonical_json(&index)?;
+    if bytes.len() > MAX_MANIFEST_BYTES {
+        return Err(OciError::TooLarge {
+            what: "the referrers index",
+            size: bytes.len(),
+        });
+    }
+    Content::new(MediaType::ImageIndex, bytes)
 }
 
 #[cfg(test)]
