@@ -14,6 +14,7 @@ mod lifecycle;
 mod mount;
 mod output;
 mod progress;
+mod record;
 mod sync;
 mod verify;
 mod volume;
@@ -316,6 +317,9 @@ enum Command {
     },
     /// Mount a version read-only (FUSE); files appear at once, bytes stream in as they are read
     Mount(mount::MountArgs),
+    /// Mount a version, run CMD on it, and push the order of its first reads
+    /// as the version's prefetch list (for `mount --prefetch recorded`)
+    Record(record::RecordArgs),
     /// Unmount a sealvol mount; the process serving it then exits
     Umount {
         mountpoint: PathBuf,
@@ -457,7 +461,7 @@ fn main() -> ExitCode {
     // requests the mount answers on purpose.
     let default_level = match cli.command {
         Command::Serve { .. } | Command::Snapshotter { .. } => "info",
-        Command::Mount(_) => "warn,fuser=error",
+        Command::Mount(_) | Command::Record(_) => "warn,fuser=error",
         _ => "warn",
     };
     tracing_subscriber::fmt()
@@ -780,6 +784,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         },
         Command::Diff { a, b, conn, output } => volume::diff(&a, &b, &conn, output),
         Command::Mount(args) => mount::mount(args),
+        Command::Record(args) => record::record(args),
         Command::Umount { mountpoint, lazy } => mount::umount(&mountpoint, lazy),
         Command::Sync { action } => sync::run(action),
         Command::Secret { action } => sync::run_secret(action),

@@ -55,6 +55,7 @@ mod mount;
 mod passthrough;
 mod prefetch;
 mod reader;
+pub mod record;
 #[cfg(test)]
 mod testing;
 mod verify;

@@ -2,8 +2,11 @@
 //! local. With [`Prefetch::Open`](crate::Prefetch::Open) a file's chunks are
 //! fetched once it is opened; with [`Prefetch::All`](crate::Prefetch::All)
 //! the whole version is, files that were opened first, then the rest in
-//! canonical order. A few workers fetch in parallel (like `pull`), each
-//! distinct chunk once; chunks already on this machine are skipped.
+//! canonical order. A recorded prefetch
+//! ([`Prefetcher::recorded`], SPEC.md §5.8) fetches the chunks under the
+//! pieces a cold start read first, in the order it read them. A few workers
+//! fetch in parallel (like `pull`), each distinct chunk once; chunks
+//! already on this machine are skipped.
 //!
 //! Prefetch never stands in the way of reads: a read of a chunk being
 //! prefetched joins that fetch, and a failed prefetch is only logged (the
@@ -52,6 +55,10 @@ struct Queue {
     /// Chunks already scheduled.
     scheduled: HashSet<Sha256Digest>,
     workers: usize,
+    /// A recorded prefetch's chunks, in order, and whether opens are
+    /// ignored (they are when there is a recording to follow).
+    planned: VecDeque<ChunkRef>,
+    recorded: bool,
 }
 
 impl Prefetcher {
@@ -88,6 +95,28 @@ impl Prefetcher {
         p
     }
 
+    // Made by `mount` for `Prefetch::Recorded`.
+    #[cfg_attr(not(test), allow(dead_code))]
+    /// A prefetcher of `planned`, in that order: a recorded prefetch's
+    /// chunks ([`crate::record::plan`]). Opened files add nothing: the
+    /// recording already says what a start reads, and in which order.
+    pub fn recorded(
+        reader: Arc<ChunkReader>,
+        inodes: Arc<Inodes>,
+        planned: Vec<ChunkRef>,
+        jobs: usize,
+        rt: tokio::runtime::Handle,
+    ) -> Arc<Prefetcher> {
+        let p = Prefetcher::new(reader, inodes, false, jobs, rt);
+        {
+            let mut q = p.queue();
+            q.planned = planned.into();
+            q.recorded = true;
+            p.kick(&mut q);
+        }
+        p
+    }
+
     fn queue(&self) -> std::sync::MutexGuard<'_, Queue> {
         self.queue.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -95,7 +124,7 @@ impl Prefetcher {
     /// A file was opened: its chunks go first.
     pub fn opened(self: &Arc<Self>, ino: u64) {
         let mut q = self.queue();
-        if q.queued.insert(ino) {
+        if !q.recorded && q.queued.insert(ino) {
             q.opened.push_back((ino, 0));
             self.kick(&mut q);
         }
@@ -164,6 +193,11 @@ impl Prefetcher {
                 return Some(*c);
             }
         }
+        while let Some(c) = q.planned.pop_front() {
+            if self.wanted(q, &c) {
+                return Some(c);
+            }
+        }
         while let Some(&ino) = q.order.get(q.next_file) {
             let chunks = self.inodes.file(ino).map(|f| f.chunks).unwrap_or(&[]);
             let Some(c) = chunks.get(q.next_chunk) else {
@@ -181,5 +215,78 @@ impl Prefetcher {
 
     fn wanted(&self, q: &mut Queue, c: &ChunkRef) -> bool {
         q.scheduled.insert(c.sha256) && !self.reader.is_local(c)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use futures_util::future::{BoxFuture, FutureExt as _};
+
+    use super::*;
+    use crate::reader::{Check, ChunkSource, Fetched, ReadError};
+    use crate::testing::{data, file, file_of, inodes, Fake};
+
+    /// A source that logs the order of fetches.
+    struct Logged {
+        inner: Arc<Fake>,
+        log: Mutex<Vec<Sha256Digest>>,
+    }
+
+    impl ChunkSource for Logged {
+        fn fetch(
+            self: Arc<Self>,
+            c: ChunkRef,
+            check: Check,
+        ) -> BoxFuture<'static, Result<Fetched, ReadError>> {
+            self.log.lock().unwrap().push(c.sha256);
+            Arc::clone(&self.inner).fetch(c, check).boxed()
+        }
+        fn is_local(&self, c: &ChunkRef) -> bool {
+            self.inner.is_local(c)
+        }
+        fn discard(&self, c: &ChunkRef) {
+            self.inner.discard(c)
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_recorded_prefetch_fetches_its_chunks_in_order_and_ignores_opens() {
+        let a = data(40_000, 1);
+        let ea = file_of(&a, &[10_000; 4]);
+        let b = data(5_000, 2);
+        let eb = file_of(&b, &[5_000]);
+        let fake = Arc::new(Fake::of_files(&[(&a, &ea), (&b, &eb)], Duration::ZERO));
+        let inodes = inodes(vec![file("a", ea.clone()), file("b", eb.clone())]);
+        let (ca, cb) = (
+            inodes.file(2).unwrap().chunks,
+            inodes.file(3).unwrap().chunks,
+        );
+        // One chunk is local already: skipped.
+        fake.disk().insert(ca[0].sha256, a[..10_000].to_vec());
+        let src = Arc::new(Logged {
+            inner: Arc::clone(&fake),
+            log: Mutex::new(Vec::new()),
+        });
+        let rt = tokio::runtime::Handle::current();
+        let reader = ChunkReader::new(src.clone(), 1 << 20, Check::Chain, rt.clone());
+        let plan = vec![ca[3], cb[0], ca[0], ca[1], ca[3]];
+        let p = Prefetcher::recorded(reader, Arc::clone(&inodes), plan, 1, rt);
+        p.opened(2);
+        for _ in 0..500 {
+            if p.fetched.load(Ordering::Relaxed) == 3 && p.queue().workers == 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(
+            *src.log.lock().unwrap(),
+            vec![ca[3].sha256, cb[0].sha256, ca[1].sha256]
+        );
+        assert!(
+            !fake.disk().contains_key(&ca[2].sha256),
+            "opens are ignored"
+        );
     }
 }

@@ -102,6 +102,9 @@ pub(crate) struct FileReader {
     state: Mutex<State>,
     rt: tokio::runtime::Handle,
     pub stats: PieceStats,
+    /// Notes each (file, piece) the first time it is read (`sealvol
+    /// record`; [`crate::record`]).
+    recorder: Option<Arc<crate::record::Recorder>>,
 }
 
 impl FileReader {
@@ -130,6 +133,7 @@ impl FileReader {
             }),
             rt,
             stats: PieceStats::default(),
+            recorder: crate::record::take_for_mount(),
         })
     }
 
@@ -162,6 +166,9 @@ impl FileReader {
         let end = offset.saturating_add(u64::from(len)).min(file.size);
         if offset >= end {
             return Ok(Bytes::new());
+        }
+        if let Some(r) = &self.recorder {
+            r.read(ino, file.path, pieces_of(offset, end));
         }
         if !self.verifiable {
             return self.chunks.read(file.chunks, file.size, offset, len).await;
