@@ -679,6 +679,245 @@ fn walkdir(dir: &Path) -> u64 {
         .unwrap_or(0)
 }
 
+// The cache tier's cost on the long link: a cold pull through a cache
+// sends the upstream one request per blob and manifest, plus what
+// authenticating takes, whether the upstream is open, takes Basic
+// credentials or hands out tokens.
+
+/// A cold pull of `weights/m:v1` through a new pull-through cache (data
+/// in `sb/name`) of the counting `proxy`, with `credentials`
+/// (`USER:PASSWORD`) for the upstream when given; checks the pulled tree
+/// against `src` and returns the requests the proxy saw meanwhile.
+fn pull_through_counting(
+    sb: &Sandbox,
+    name: &str,
+    proxy: &sealvol_tests::FlipProxy,
+    credentials: Option<&str>,
+    src: &Path,
+) -> Vec<String> {
+    let mut config = format!(
+        "upstream = \"http://{}\"\ntag_ttl_seconds = 0\n",
+        proxy.addr()
+    );
+    if let Some(c) = credentials {
+        let file = sb.path().join(format!("{name}.credentials"));
+        write(&file, format!("{c}\n").as_bytes(), 0o600);
+        config.push_str(&format!("upstream_credentials_file = {:?}\n", s(&file)));
+    }
+    let cache = Server::start_config_env(&sb.path().join(name), &config, &[]);
+    let before = proxy.requests().len();
+    pull_counted(
+        sb,
+        &cache,
+        "v1",
+        &sb.path().join(format!("{name}-pulled")),
+        src,
+        proxy,
+        before,
+    )
+}
+
+/// Pulls `weights/m:TAG` through `cache` into `to`, checks it against
+/// `src`, and returns the requests `proxy` saw from its `before`th on.
+fn pull_counted(
+    sb: &Sandbox,
+    cache: &Server,
+    tag: &str,
+    to: &Path,
+    src: &Path,
+    proxy: &sealvol_tests::FlipProxy,
+    before: usize,
+) -> Vec<String> {
+    let c = host(cache);
+    json(
+        sb.sealvol(
+            &c,
+            &[
+                "pull",
+                &format!("{c}/weights/m:{tag}"),
+                s(to),
+                "--no-cache",
+                "--output",
+                "json",
+            ],
+        ),
+        "pull through the cache",
+    );
+    assert_same_tree(src, to);
+    proxy.requests()[before..].to_vec()
+}
+
+/// The distinct blobs and manifests among `seen`, and the `GET /v2/`
+/// probes.
+fn objects_and_probes(seen: &[String]) -> (usize, usize) {
+    let mut objects: Vec<&str> = seen
+        .iter()
+        .filter(|r| {
+            r.starts_with("GET /v2/") && (r.contains("/blobs/") || r.contains("/manifests/"))
+        })
+        .map(|r| r.split('?').next().unwrap_or(r))
+        .collect();
+    objects.sort();
+    objects.dedup();
+    let probes = seen.iter().filter(|r| r.as_str() == "GET /v2/").count();
+    (objects.len(), probes)
+}
+
+/// Asserts that `seen` holds each blob and manifest once, plus `auth`
+/// requests at most.
+fn assert_one_request_per_object(seen: &[String], auth: usize, what: &str) {
+    let (objects, probes) = objects_and_probes(seen);
+    eprintln!(
+        "{what}: {} upstream requests, {objects} blobs and manifests, {probes} GET /v2/",
+        seen.len()
+    );
+    assert!(objects >= 3, "{what}: too few objects to tell: {seen:#?}");
+    assert!(
+        seen.len() <= objects + auth,
+        "{what}: the upstream saw {} requests ({probes} of them GET /v2/) for {objects} blobs and manifests; at most {} expected: {seen:#?}",
+        seen.len(),
+        objects + auth
+    );
+}
+
+/// Pushes a model of several chunks to `registry` as `weights/m:TAG`
+/// (logged in already where it needs credentials); its folder.
+fn push_model(sb: &Sandbox, registry: &str, tag: &str, seed: u64) -> std::path::PathBuf {
+    let src = sb.path().join(format!("model-{tag}"));
+    model(&src, seed);
+    json(
+        sb.sealvol(
+            registry,
+            &[
+                "push",
+                s(&src),
+                &format!("{registry}/weights/m:{tag}"),
+                "--output",
+                "json",
+            ],
+        ),
+        "push to the upstream",
+    );
+    src
+}
+
+fn login(sb: &Sandbox, registry: &str, user: &str, password: &str) {
+    sealvol_tests::ok(
+        sb.sealvol_stdin(
+            registry,
+            &["login", registry, "-u", user, "--password-stdin"],
+            password.as_bytes(),
+        ),
+        "sealvol login",
+    );
+}
+
+#[test]
+fn a_pull_through_an_open_upstream_costs_one_request_per_blob_and_manifest_plus_one() {
+    let sb = Sandbox::new();
+    let upstream = Server::start(&sb.path().join("upstream"));
+    let up = host(&upstream);
+    let src = push_model(&sb, &up, "v1", 51);
+    let proxy = sealvol_tests::FlipProxy::start_counting(&up);
+    let seen = pull_through_counting(&sb, "cache", &proxy, None, &src);
+    assert_one_request_per_object(&seen, 1, "sealvol serve without auth");
+
+    // docker-registry 2.8, open: the same.
+    let docker = sealvol_tests::DockerRegistry::start();
+    let src = push_model(&sb, &docker.addr(), "v1", 52);
+    let proxy = sealvol_tests::FlipProxy::start_counting(&docker.addr());
+    let seen = pull_through_counting(&sb, "docker-cache", &proxy, None, &src);
+    assert_one_request_per_object(&seen, 1, "docker-registry without auth");
+}
+
+#[test]
+fn a_pull_through_a_basic_auth_upstream_costs_one_request_per_blob_and_manifest_plus_one() {
+    const USER: &str = "puller";
+    const PASSWORD: &str = "cache-pass";
+    let sb = Sandbox::new();
+    let docker = sealvol_tests::DockerRegistry::start_with_htpasswd(USER, PASSWORD);
+    let up = docker.addr();
+    login(&sb, &up, USER, PASSWORD);
+    let src = push_model(&sb, &up, "v1", 61);
+    let proxy = sealvol_tests::FlipProxy::start_counting(&up);
+    let seen = pull_through_counting(
+        &sb,
+        "cache",
+        &proxy,
+        Some(&format!("{USER}:{PASSWORD}")),
+        &src,
+    );
+    assert_one_request_per_object(&seen, 1, "docker-registry with htpasswd");
+}
+
+#[test]
+fn a_pull_through_a_token_upstream_reuses_its_token_and_authenticates_again_once_on_a_401() {
+    const PASSWORD: &str = "cache-pass";
+    let sb = Sandbox::new();
+    // The upstream's token realm is the counting proxy, so token fetches
+    // are counted too: the proxy's address must be known first.
+    let up = format!("127.0.0.1:{}", sealvol_tests::free_port());
+    let proxy = sealvol_tests::FlipProxy::start_counting(&up);
+    let htpasswd = sb.path().join("htpasswd");
+    std::fs::write(&htpasswd, sealvol_tests::htpasswd_line("writer", PASSWORD)).unwrap();
+    let config = |key: &str| {
+        format!(
+            "[auth]\nhtpasswd = {:?}\npublic_url = \"http://{}\"\nsigning_key_file = {:?}\n\
+             [[auth.access]]\nrepositories = [\"weights/**\"]\nusers = [\"writer\"]\nactions = [\"pull\", \"push\"]\n",
+            s(&htpasswd),
+            proxy.addr(),
+            s(&sb.path().join(key))
+        )
+    };
+    let root = sb.path().join("upstream");
+    let upstream = Server::start_again(&root, &up, &config("a.key"), &[]);
+    login(&sb, &up, "writer", PASSWORD);
+    let src = push_model(&sb, &up, "v1", 71);
+
+    let mut cache_config = format!(
+        "upstream = \"http://{}\"\ntag_ttl_seconds = 0\n",
+        proxy.addr()
+    );
+    let creds = sb.path().join("cache.credentials");
+    write(&creds, format!("writer:{PASSWORD}\n").as_bytes(), 0o600);
+    cache_config.push_str(&format!("upstream_credentials_file = {:?}\n", s(&creds)));
+    let cache = Server::start_config_env(&sb.path().join("cache"), &cache_config, &[]);
+    let before = proxy.requests().len();
+    let seen = pull_counted(
+        &sb,
+        &cache,
+        "v1",
+        &sb.path().join("a"),
+        &src,
+        &proxy,
+        before,
+    );
+    // A token needs the realm: one GET /v2/ (its challenge) and one
+    // token fetch, then the token serves every fetch.
+    let tokens = |seen: &[String]| seen.iter().filter(|r| r.starts_with("GET /token")).count();
+    assert_eq!(tokens(&seen), 1, "{seen:#?}");
+    assert_one_request_per_object(&seen, 2, "sealvol serve with tokens");
+
+    // The upstream signs with another key: the cache's token is refused
+    // (401), and it fetches one new token and goes on.
+    let upstream = upstream.kill_and_restart(&config("b.key"), &[]);
+    let src2 = push_model(&sb, &up, "v2", 72);
+    let before = proxy.requests().len();
+    let seen = pull_counted(
+        &sb,
+        &cache,
+        "v2",
+        &sb.path().join("b"),
+        &src2,
+        &proxy,
+        before,
+    );
+    assert_eq!(tokens(&seen), 1, "{seen:#?}");
+    // The refused request is sent again.
+    assert_one_request_per_object(&seen, 3, "sealvol serve with tokens, after a 401");
+    drop(upstream);
+}
+
 #[test]
 fn reads_go_to_mirrors_in_order_fail_over_and_resolve_tags_only_where_allowed() {
     let sb = Sandbox::new();

@@ -12,6 +12,9 @@
 //!   change); a tag is resolved on the upstream again once it is older
 //!   than `tag_ttl_seconds`, and the last resolution serves while the
 //!   upstream is unreachable.
+//! - Each fetch is one request to the upstream; authenticating to it is
+//!   one handshake, reused until its token expires or a fetch is refused
+//!   (`state::upstream`).
 //! - Blobs stay within `cache_size`, least recently used going first.
 //! - Pushes, deletes and the volume API are refused: writes go to the
 //!   upstream.
@@ -27,14 +30,6 @@ use crate::error::{Code, RegistryError, Result};
 use crate::state::app::App;
 use crate::state::upstream::{Fetch, Pin, Upstream};
 use crate::store::{AppendError, BodyError};
-
-/// Media types asked of the upstream for a manifest.
-const MANIFEST_TYPES: &[&str] = &[
-    "application/vnd.oci.image.index.v1+json",
-    "application/vnd.oci.image.manifest.v1+json",
-    "application/vnd.docker.distribution.manifest.list.v2+json",
-    "application/vnd.docker.distribution.manifest.v2+json",
-];
 
 /// The answer to a write on a pull-through cache.
 pub(crate) fn refuse_write(up: &Upstream) -> RegistryError {
@@ -127,9 +122,8 @@ async fn fetch_manifest<'a>(
     want: Option<Sha256Digest>,
 ) -> Result<Pin<'a>> {
     let what = format!("manifest {name}:{reference}");
-    let r = up.reference(name, reference);
-    let (bytes, _) = (up.client)
-        .pull_manifest_raw(&r, &up.auth, MANIFEST_TYPES)
+    let bytes = up
+        .manifest(name, reference, crate::service::manifests::MAX_MANIFEST)
         .await
         .map_err(|e| up.failed(&what, e, Code::ManifestUnknown))?;
     if bytes.len() > crate::service::manifests::MAX_MANIFEST {
@@ -242,14 +236,11 @@ pub(crate) async fn blob<'a>(
 
 async fn fetch_blob(app: &App, up: &Upstream, name: &str, digest: &Sha256Digest) -> Result<()> {
     let what = format!("blob {digest} of {name}");
-    let r = up.reference(name, &digest.to_string());
-    up.client.store_auth_if_needed(&up.registry, &up.auth).await;
-    let d = digest.to_string();
-    let sized = (up.client)
-        .pull_blob_stream(&r, d.as_str())
+    let sized = up
+        .blob(name, digest)
         .await
         .map_err(|e| up.failed(&what, e, Code::BlobUnknown))?;
-    if let (Some(len), Some(max)) = (sized.content_length, up.cache_size) {
+    if let (Some(len), Some(max)) = (sized.len, up.cache_size) {
         if len > max {
             return Err(bad_upstream(
                 up,
@@ -259,7 +250,7 @@ async fn fetch_blob(app: &App, up: &Upstream, name: &str, digest: &Sha256Digest)
     }
     // Into an upload of the blob store, hashed as it streams; a body
     // longer than announced is cut off and fails the hash.
-    let limit = sized.content_length.unwrap_or(u64::MAX);
+    let limit = sized.len.unwrap_or(u64::MAX);
     let mut seen = 0u64;
     let body = sized
         .stream
@@ -376,9 +367,8 @@ pub(crate) async fn settle(app: &App, up: &Upstream) {
 /// Tags of `name` as the upstream lists them; what this cache knows when
 /// the upstream cannot be reached.
 pub(crate) async fn tags(up: &Upstream, name: &str) -> Option<Vec<String>> {
-    let r = up.reference(name, "latest");
-    match up.client.list_tags(&r, &up.auth, None, None).await {
-        Ok(t) => Some(t.tags),
+    match up.tags(name).await {
+        Ok(t) => Some(t),
         Err(e) => {
             tracing::warn!(upstream = %up.url, repo = name, error = %e, "listing tags upstream failed; answering from the cache");
             None

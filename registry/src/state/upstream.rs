@@ -1,22 +1,57 @@
 //! The upstream registry of a pull-through cache and what this process
-//! knows of it: its client, tags resolved and when, blob fetches under
-//! way, when each blob was last served, and the pins eviction leaves.
-//! What the cache does with it is `service::pull_through`.
+//! knows of it: its client and how it lets this cache in, tags resolved
+//! and when, blob fetches under way, when each blob was last served, and
+//! the pins eviction leaves. What the cache does with it is
+//! `service::pull_through`.
+//!
+//! # One request per blob and manifest
+//!
+//! A fetch costs the upstream one request. Authenticating costs one
+//! handshake, `oci-client`'s `Client::auth`: a `GET /v2/`, and where the
+//! upstream challenges with `Bearer`, a token fetch (per repository, as
+//! tokens are scoped). It runs once, one at a time, and again only when
+//! a token expires (`oci-client` does that itself) or a fetch is refused
+//! with 401 (then the fetch is sent once more).
+//!
+//! `oci-client` alone would probe before every fetch of an open
+//! upstream: it caches bearer tokens and Basic answers, but not that a
+//! registry asked for nothing, so with credentials stored for it and no
+//! token cached it sends `GET /v2/` again each time (two requests per
+//! blob). So where the handshake yields a token, `oci-client` fetches with
+//! it; where it yields none (the upstream is open, or takes Basic
+//! credentials), fetches go over plain HTTP, with the credentials when
+//! there are any, as the client and sync crates fetch from open
+//! registries.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
+use bytes::{Bytes, BytesMut};
 use futures_util::future::{BoxFuture, Shared};
-use oci_client::client::{ClientConfig, ClientProtocol};
+use futures_util::stream::BoxStream;
+use futures_util::{StreamExt as _, TryStreamExt as _};
+use oci_client::client::{ClientConfig, ClientProtocol, TagResponse};
 use oci_client::errors::{OciDistributionError, OciErrorCode};
 use oci_client::secrets::RegistryAuth;
-use oci_client::{Client, Reference};
+use oci_client::{Client, Reference, RegistryOperation};
 use sealvol_spec::Sha256Digest;
 
 use crate::error::{Code, RegistryError, Result};
+
+/// Media types asked of the upstream for a manifest.
+pub(crate) const MANIFEST_TYPES: &[&str] = &[
+    "application/vnd.oci.image.index.v1+json",
+    "application/vnd.oci.image.manifest.v1+json",
+    "application/vnd.docker.distribution.manifest.list.v2+json",
+    "application/vnd.docker.distribution.manifest.v2+json",
+];
+
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+const READ_TIMEOUT: Duration = Duration::from_secs(60);
+const USER_AGENT: &str = concat!("sealvol/", env!("CARGO_PKG_VERSION"));
 
 /// `registry.toml` fields of the mode.
 #[derive(Clone, Debug)]
@@ -36,6 +71,85 @@ pub struct UpstreamStats {
     pub blobs_fetched: AtomicU64,
     pub bytes_fetched: AtomicU64,
     pub manifests_fetched: AtomicU64,
+    /// Handshakes run: the first, and one after each refused fetch.
+    pub handshakes: AtomicU64,
+}
+
+/// How the upstream lets this cache in, as the handshake found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Access {
+    /// No token: the upstream is open or takes Basic credentials. Fetches
+    /// go over plain HTTP, with the credentials when there are any.
+    Direct,
+    /// A bearer token, which `oci-client` holds per repository and fetches
+    /// with until it expires (then it runs the handshake again itself).
+    Token,
+}
+
+/// What the handshake found, one handshake at a time.
+#[derive(Debug, Default)]
+struct Handshake {
+    access: Option<Access>,
+    /// Repositories `oci-client` holds a token for.
+    tokens: HashSet<String>,
+    /// Bumped by each handshake after a 401, so that fetches refused
+    /// together run one.
+    generation: u64,
+}
+
+/// Why a fetch from the upstream failed.
+#[derive(Debug)]
+pub(crate) enum Failure {
+    Oci(OciDistributionError),
+    /// A plain fetch that did not get an answer.
+    Http(reqwest::Error),
+    /// A plain fetch answered with this status.
+    Status(u16),
+}
+
+impl From<OciDistributionError> for Failure {
+    fn from(e: OciDistributionError) -> Failure {
+        Failure::Oci(e)
+    }
+}
+
+impl Failure {
+    /// The upstream refused the credentials or token the fetch carried.
+    fn unauthorized(&self) -> bool {
+        match self {
+            Failure::Status(s) => *s == 401,
+            Failure::Http(e) => e.status().map(|s| s.as_u16()) == Some(401),
+            Failure::Oci(e) => match e {
+                OciDistributionError::UnauthorizedError { .. } => true,
+                OciDistributionError::ServerError { code, .. } => *code == 401,
+                OciDistributionError::RequestError(e) => {
+                    e.status().map(|s| s.as_u16()) == Some(401)
+                }
+                OciDistributionError::RegistryError { envelope, .. } => envelope
+                    .errors
+                    .iter()
+                    .any(|e| e.code == OciErrorCode::Unauthorized),
+                _ => false,
+            },
+        }
+    }
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Failure::Oci(e) => write!(f, "{e}"),
+            Failure::Http(e) => write!(f, "{e}"),
+            Failure::Status(s) => write!(f, "HTTP {s}"),
+        }
+    }
+}
+
+/// A blob's bytes as the upstream sends them.
+pub(crate) struct BlobBody {
+    /// What its `Content-Length` announced.
+    pub(crate) len: Option<u64>,
+    pub(crate) stream: BoxStream<'static, std::io::Result<Bytes>>,
 }
 
 pub(crate) type Fetch = Shared<BoxFuture<'static, Result<()>>>;
@@ -45,8 +159,12 @@ pub struct Upstream {
     /// What messages call it.
     pub url: String,
     pub(crate) registry: String,
-    pub(crate) client: Client,
-    pub(crate) auth: RegistryAuth,
+    scheme: &'static str,
+    client: Client,
+    /// Fetches where no token is needed.
+    http: reqwest::Client,
+    auth: RegistryAuth,
+    handshake: tokio::sync::Mutex<Handshake>,
     pub(crate) tag_ttl: u64,
     pub(crate) cache_size: Option<u64>,
     /// `(repo, tag)` -> when it was last resolved on the upstream.
@@ -93,16 +211,25 @@ impl Upstream {
             } else {
                 ClientProtocol::Https
             },
-            connect_timeout: Some(Duration::from_secs(10)),
-            read_timeout: Some(Duration::from_secs(60)),
-            user_agent: concat!("sealvol/", env!("CARGO_PKG_VERSION")),
+            connect_timeout: Some(CONNECT_TIMEOUT),
+            read_timeout: Some(READ_TIMEOUT),
+            user_agent: USER_AGENT,
             ..Default::default()
         });
+        let http = reqwest::Client::builder()
+            .connect_timeout(CONNECT_TIMEOUT)
+            .read_timeout(READ_TIMEOUT)
+            .user_agent(USER_AGENT)
+            .build()
+            .map_err(|e| format!("upstream {url}: cannot make an HTTP client: {e}"))?;
         Ok(Upstream {
             url: url.to_string(),
             registry: registry.to_string(),
+            scheme: if plain { "http" } else { "https" },
             client,
+            http,
             auth,
+            handshake: tokio::sync::Mutex::default(),
             tag_ttl: config.tag_ttl_seconds,
             cache_size: config.cache_size,
             resolved: Mutex::default(),
@@ -123,16 +250,186 @@ impl Upstream {
         }
     }
 
+    /// Manifest `reference` of `repo`, at most `max` bytes (more are not
+    /// read; the caller sees `max + 1` and refuses it).
+    pub(crate) async fn manifest(
+        &self,
+        repo: &str,
+        reference: &str,
+        max: usize,
+    ) -> std::result::Result<Bytes, Failure> {
+        let r = &self.reference(repo, reference);
+        self.with_access(repo, |access| async move {
+            match access {
+                Access::Token => Ok(self
+                    .client
+                    .pull_manifest_raw(r, &self.auth, MANIFEST_TYPES)
+                    .await?
+                    .0),
+                Access::Direct => {
+                    let url = self.url_of(r, &format!("manifests/{reference}"));
+                    let resp = self
+                        .get(url)
+                        .header(reqwest::header::ACCEPT, MANIFEST_TYPES.join(", "))
+                        .send()
+                        .await
+                        .map_err(Failure::Http)?;
+                    let resp = answered(resp)?;
+                    let mut body = resp.bytes_stream();
+                    let mut out = BytesMut::new();
+                    while let Some(piece) = body.next().await {
+                        out.extend_from_slice(&piece.map_err(Failure::Http)?);
+                        if out.len() > max {
+                            out.truncate(max + 1);
+                            break;
+                        }
+                    }
+                    Ok(out.freeze())
+                }
+            }
+        })
+        .await
+    }
+
+    /// Blob `digest` of `repo`, as a stream.
+    pub(crate) async fn blob(
+        &self,
+        repo: &str,
+        digest: &Sha256Digest,
+    ) -> std::result::Result<BlobBody, Failure> {
+        let d = &digest.to_string();
+        let r = &self.reference(repo, d);
+        self.with_access(repo, |access| async move {
+            match access {
+                Access::Token => {
+                    let sized = self.client.pull_blob_stream(r, d.as_str()).await?;
+                    Ok(BlobBody {
+                        len: sized.content_length,
+                        stream: sized.stream,
+                    })
+                }
+                Access::Direct => {
+                    let resp = self
+                        .get(self.url_of(r, &format!("blobs/{d}")))
+                        .send()
+                        .await
+                        .map_err(Failure::Http)?;
+                    let resp = answered(resp)?;
+                    Ok(BlobBody {
+                        len: resp.content_length(),
+                        stream: resp.bytes_stream().map_err(std::io::Error::other).boxed(),
+                    })
+                }
+            }
+        })
+        .await
+    }
+
+    /// The tags of `repo` (one page, as the upstream gives it).
+    pub(crate) async fn tags(&self, repo: &str) -> std::result::Result<Vec<String>, Failure> {
+        let r = &self.reference(repo, "latest");
+        self.with_access(repo, |access| async move {
+            match access {
+                Access::Token => Ok(self.client.list_tags(r, &self.auth, None, None).await?.tags),
+                Access::Direct => {
+                    let resp = self
+                        .get(self.url_of(r, "tags/list"))
+                        .send()
+                        .await
+                        .map_err(Failure::Http)?;
+                    let list: TagResponse = answered(resp)?.json().await.map_err(Failure::Http)?;
+                    Ok(list.tags)
+                }
+            }
+        })
+        .await
+    }
+
+    /// Runs `fetch` with what the handshake found; a fetch refused with
+    /// 401 runs the handshake again (once for fetches refused together)
+    /// and is sent once more.
+    async fn with_access<T, F, Fut>(&self, repo: &str, fetch: F) -> std::result::Result<T, Failure>
+    where
+        F: Fn(Access) -> Fut,
+        Fut: std::future::Future<Output = std::result::Result<T, Failure>>,
+    {
+        let (access, generation) = self.access(repo, None).await?;
+        match fetch(access).await {
+            Err(e) if e.unauthorized() => {
+                tracing::debug!(upstream = %self.url, repo, error = %e, "refused: authenticating again");
+                let (access, _) = self.access(repo, Some(generation)).await?;
+                fetch(access).await
+            }
+            done => done,
+        }
+    }
+
+    /// How to fetch from `repo`: what the handshake found, running it
+    /// first where nothing was found yet, or again when `refused` names
+    /// the generation a refused fetch used (unless another fetch ran it
+    /// since). One handshake at a time: fetches that start together wait
+    /// for the one.
+    async fn access(
+        &self,
+        repo: &str,
+        refused: Option<u64>,
+    ) -> std::result::Result<(Access, u64), Failure> {
+        let mut h = self.handshake.lock().await;
+        if refused == Some(h.generation) {
+            h.generation += 1;
+            h.access = None;
+            h.tokens.clear();
+        }
+        match h.access {
+            Some(Access::Direct) => return Ok((Access::Direct, h.generation)),
+            Some(Access::Token) if h.tokens.contains(repo) => {
+                return Ok((Access::Token, h.generation))
+            }
+            _ => {}
+        }
+        let r = self.reference(repo, "latest");
+        let token = self
+            .client
+            .auth(&r, &self.auth, RegistryOperation::Pull)
+            .await?;
+        self.stats.handshakes.fetch_add(1, Ordering::Relaxed);
+        metrics::counter!("sealvol_upstream_handshakes_total").increment(1);
+        let access = if token.is_some() {
+            h.tokens.insert(repo.to_string());
+            Access::Token
+        } else {
+            Access::Direct
+        };
+        h.access = Some(access);
+        Ok((access, h.generation))
+    }
+
+    /// `<scheme>://<registry>/v2/<repo>/<rest>`, as `oci-client` builds it.
+    fn url_of(&self, r: &Reference, rest: &str) -> String {
+        format!(
+            "{}://{}/v2/{}/{rest}",
+            self.scheme,
+            r.resolve_registry(),
+            r.repository()
+        )
+    }
+
+    /// A plain GET, with the credentials when there are any.
+    fn get(&self, url: String) -> reqwest::RequestBuilder {
+        let req = self.http.get(url);
+        match &self.auth {
+            RegistryAuth::Basic(user, password) => req.basic_auth(user, Some(password)),
+            _ => req,
+        }
+    }
+
     /// What an upstream failure means for the client: its 404 is ours,
     /// anything else is a bad gateway.
-    pub(crate) fn failed(
-        &self,
-        what: &str,
-        e: OciDistributionError,
-        unknown: Code,
-    ) -> RegistryError {
+    pub(crate) fn failed(&self, what: &str, e: Failure, unknown: Code) -> RegistryError {
         let not_found = match &e {
-            OciDistributionError::RegistryError { envelope, .. } => {
+            Failure::Status(s) => *s == 404,
+            Failure::Http(e) => e.status().map(|s| s.as_u16()) == Some(404),
+            Failure::Oci(OciDistributionError::RegistryError { envelope, .. }) => {
                 envelope.errors.iter().any(|e| {
                     matches!(
                         e.code,
@@ -143,9 +440,11 @@ impl Upstream {
                     )
                 })
             }
-            OciDistributionError::ServerError { code, .. } => *code == 404,
-            OciDistributionError::RequestError(e) => e.status().map(|s| s.as_u16()) == Some(404),
-            OciDistributionError::ImageManifestNotFoundError(_) => true,
+            Failure::Oci(OciDistributionError::ServerError { code, .. }) => *code == 404,
+            Failure::Oci(OciDistributionError::RequestError(e)) => {
+                e.status().map(|s| s.as_u16()) == Some(404)
+            }
+            Failure::Oci(OciDistributionError::ImageManifestNotFoundError(_)) => true,
             _ => false,
         };
         if not_found {
@@ -170,6 +469,14 @@ impl Upstream {
     /// Records that `digest` was served now, for the LRU order.
     pub(crate) fn used(&self, digest: &Sha256Digest, now: u64) {
         self.used.lock().expect("used lock").insert(*digest, now);
+    }
+}
+
+/// `resp` when it is a success, else its status as the failure.
+fn answered(resp: reqwest::Response) -> std::result::Result<reqwest::Response, Failure> {
+    match resp.status() {
+        s if s.is_success() => Ok(resp),
+        s => Err(Failure::Status(s.as_u16())),
     }
 }
 
@@ -207,5 +514,45 @@ fn read_credentials(file: &Path) -> std::result::Result<RegistryAuth, String> {
             "upstream_credentials_file {} must hold USER:PASSWORD on one line",
             file.display()
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_401_in_any_form_asks_for_the_handshake_again_and_a_404_is_unknown_here() {
+        let server = |code| OciDistributionError::ServerError {
+            code,
+            url: "http://u/v2/r/blobs/x".into(),
+            message: String::new(),
+        };
+        assert!(Failure::Status(401).unauthorized());
+        assert!(Failure::Oci(server(401)).unauthorized());
+        assert!(Failure::Oci(OciDistributionError::UnauthorizedError {
+            url: "http://u/v2/r/manifests/t".into()
+        })
+        .unauthorized());
+        assert!(!Failure::Status(403).unauthorized());
+        assert!(!Failure::Oci(OciDistributionError::AuthenticationFailure(
+            "bad password".into()
+        ))
+        .unauthorized());
+
+        let up = Upstream::new(&UpstreamConfig {
+            url: "http://127.0.0.1:1".into(),
+            credentials_file: None,
+            tag_ttl_seconds: 0,
+            cache_size: None,
+        })
+        .unwrap();
+        for e in [Failure::Status(404), Failure::Oci(server(404))] {
+            let e = up.failed("blob x", e, Code::BlobUnknown);
+            assert!(!matches!(e, RegistryError::Upstream(_)), "{e}");
+        }
+        let e = up.failed("blob x", Failure::Status(503), Code::BlobUnknown);
+        assert!(matches!(e, RegistryError::Upstream(_)), "{e}");
+        assert!(e.to_string().contains("HTTP 503"), "{e}");
     }
 }
