@@ -92,7 +92,7 @@ pub struct MountArgs {
     #[arg(long, value_enum, default_value_t = PrefetchArg::None)]
     pub prefetch: PrefetchArg,
     /// Who serves the reads
-    #[arg(long, value_enum, default_value_t = EngineArg::Auto)]
+    #[arg(long, value_enum, default_value_t = EngineArg::Auto, env = "SEALVOL_MOUNT_ENGINE")]
     pub engine: EngineArg,
     /// Run in the background; exits 0 once every mount is ready
     #[arg(long)]
@@ -255,7 +255,8 @@ pub fn mount(args: MountArgs) -> anyhow::Result<()> {
             Engine::Fanotify => "fanotify",
             _ => "fuse",
         };
-        println!("sealvol: engine: {engine} ({why})");
+        // On stderr: stdout's lines are the contract scripts wait on.
+        eprintln!("sealvol: engine: {engine} ({why})");
         // Scripts and tests wait for this line.
         println!(
             "sealvol: mounted {} at {}",

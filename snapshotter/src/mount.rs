@@ -301,6 +301,7 @@ pub async fn mount_loaded(
             owner,
             reference: reference.clone(),
             reader: Arc::clone(&reader),
+            prefetch: prefetch.clone(),
             mountpoint: mountpoint.clone(),
             rt: rt.clone(),
         })

@@ -913,6 +913,14 @@ pub fn closed_addr() -> String {
     format!("127.0.0.1:{}", free_port())
 }
 
+/// The engine `sealvol mount` uses in tests that do not name one:
+/// `SEALVOL_TEST_ENGINE` (`fuse`, `fanotify` or `auto`), `fuse` by default,
+/// so that the mount, trust and snapshotter suites run against either
+/// engine (issue 32).
+pub fn test_engine() -> String {
+    std::env::var("SEALVOL_TEST_ENGINE").unwrap_or_else(|_| "fuse".into())
+}
+
 /// A user's machine as sealvol and its peers (skopeo, oras) see it, private
 /// to one test: its own chunk and file-state cache, `HOME`, docker config
 /// and containers auth file, so neither the developer's credentials nor
@@ -965,6 +973,7 @@ impl Sandbox {
             .env("SEALVOL_CACHE_DIR", self.cache())
             .env_remove("SEALVOL_REGISTRY")
             .env_remove("SEALVOL_LOG")
+            .env("SEALVOL_MOUNT_ENGINE", test_engine())
             .stdin(Stdio::null());
         c
     }

@@ -79,7 +79,7 @@ fn mount_fanotify(
     args.extend_from_slice(extra);
     let m = Mounted::start(sb, registry, &args, &[mnt]);
     assert!(
-        m.stdout()
+        m.stderr()
             .contains("sealvol: engine: fanotify (kernel pre-content events)"),
         "the engine line: {:?} {}",
         m.stdout(),

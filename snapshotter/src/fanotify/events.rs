@@ -21,10 +21,13 @@ use std::time::Duration;
 use futures_util::stream::{self, StreamExt as _};
 use sealvol_spec::chain::PIECE;
 
-use super::keeper::{self, Forward, Keeper, Reply, ANSWER, BYE, FULL};
+use super::keeper::{self, Forward, Keeper, Reply, ANSWER, BYE, FULL, NO_ANSWER};
 use super::layout::Layout;
 use super::sys::{self, Group};
 use super::EngineError;
+use crate::inodes::Inodes;
+use crate::prefetch::Prefetcher;
+use crate::reader::touched;
 use crate::verify::{FileReader, PIECES_AHEAD};
 use crate::Unmounted;
 
@@ -42,6 +45,8 @@ pub(crate) struct Session {
 
 struct Shared {
     layout: Layout,
+    inodes: Arc<Inodes>,
+    prefetch: Option<Arc<Prefetcher>>,
     reader: Arc<FileReader>,
     group: Group,
     sock: Arc<OwnedFd>,
@@ -131,7 +136,9 @@ fn move_mount(tree: &OwnedFd, to: &CString) -> std::io::Result<()> {
 /// Mounts `layout` at `mountpoint` and starts serving its events on `rt`.
 pub(crate) fn start(
     layout: Layout,
+    inodes: Arc<Inodes>,
     reader: Arc<FileReader>,
+    prefetch: Option<Arc<Prefetcher>>,
     mountpoint: &Path,
     rt: tokio::runtime::Handle,
     read_errors: Arc<AtomicU64>,
@@ -139,6 +146,10 @@ pub(crate) fn start(
     let mount_err = |message: String| EngineError::Mount {
         path: mountpoint.to_path_buf(),
         message,
+    };
+    let mask = match prefetch {
+        Some(_) => sys::FAN_PRE_ACCESS | libc::FAN_OPEN,
+        None => sys::FAN_PRE_ACCESS,
     };
     let group = Group::init().map_err(|e| EngineError::NoPreContent(e.to_string()))?;
     let tree = detached_tree(&layout.tree)
@@ -151,7 +162,7 @@ pub(crate) fn start(
     }
     if unfilled > 0 {
         group
-            .mark_mount_at(tree.as_raw_fd())
+            .mark_mount_at(tree.as_raw_fd(), mask)
             .map_err(|e| EngineError::NoPreContent(format!("FAN_PRE_ACCESS mount mark: {e}")))?;
     }
 
@@ -218,6 +229,8 @@ pub(crate) fn start(
 
     let shared = Arc::new(Shared {
         layout,
+        inodes,
+        prefetch,
         reader,
         group,
         sock: Arc::clone(&sock),
@@ -394,6 +407,15 @@ fn recv_event(sock: RawFd) -> Option<(Forward, OwnedFd)> {
     }
 }
 
+/// The host inode number behind a descriptor.
+fn host_ino(fd: &OwnedFd) -> Option<u64> {
+    // SAFETY: fstat into a zeroed struct on a descriptor we own.
+    unsafe {
+        let mut st: libc::stat = std::mem::zeroed();
+        (libc::fstat(fd.as_raw_fd(), &mut st) == 0).then_some(st.st_ino)
+    }
+}
+
 /// Why an event could not be allowed.
 #[derive(Debug, thiserror::Error)]
 enum FillError {
@@ -407,6 +429,15 @@ enum FillError {
 
 /// Fills what event `ev` needs and answers it.
 async fn answer(shared: Arc<Shared>, ev: Forward, fd: OwnedFd) {
+    if ev.slot == NO_ANSWER {
+        // An open (FAN_OPEN, marked only with a prefetch): start it.
+        if let (Some(p), Some(ino)) = (&shared.prefetch, host_ino(&fd)) {
+            if let Some((_, file)) = shared.layout.file_of(ino) {
+                p.opened(file.ino);
+            }
+        }
+        return;
+    }
     let verdict = match fill(&shared, &ev, &fd).await {
         Ok(()) => 0,
         Err(e) => {
@@ -445,6 +476,41 @@ async fn fill(shared: &Arc<Shared>, ev: &Forward, fd: &OwnedFd) -> Result<(), Fi
     } else {
         ev.offset.saturating_add(ev.count)
     };
+    // Read-ahead is decided before this event's own pieces are awaited,
+    // as FUSE does: chunks far ahead once reads go in order, and a few
+    // pieces verified just ahead. An mmap's event (the whole mapping) is
+    // filled whole anyway.
+    if let (Some(view), true) = (shared.inodes.file(file.ino), ev.count != u64::MAX) {
+        let end = end.min(view.size);
+        if ev.offset < end {
+            let (range, sequential) = {
+                let mut all = file.ahead.lock().unwrap_or_else(|e| e.into_inner());
+                if all.len() > 256 && !all.contains_key(&ev.tid) {
+                    all.clear();
+                }
+                let ra = all.entry(ev.tid).or_default();
+                let range = ra.next(
+                    view.chunks,
+                    touched(view.chunks, ev.offset, end),
+                    ev.offset,
+                    end,
+                );
+                (range, ra.sequential())
+            };
+            if !range.is_empty() {
+                shared
+                    .reader
+                    .chunks()
+                    .fetch_ahead(view.chunks[range].to_vec());
+            }
+            if sequential {
+                let next = end.div_ceil(PIECE);
+                shared
+                    .reader
+                    .verify_ahead(file.ino, next..next + PIECES_AHEAD);
+            }
+        }
+    }
     let missing = file.missing(ev.offset, end);
     if !missing.is_empty() {
         let ino = file.ino;
@@ -474,13 +540,6 @@ async fn fill(shared: &Arc<Shared>, ev: &Forward, fd: &OwnedFd) -> Result<(), Fi
         if file.full() {
             filled(shared, index);
         }
-    }
-    // A reader going on in order finds the next pieces verified.
-    if ev.count != u64::MAX {
-        let next = end.div_ceil(PIECE);
-        shared
-            .reader
-            .verify_ahead(file.ino, next..next + PIECES_AHEAD);
     }
     Ok(())
 }

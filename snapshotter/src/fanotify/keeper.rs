@@ -30,8 +30,10 @@ const PENDING: usize = 512;
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct Forward {
+    /// [`NO_ANSWER`] for a notification (an open), which takes none.
     pub slot: u32,
-    pub _pad: u32,
+    /// The reading thread (`FAN_REPORT_TID`).
+    pub tid: u32,
     pub mask: u64,
     pub offset: u64,
     /// `u64::MAX` when the kernel gave no range: the whole file.
@@ -47,6 +49,9 @@ pub(crate) struct Reply {
     pub b: u32,
     pub _pad: u32,
 }
+
+/// `Forward::slot` of an event that takes no answer.
+pub(crate) const NO_ANSWER: u32 = u32::MAX;
 
 /// `Reply::kind`: answer the event in slot `a` with `b` (0: allow, else
 /// the errno to deny with).
@@ -107,8 +112,11 @@ fn send_fd(sock: RawFd, msg: &Forward, fd: RawFd) -> bool {
     }
 }
 
-/// One event of a read from the group: `(mask, fd, offset, count)`.
-fn parse(buf: &[u8], mut at: usize, len: usize) -> Option<(usize, u64, RawFd, u64, u64)> {
+/// One event of a read from the group: `(next, mask, fd, tid, offset,
+/// count)`.
+type Parsed = (usize, u64, RawFd, u32, u64, u64);
+
+fn parse(buf: &[u8], mut at: usize, len: usize) -> Option<Parsed> {
     let word = |o: usize, n: usize| -> Option<&[u8]> { buf.get(o..o + n) };
     let event_len = u32::from_ne_bytes(word(at, 4)?.try_into().ok()?) as usize;
     let meta_len = u16::from_ne_bytes(word(at + 6, 2)?.try_into().ok()?) as usize;
@@ -117,6 +125,7 @@ fn parse(buf: &[u8], mut at: usize, len: usize) -> Option<(usize, u64, RawFd, u6
     }
     let mask = u64::from_ne_bytes(word(at + 8, 8)?.try_into().ok()?);
     let fd = i32::from_ne_bytes(word(at + 16, 4)?.try_into().ok()?);
+    let tid = u32::from_ne_bytes(word(at + 20, 4)?.try_into().ok()?);
     let (mut offset, mut count) = (0, u64::MAX);
     let mut info = at + meta_len;
     while info + 4 <= at + event_len {
@@ -132,7 +141,7 @@ fn parse(buf: &[u8], mut at: usize, len: usize) -> Option<(usize, u64, RawFd, u6
         info += ilen;
     }
     at += event_len;
-    Some((at, mask, fd, offset, count))
+    Some((at, mask, fd, tid, offset, count))
 }
 
 /// The keeper's life; never returns.
@@ -212,9 +221,23 @@ pub(crate) fn run(mut k: Keeper) -> ! {
             }
             let len = len as usize;
             let mut at = 0;
-            while let Some((next, mask, fd, offset, count)) = parse(&buf, at, len) {
+            while let Some((next, mask, fd, tid, offset, count)) = parse(&buf, at, len) {
                 at = next;
                 if fd < 0 {
+                    continue;
+                }
+                if mask & super::sys::FAN_PRE_ACCESS == 0 {
+                    // A notification: pass it on, nothing to answer.
+                    let msg = Forward {
+                        slot: NO_ANSWER,
+                        tid,
+                        mask,
+                        offset,
+                        count,
+                    };
+                    send_fd(k.sock, &msg, fd);
+                    // SAFETY: our copy; the message carried its own.
+                    unsafe { libc::close(fd) };
                     continue;
                 }
                 let Some(slot) = pending.iter().position(|&f| f < 0) else {
@@ -225,7 +248,7 @@ pub(crate) fn run(mut k: Keeper) -> ! {
                 };
                 let msg = Forward {
                     slot: slot as u32,
-                    _pad: 0,
+                    tid,
                     mask,
                     offset,
                     count,
@@ -309,7 +332,7 @@ fn deny_all(group: RawFd, buf: &mut [u8]) {
             return;
         }
         let mut at = 0;
-        while let Some((next, _, fd, _, _)) = parse(buf, at, len as usize) {
+        while let Some((next, _, fd, _, _, _)) = parse(buf, at, len as usize) {
             at = next;
             if fd >= 0 {
                 respond(group, fd, deny_errno(libc::EIO));
@@ -330,14 +353,21 @@ mod tests {
         b[6..8].copy_from_slice(&24u16.to_ne_bytes());
         b[8..16].copy_from_slice(&0x0010_0000u64.to_ne_bytes());
         b[16..20].copy_from_slice(&7i32.to_ne_bytes());
+        b[20..24].copy_from_slice(&99u32.to_ne_bytes());
         b[24] = 6;
         b[26..28].copy_from_slice(&24u16.to_ne_bytes());
         b[32..40].copy_from_slice(&(3u64 << 20).to_ne_bytes());
         b[40..48].copy_from_slice(&4096u64.to_ne_bytes());
-        assert_eq!(parse(&b, 0, 48), Some((48, 0x0010_0000, 7, 3 << 20, 4096)));
+        assert_eq!(
+            parse(&b, 0, 48),
+            Some((48, 0x0010_0000, 7, 99, 3 << 20, 4096))
+        );
         assert_eq!(parse(&b, 0, 40), None);
         // No range record: the whole file.
         b[0..4].copy_from_slice(&24u32.to_ne_bytes());
-        assert_eq!(parse(&b, 0, 24), Some((24, 0x0010_0000, 7, 0, u64::MAX)));
+        assert_eq!(
+            parse(&b, 0, 24),
+            Some((24, 0x0010_0000, 7, 99, 0, u64::MAX))
+        );
     }
 }

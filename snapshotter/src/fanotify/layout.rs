@@ -39,6 +39,9 @@ pub(crate) struct LaidFile {
     pub size: u64,
     /// Opened for writing on first fill.
     writer: Mutex<Option<File>>,
+    /// Read-ahead over the file's events, one per reading thread (FUSE
+    /// keeps one per handle; events name no handle).
+    pub ahead: Mutex<HashMap<u32, crate::reader::ReadAhead>>,
     fill: Mutex<Fill>,
 }
 
@@ -244,6 +247,7 @@ impl Layout {
                         rel,
                         size,
                         writer: Mutex::new(None),
+                        ahead: Mutex::default(),
                         fill: Mutex::new(fill),
                     });
                 }

@@ -159,6 +159,7 @@ pub(crate) struct Request {
     pub owner: crate::inodes::Owner,
     pub reference: String,
     pub reader: std::sync::Arc<crate::verify::FileReader>,
+    pub prefetch: Option<std::sync::Arc<crate::prefetch::Prefetcher>>,
     pub mountpoint: std::path::PathBuf,
     pub rt: tokio::runtime::Handle,
 }
@@ -187,7 +188,15 @@ pub(crate) async fn mount(
             }
         }
         let laid = layout::Layout::prepare(&folder, &req.inodes, req.owner, &req.reference)?;
-        start(laid, req.reader, &req.mountpoint, req.rt, errors)
+        start(
+            laid,
+            req.inodes,
+            req.reader,
+            req.prefetch,
+            &req.mountpoint,
+            req.rt,
+            errors,
+        )
     })
     .await
     .map_err(|e| EngineError::Keeper(format!("the mount task stopped: {e}")))??;

@@ -52,7 +52,9 @@ impl Group {
         // SAFETY: plain system call with constant arguments.
         let fd = check(unsafe {
             libc::fanotify_init(
-                libc::FAN_CLASS_PRE_CONTENT | libc::FAN_CLOEXEC,
+                // FAN_REPORT_TID: events name the reading thread, so that
+                // read-ahead follows each reader, not their mix.
+                libc::FAN_CLASS_PRE_CONTENT | libc::FAN_CLOEXEC | libc::FAN_REPORT_TID,
                 (libc::O_RDONLY | libc::O_LARGEFILE | libc::O_CLOEXEC) as u32,
             )
         })?;
@@ -79,13 +81,15 @@ impl Group {
 
     /// Marks the mount `dirfd` is on (an `open_tree` descriptor: `O_PATH`
     /// descriptors are refused without a path, so it is looked up as ".").
-    pub fn mark_mount_at(&self, dirfd: RawFd) -> io::Result<()> {
+    /// `mask`: [`FAN_PRE_ACCESS`], and `FAN_OPEN` when opens start a
+    /// prefetch.
+    pub fn mark_mount_at(&self, dirfd: RawFd, mask: u64) -> io::Result<()> {
         // SAFETY: a valid descriptor and a static NUL-terminated path.
         check(unsafe {
             libc::fanotify_mark(
                 self.raw(),
                 libc::FAN_MARK_ADD | libc::FAN_MARK_MOUNT,
-                FAN_PRE_ACCESS,
+                mask,
                 dirfd,
                 c".".as_ptr(),
             )
@@ -96,7 +100,7 @@ impl Group {
     pub fn unmark_mount(&self, path: &Path) -> io::Result<()> {
         self.mark(
             libc::FAN_MARK_REMOVE | libc::FAN_MARK_MOUNT,
-            FAN_PRE_ACCESS,
+            FAN_PRE_ACCESS | libc::FAN_OPEN,
             path,
         )
     }
