@@ -95,26 +95,29 @@ impl Prefetcher {
         p
     }
 
-    // Made by `mount` for `Prefetch::Recorded`.
     #[cfg_attr(not(test), allow(dead_code))]
-    /// A prefetcher of `planned`, in that order: a recorded prefetch's
-    /// chunks ([`crate::record::plan`]). Opened files add nothing: the
-    /// recording already says what a start reads, and in which order.
+    /// A prefetcher for a recorded prefetch ([`crate::record::start`]):
+    /// it fetches what [`Prefetcher::follow`] hands it, in that order.
+    /// Opened files add nothing: the recording already says what a start
+    /// reads, and in which order.
     pub fn recorded(
         reader: Arc<ChunkReader>,
         inodes: Arc<Inodes>,
-        planned: Vec<ChunkRef>,
         jobs: usize,
         rt: tokio::runtime::Handle,
     ) -> Arc<Prefetcher> {
         let p = Prefetcher::new(reader, inodes, false, jobs, rt);
-        {
-            let mut q = p.queue();
-            q.planned = planned.into();
-            q.recorded = true;
-            p.kick(&mut q);
-        }
+        p.queue().recorded = true;
         p
+    }
+
+    /// Fetches `planned` (a recorded prefetch's chunks,
+    /// [`crate::record::plan`]) in that order, after what was planned
+    /// before.
+    pub fn follow(self: &Arc<Self>, planned: Vec<ChunkRef>) {
+        let mut q = self.queue();
+        q.planned.extend(planned);
+        self.kick(&mut q);
     }
 
     fn queue(&self) -> std::sync::MutexGuard<'_, Queue> {
@@ -272,8 +275,9 @@ mod tests {
         let rt = tokio::runtime::Handle::current();
         let reader = ChunkReader::new(src.clone(), 1 << 20, Check::Chain, rt.clone());
         let plan = vec![ca[3], cb[0], ca[0], ca[1], ca[3]];
-        let p = Prefetcher::recorded(reader, Arc::clone(&inodes), plan, 1, rt);
+        let p = Prefetcher::recorded(reader, Arc::clone(&inodes), 1, rt);
         p.opened(2);
+        p.follow(plan);
         for _ in 0..500 {
             if p.fetched.load(Ordering::Relaxed) == 3 && p.queue().workers == 0 {
                 break;

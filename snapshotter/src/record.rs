@@ -29,7 +29,8 @@ use sealvol_spec::tree::{ChunkRef, TreeIndex};
 use sealvol_spec::B3Digest;
 
 use crate::inodes::Inodes;
-use crate::reader::touched;
+use crate::prefetch::Prefetcher;
+use crate::reader::{touched, ChunkReader};
 
 /// The (file, piece) reads of a mount, first reads only, in order.
 #[derive(Debug, Default)]
@@ -168,6 +169,46 @@ pub async fn find_plan(
         created: found.created,
         chunks,
     }))
+}
+
+/// The prefetcher of a mount with `Prefetch::Recorded`: returned at once,
+/// so the mount waits for nothing; a task finds the version's newest list
+/// ([`find_plan`]) and hands its chunks to it. No list, or a list refused,
+/// is a log line and no prefetch; the mount reads as it would without.
+// Called by `mount` for `Prefetch::Recorded` once it is wired there.
+#[allow(dead_code)]
+pub(crate) fn start(
+    remote: Remote,
+    version: Arc<Resolved>,
+    tree: Arc<TreeIndex>,
+    inodes: Arc<Inodes>,
+    chunks: Arc<ChunkReader>,
+    jobs: usize,
+    rt: tokio::runtime::Handle,
+) -> Arc<Prefetcher> {
+    let p = Prefetcher::recorded(chunks, Arc::clone(&inodes), jobs, rt.clone());
+    let me = Arc::clone(&p);
+    rt.spawn(async move {
+        let shown = sealvol_client::resolve::display_ref(&remote, &version.pinned);
+        match find_plan(&remote, &version, &tree, &inodes).await {
+            Ok(Some(plan)) => {
+                tracing::info!(
+                    version = shown,
+                    list = %plan.manifest,
+                    recorded = plan.created,
+                    chunks = plan.chunks.len(),
+                    "prefetching in the recorded order"
+                );
+                me.follow(plan.chunks);
+            }
+            Ok(None) => tracing::warn!(
+                version = shown,
+                "no recorded prefetch list for this version (record one with `sealvol record`); prefetching nothing"
+            ),
+            Err(e) => tracing::warn!(version = shown, error = %e, "prefetching nothing"),
+        }
+    });
+    p
 }
 
 #[cfg(test)]
