@@ -505,3 +505,44 @@ fn a_killed_mount_process_never_lets_a_read_see_zeros() {
     );
     drop(m);
 }
+
+#[test]
+fn cache_size_counts_filled_files_and_trims_unused_versions() {
+    let sb = Sandbox::new();
+    let serve = Server::start(&sb.path().join("serve"));
+    let reg = host(&serve);
+    let (a, b) = (sb.path().join("a"), sb.path().join("b"));
+    write(&a.join("w.bin"), &noise(8 * MIB, 21), 0o644);
+    write(&b.join("w.bin"), &noise(8 * MIB, 22), 0o644);
+    let hex_a = push(&sb, &reg, &a, "bdn:ns/a");
+    let hex_b = push(&sb, &reg, &b, "bdn:ns/b");
+    let cache = sb.path().join("cache");
+    let mnt = mountpoint(&sb, "mnt");
+    let folder = |hex: &str| cache.join("fanotify").join(hex);
+    let bound = ["--cache-size", "12M"];
+
+    let m = mount_fanotify(&sb, &reg, "bdn:ns/a", &mnt, &cache, &bound);
+    assert_eq!(read(&mnt.join("w.bin")).unwrap(), noise(8 * MIB, 21));
+    drop(m);
+    assert!(folder(&hex_a).join("tree/w.bin").exists());
+
+    // Version a's 8 MiB of filled file plus the chunks past 12 MiB: the
+    // next mount removes a's folder, which no mount holds.
+    let m = mount_fanotify(&sb, &reg, "bdn:ns/b", &mnt, &cache, &bound);
+    assert!(
+        !folder(&hex_a).exists(),
+        "the unused version folder was kept past --cache-size"
+    );
+    assert!(folder(&hex_b).exists());
+    assert_eq!(read(&mnt.join("w.bin")).unwrap(), noise(8 * MIB, 22));
+
+    // A folder in use is never trimmed: mounting a again while b is
+    // mounted leaves b's in place.
+    let mnt2 = mountpoint(&sb, "mnt2");
+    let m2 = mount_fanotify(&sb, &reg, "bdn:ns/a", &mnt2, &cache, &bound);
+    assert!(folder(&hex_b).join("tree/w.bin").exists());
+    assert_eq!(read(&mnt.join("w.bin")).unwrap(), noise(8 * MIB, 22));
+    assert_eq!(read(&mnt2.join("w.bin")).unwrap(), noise(8 * MIB, 21));
+    drop(m2);
+    drop(m);
+}
