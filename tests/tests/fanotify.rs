@@ -78,6 +78,16 @@ fn mount_fanotify(
     ];
     args.extend_from_slice(extra);
     let m = Mounted::start(sb, registry, &args, &[mnt]);
+    // stderr comes through its own pipe, maybe in pieces: wait for the
+    // whole line.
+    let line_done = |e: String| {
+        e.split_once("sealvol: engine: ")
+            .is_some_and(|(_, rest)| rest.contains('\n'))
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while !line_done(m.stderr()) && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
     assert!(
         m.stderr()
             .contains("sealvol: engine: fanotify (kernel pre-content events)"),
@@ -544,5 +554,96 @@ fn cache_size_counts_filled_files_and_trims_unused_versions() {
     assert_eq!(read(&mnt.join("w.bin")).unwrap(), noise(8 * MIB, 22));
     assert_eq!(read(&mnt2.join("w.bin")).unwrap(), noise(8 * MIB, 21));
     drop(m2);
+    drop(m);
+}
+
+/// The keeper process of mount process `pid` (its child `sealvol-keeper`,
+/// forked from whichever of its threads).
+fn keeper_of(pid: i32) -> i32 {
+    let children: String = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("children")).ok())
+        .collect::<Vec<_>>()
+        .join(" ");
+    children
+        .split_whitespace()
+        .filter_map(|c| c.parse::<i32>().ok())
+        .find(|c| {
+            std::fs::read_to_string(format!("/proc/{c}/comm"))
+                .is_ok_and(|comm| comm.trim() == "sealvol-keeper")
+        })
+        .unwrap_or_else(|| panic!("no keeper among the children of {pid}: {children:?}"))
+}
+
+#[test]
+fn a_killed_keeper_fails_the_mount_closed_too() {
+    let sb = Sandbox::new();
+    let src = sb.path().join("src");
+    sample(&src);
+    let serve = Server::start(&sb.path().join("serve"));
+    let reg = host(&serve);
+    let hex = push(&sb, &reg, &src, "bdn:ns/vol");
+    let reference = format!("bdn:ns/vol@b3:{hex}");
+    let gate = Gate::start(&reg);
+    let cache = sb.path().join("cache");
+    let mnt = mountpoint(&sb, "mnt");
+    let m = mount_fanotify(
+        &sb,
+        &gate.addr,
+        &reference,
+        &mnt,
+        &cache,
+        &["--fetch-timeout", "100"],
+    );
+    let keeper = keeper_of(m.pid());
+    let held = Arc::new(File::open(mnt.join("big.bin")).unwrap());
+    gate.hold.store(true, Ordering::SeqCst);
+    let waiting = {
+        let f = Arc::clone(&held);
+        std::thread::spawn(move || {
+            let mut buf = vec![0u8; 4096];
+            f.read_at(&mut buf, 12 * PIECE).map(|n| {
+                buf.truncate(n);
+                buf
+            })
+        })
+    };
+    std::thread::sleep(Duration::from_millis(700));
+    assert!(!waiting.is_finished(), "the cold read did not wait");
+    // SAFETY: signalling a process this test started (through sealvol).
+    unsafe { libc::kill(keeper, libc::SIGKILL) };
+    let r = within("the read pending when the keeper died", move || {
+        waiting.join().unwrap()
+    });
+    assert_eio(r, "a read pending when the keeper was killed");
+    gate.hold.store(false, Ordering::SeqCst);
+    // The mount process took the mount away and settled the files; later
+    // reads through the held descriptor see no bytes.
+    within("the mount to go", {
+        let mnt = mnt.clone();
+        move || {
+            while is_mounted(&mnt) {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    });
+    for at in [12 * PIECE, 30 * PIECE, 0] {
+        let f = Arc::clone(&held);
+        let r = within("a read after the keeper died", move || {
+            let mut buf = vec![0u8; 4096];
+            f.read_at(&mut buf, at).map(|n| {
+                buf.truncate(n);
+                buf
+            })
+        });
+        assert_no_bytes(r, &format!("a read at {at} after the keeper died"));
+    }
+    let pid = m.pid();
+    drop(m);
+    assert!(exited(pid));
+    drop(held);
+    // A new mount serves the version again.
+    let m = mount_fanotify(&sb, &gate.addr, &reference, &mnt, &cache, &[]);
+    assert_eq!(read(&mnt.join("big.bin")).unwrap(), noise(BIG, 1));
     drop(m);
 }

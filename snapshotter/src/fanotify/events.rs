@@ -10,6 +10,7 @@
 //! marks it through its descriptor, and only then `move_mount` attaches it
 //! at the mountpoint.
 
+use std::collections::HashMap;
 use std::ffi::CString;
 use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt as _;
@@ -38,12 +39,24 @@ const FILL_JOBS: usize = 8;
 pub(crate) struct Session {
     mountpoint: PathBuf,
     sock: Arc<OwnedFd>,
+    shared: Arc<Shared>,
     ended: tokio::sync::watch::Receiver<bool>,
     /// Set once the keeper was told goodbye or the mount is gone.
     done: Arc<AtomicBool>,
 }
 
 struct Shared {
+    /// Events received and not answered: slot to the keeper's descriptor
+    /// number, so that they can be denied here if the keeper dies.
+    pending: std::sync::Mutex<HashMap<u32, RawFd>>,
+    /// Set before the goodbye: the keeper's exit is then expected.
+    said_bye: AtomicBool,
+    /// Set (under the write lock) once the keeper died and the files are
+    /// being settled: no fill may write after that.
+    failed: std::sync::RwLock<bool>,
+    /// Whether the keeper died, and whether this process has settled the
+    /// files since; waited on before the process may exit.
+    settled: (std::sync::Mutex<(bool, bool)>, std::sync::Condvar),
     layout: Layout,
     inodes: Arc<Inodes>,
     prefetch: Option<Arc<Prefetcher>>,
@@ -228,6 +241,10 @@ pub(crate) fn start(
     reap_later(pid);
 
     let shared = Arc::new(Shared {
+        pending: Default::default(),
+        said_bye: AtomicBool::new(false),
+        failed: std::sync::RwLock::new(false),
+        settled: Default::default(),
         layout,
         inodes,
         prefetch,
@@ -248,13 +265,15 @@ pub(crate) fn start(
             let rt = rt.clone();
             move || {
                 while let Some((ev, fd)) = recv_event(shared.sock.as_raw_fd()) {
+                    if ev.slot != NO_ANSWER {
+                        lock(&shared.pending).insert(ev.slot, ev.kfd);
+                    }
                     let shared = Arc::clone(&shared);
                     rt.spawn(async move { answer(shared, ev, fd).await });
                 }
-                tracing::warn!(
-                    mountpoint = %shared.mountpoint.display(),
-                    "the fanotify keeper is gone; reads of unfilled bytes there now fail"
-                );
+                if !shared.said_bye.load(Ordering::Acquire) {
+                    keeper_died(&shared);
+                }
             }
         })
         .map_err(io_err("thread"))?;
@@ -276,6 +295,7 @@ pub(crate) fn start(
     Ok(Session {
         mountpoint: mountpoint.to_path_buf(),
         sock,
+        shared: Arc::clone(&shared),
         ended,
         done,
     })
@@ -447,6 +467,9 @@ async fn answer(shared: Arc<Shared>, ev: Forward, fd: OwnedFd) {
         }
     };
     drop(fd);
+    if lock(&shared.pending).remove(&ev.slot).is_none() {
+        return; // denied already: the keeper died meanwhile
+    }
     send_reply(
         shared.sock.as_raw_fd(),
         Reply {
@@ -521,6 +544,10 @@ async fn fill(shared: &Arc<Shared>, ev: &Forward, fd: &OwnedFd) -> Result<(), Fi
                     let bytes = shared.reader.read(ino, p * PIECE, PIECE as u32).await?;
                     let s = Arc::clone(&shared);
                     tokio::task::spawn_blocking(move || {
+                        let failed = s.failed.read().unwrap_or_else(|e| e.into_inner());
+                        if *failed {
+                            return Err(std::io::Error::other("the mount failed closed"));
+                        }
                         s.layout.files[index].write(p * PIECE, &bytes)
                     })
                     .await
@@ -534,9 +561,15 @@ async fn fill(shared: &Arc<Shared>, ev: &Forward, fd: &OwnedFd) -> Result<(), Fi
             .into_iter()
             .collect::<Result<Vec<()>, _>>()?;
         let s = Arc::clone(shared);
-        tokio::task::spawn_blocking(move || s.layout.files[index].commit(&missing))
-            .await
-            .map_err(|_| FillError::Stopped)??;
+        tokio::task::spawn_blocking(move || {
+            let failed = s.failed.read().unwrap_or_else(|e| e.into_inner());
+            if *failed {
+                return Err(std::io::Error::other("the mount failed closed"));
+            }
+            s.layout.files[index].commit(&missing)
+        })
+        .await
+        .map_err(|_| FillError::Stopped)??;
         if file.full() {
             filled(shared, index);
         }
@@ -581,6 +614,7 @@ impl Session {
         }
         match sys::umount(&self.mountpoint, 0) {
             Ok(()) => {
+                self.shared.said_bye.store(true, Ordering::Release);
                 bye(&self.sock);
                 Ok(Unmounted::Clean)
             }
@@ -602,5 +636,55 @@ impl Session {
 impl Drop for Session {
     fn drop(&mut self) {
         self.done.store(true, Ordering::Release);
+        // If the keeper died, this process holds the group alone: it may
+        // not exit (which lets the group go) before the files are settled.
+        let (m, cv) = &self.shared.settled;
+        let mut st = lock(m);
+        while st.0 && !st.1 {
+            st = cv.wait(st).unwrap_or_else(|e| e.into_inner());
+        }
     }
+}
+
+fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The keeper is gone without a goodbye (killed): this process holds the
+/// group alone now and does what the keeper would have done had this
+/// process died (see [`keeper`]): deny what waits, stop every fill, detach
+/// the mount, truncate what is not wholly filled, then deny every later
+/// event for as long as it lives. Runs on the event thread, which it keeps.
+fn keeper_died(shared: &Shared) {
+    tracing::warn!(
+        mountpoint = %shared.mountpoint.display(),
+        "the fanotify keeper died; the mount fails closed"
+    );
+    lock(&shared.settled.0).0 = true;
+    let kfds: Vec<RawFd> = lock(&shared.pending).drain().map(|(_, k)| k).collect();
+    keeper::deny_numbers(shared.group.raw(), &kfds);
+    // Waits for the writes under way, and fails the later ones.
+    *shared.failed.write().unwrap_or_else(|e| e.into_inner()) = true;
+    let cstr = |p: &Path| CString::new(p.as_os_str().as_bytes()).ok();
+    let k = Keeper {
+        group: shared.group.raw(),
+        sock: -1,
+        lock: shared.layout.lock_fd(),
+        lock_path: cstr(&shared.layout.folder.join("lock")).unwrap_or_default(),
+        mountpoint: cstr(&shared.mountpoint).unwrap_or_default(),
+        files: shared
+            .layout
+            .files
+            .iter()
+            .map(|f| cstr(&f.path).unwrap_or_default())
+            .collect(),
+        full: shared.layout.files.iter().map(|f| f.full()).collect(),
+    };
+    keeper::settle(&k);
+    {
+        let (m, cv) = &shared.settled;
+        lock(m).1 = true;
+        cv.notify_all();
+    }
+    keeper::deny_forever(shared.group.raw());
 }

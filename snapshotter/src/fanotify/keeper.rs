@@ -38,6 +38,10 @@ pub(crate) struct Forward {
     pub offset: u64,
     /// `u64::MAX` when the kernel gave no range: the whole file.
     pub count: u64,
+    /// The event's descriptor number in the keeper, which names the event
+    /// in a response: the daemon denies it itself if the keeper dies.
+    pub kfd: i32,
+    pub _pad: u32,
 }
 
 /// daemon → keeper.
@@ -234,6 +238,8 @@ pub(crate) fn run(mut k: Keeper) -> ! {
                         mask,
                         offset,
                         count,
+                        kfd: -1,
+                        _pad: 0,
                     };
                     send_fd(k.sock, &msg, fd);
                     // SAFETY: our copy; the message carried its own.
@@ -252,6 +258,8 @@ pub(crate) fn run(mut k: Keeper) -> ! {
                     mask,
                     offset,
                     count,
+                    kfd: fd,
+                    _pad: 0,
                 };
                 if send_fd(k.sock, &msg, fd) {
                     pending[slot] = fd;
@@ -270,12 +278,43 @@ fn would_block() -> bool {
 
 /// The daemon is gone: deny what waits, take the mount away, and leave no
 /// hole that a held descriptor could read as zeros once the group goes.
-/// Also run by the daemon itself when the keeper dies ([`super::events`]).
-pub(crate) fn fail_closed(k: &mut Keeper, pending: &mut [RawFd]) -> ! {
+fn fail_closed(k: &mut Keeper, pending: &mut [RawFd]) -> ! {
     for fd in pending.iter_mut().filter(|f| **f >= 0) {
         respond(k.group, *fd, deny_errno(libc::EIO));
         *fd = -1;
     }
+    settle(k);
+    // SAFETY: ends the process; the kernel closes the group, and later
+    // reads of the truncated files see their end, not zeros.
+    unsafe { libc::_exit(0) }
+}
+
+/// Denies the events the keeper forwarded under descriptor numbers of its
+/// own, `kfds` (responses name the event by that number), without closing
+/// anything: run by the daemon when the keeper died with them pending.
+pub(crate) fn deny_numbers(group: RawFd, kfds: &[RawFd]) {
+    for &fd in kfds {
+        let r = libc::fanotify_response {
+            fd,
+            response: deny_errno(libc::EIO),
+        };
+        // SAFETY: writes a plain struct to the group.
+        unsafe {
+            libc::write(
+                group,
+                (&raw const r).cast(),
+                std::mem::size_of::<libc::fanotify_response>(),
+            )
+        };
+    }
+}
+
+/// [`fail_closed`] after the pending events are denied: detach the mount,
+/// deny events until no other mount holds the folder, truncate every file
+/// not known to be filled. Returns with the events denied so far; the
+/// caller keeps the group open (denying) or exits. Also run by the daemon
+/// when its keeper died ([`super::events`]).
+pub(crate) fn settle(k: &Keeper) {
     // SAFETY: plain system calls on C strings prepared before the fork.
     unsafe {
         libc::umount2(k.mountpoint.as_ptr(), libc::MNT_DETACH);
@@ -289,9 +328,23 @@ pub(crate) fn fail_closed(k: &mut Keeper, pending: &mut [RawFd]) -> ! {
         // SAFETY: as above.
         let exclusive = unsafe {
             let fd = libc::open(k.lock_path.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC);
-            fd >= 0 && libc::flock(fd, libc::LOCK_EX | libc::LOCK_NB) == 0
+            if fd >= 0 && libc::flock(fd, libc::LOCK_EX | libc::LOCK_NB) == 0 {
+                Some(fd)
+            } else {
+                if fd >= 0 {
+                    libc::close(fd);
+                }
+                None
+            }
         };
-        if exclusive {
+        if let Some(fd) = exclusive {
+            for (path, _) in k.files.iter().zip(&k.full).filter(|(_, full)| !**full) {
+                // SAFETY: a valid C string; truncate raises no event
+                // through the cache folder's path, which no mark watches.
+                unsafe { libc::truncate(path.as_ptr(), 0) };
+            }
+            // SAFETY: our descriptor; closing it releases the lock.
+            unsafe { libc::close(fd) };
             break;
         }
         let mut p = libc::pollfd {
@@ -302,15 +355,23 @@ pub(crate) fn fail_closed(k: &mut Keeper, pending: &mut [RawFd]) -> ! {
         // SAFETY: one pollfd on the stack.
         unsafe { libc::poll(&mut p, 1, 1000) };
     }
-    for (path, _) in k.files.iter().zip(&k.full).filter(|(_, full)| !**full) {
-        // SAFETY: a valid C string; truncate raises no event through the
-        // cache folder's path, which no mark watches.
-        unsafe { libc::truncate(path.as_ptr(), 0) };
-    }
     deny_all(k.group, &mut buf);
-    // SAFETY: ends the process; the kernel closes the group, and later
-    // reads of the truncated files see their end, not zeros.
-    unsafe { libc::_exit(0) }
+}
+
+/// Denies every event with `EIO` for as long as the group lives: the
+/// daemon's last duty once its keeper is gone and the files are settled.
+pub(crate) fn deny_forever(group: RawFd) -> ! {
+    let mut buf = [0u8; 8192];
+    loop {
+        let mut p = libc::pollfd {
+            fd: group,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one pollfd on the stack.
+        unsafe { libc::poll(&mut p, 1, -1) };
+        deny_all(group, &mut buf);
+    }
 }
 
 /// Denies every queued event with `EIO`, without waiting for more.
