@@ -13,6 +13,7 @@ use sealvol_snapshotter::record::{record_next_mount, Recorder};
 use sealvol_snapshotter::MountOptions;
 use sealvol_spec::reference::VolumeRef;
 
+use crate::mount::EngineArg;
 use crate::output::Output;
 use crate::volume::{self, Conn};
 
@@ -33,6 +34,9 @@ pub struct RecordArgs {
     /// afterwards); default: the system's temporary folder
     #[arg(long, value_name = "DIR")]
     pub work_dir: Option<PathBuf>,
+    /// Who serves the recording mount's reads (both record the same way)
+    #[arg(long, value_enum, default_value_t = EngineArg::Auto, env = "SEALVOL_MOUNT_ENGINE")]
+    pub engine: EngineArg,
     #[command(flatten)]
     pub verification: volume::Verification,
     #[command(flatten)]
@@ -109,6 +113,7 @@ pub fn record(args: RecordArgs) -> anyhow::Result<()> {
     // would serve some files without this process, through the kernel).
     let mut opts = MountOptions::new(&cache);
     opts.legacy = args.verification.legacy();
+    opts.engine = args.engine.into();
     let recorder = Recorder::new();
     record_next_mount(recorder.clone());
     let m = rt
@@ -120,8 +125,13 @@ pub fn record(args: RecordArgs) -> anyhow::Result<()> {
         ))
         .with_context(|| format!("cannot mount {}", args.source))?;
     if args.output == Output::Text {
+        let (engine, why) = m.engine();
+        let engine = match engine {
+            sealvol_snapshotter::Engine::Fanotify => "fanotify",
+            _ => "fuse",
+        };
         eprintln!(
-            "sealvol: recording {} at {}",
+            "sealvol: recording {} at {} (engine: {engine}, {why})",
             m.reference(),
             m.mountpoint().display()
         );
