@@ -176,6 +176,23 @@ fn a_fanotify_mount_reads_back_its_source_and_keeps_what_it_filled() {
         sealvol_tests::assert_same_tree(&a, &b)
     });
     assert_eq!(mmap_read(&mnt.join("big.bin")), big);
+
+    // Every file is filled now: reads and faults no longer reach the
+    // mount process. Stopped, it cannot answer; reads still complete.
+    m.signal(libc::SIGSTOP);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (b, path) = (big.clone(), mnt.join("big.bin"));
+    std::thread::spawn(move || {
+        let ok = read(&path).is_ok_and(|r| r == b) && mmap_read(&path) == b;
+        let _ = tx.send(ok);
+    });
+    let got = rx.recv_timeout(Duration::from_secs(20));
+    m.signal(libc::SIGCONT);
+    assert_eq!(
+        got,
+        Ok(true),
+        "a read of a filled version waited on the stopped mount process"
+    );
     m.stop();
     assert!(!is_mounted(&mnt), "the mount is gone after a clean stop");
 

@@ -1,5 +1,5 @@
 //! The daemon's side: expose the layout at the mountpoint with its marks
-//! in place, start the [`keeper`](super::keeper), and answer the events it
+//! in place, start the [`keeper`], and answer the events it
 //! forwards by filling the pieces they need.
 //!
 //! The bind mount is made with the new mount API so that no read can
@@ -168,7 +168,9 @@ pub(crate) fn start(
     let tree = detached_tree(&layout.tree)
         .map_err(|e| mount_err(format!("cannot bind {}: {e}", layout.tree.display())))?;
     let unfilled = layout.files.iter().filter(|f| !f.full()).count();
-    for f in layout.files.iter().filter(|f| f.full()) {
+    // Files filled before: ignored, unless all are (then nothing is
+    // marked at all).
+    for f in layout.files.iter().filter(|f| unfilled > 0 && f.full()) {
         group
             .ignore(&f.path)
             .map_err(|e| EngineError::NoPreContent(format!("ignore mark: {e}")))?;
@@ -595,6 +597,12 @@ fn filled(shared: &Shared, index: usize) {
     if shared.unfilled.fetch_sub(1, Ordering::AcqRel) == 1 {
         if let Err(e) = shared.group.unmark_mount(&shared.mountpoint) {
             tracing::debug!(error = %e, "mount mark not removed");
+        }
+        // The ignore marks cost each read of a page-cached 4 KiB about a
+        // third more (measured on 6.18: 900 against 655 ns) while any mark
+        // is left; with none, the mount is a plain bind mount.
+        if let Err(e) = shared.group.flush_inode_marks(&shared.layout.tree) {
+            tracing::debug!(error = %e, "ignore marks not flushed");
         }
     }
 }

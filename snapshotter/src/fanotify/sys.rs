@@ -105,6 +105,13 @@ impl Group {
         )
     }
 
+    /// Removes every inode mark of the group (the ignore marks): with no
+    /// mark left on its file system, a file opened later is not watched at
+    /// all, and reads cost what they cost without fanotify.
+    pub fn flush_inode_marks(&self, any: &Path) -> io::Result<()> {
+        self.mark(libc::FAN_MARK_FLUSH, 0, any)
+    }
+
     /// Stops the events of one file under the marked mount.
     pub fn ignore(&self, path: &Path) -> io::Result<()> {
         self.mark(
