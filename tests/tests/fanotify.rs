@@ -664,3 +664,66 @@ fn a_killed_keeper_fails_the_mount_closed_too() {
     assert_eq!(read(&mnt.join("big.bin")).unwrap(), noise(BIG, 1));
     drop(m);
 }
+
+/// Waits (a little) until `m` has written a whole `sealvol: engine: …`
+/// line on stderr, and returns it.
+fn engine_line(m: &Mounted) -> String {
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let e = m.stderr();
+        if let Some((_, rest)) = e.split_once("sealvol: engine: ") {
+            if let Some((line, _)) = rest.split_once('\n') {
+                return line.to_string();
+            }
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no engine line: {e:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn auto_chooses_fanotify_as_root_and_fuse_stays_available() {
+    // SAFETY: geteuid has no preconditions.
+    assert_eq!(unsafe { libc::geteuid() }, 0, "these tests run as root");
+    let sb = Sandbox::new();
+    let src = sb.path().join("src");
+    sample(&src);
+    let serve = Server::start(&sb.path().join("serve"));
+    let reg = host(&serve);
+    push(&sb, &reg, &src, "bdn:ns/vol");
+    let cache = sb.path().join("cache");
+    for (engine, want, fuse) in [
+        ("auto", "fanotify (kernel pre-content events)", false),
+        ("fuse", "fuse (asked for)", true),
+    ] {
+        let mnt = mountpoint(&sb, &format!("mnt-{engine}"));
+        let m = Mounted::start(
+            &sb,
+            &reg,
+            &[
+                "mount",
+                "bdn:ns/vol",
+                s(&mnt),
+                "--cache-dir",
+                s(&cache),
+                "--engine",
+                engine,
+            ],
+            &[&mnt],
+        );
+        assert_eq!(engine_line(&m), want, "--engine {engine}");
+        let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+        let line = info
+            .lines()
+            .find(|l| l.split(' ').nth(4) == Some(s(&mnt)))
+            .unwrap_or_else(|| panic!("{} not mounted", mnt.display()));
+        let kind = line.split_once(" - ").unwrap().1.split(' ').next().unwrap();
+        // fanotify: a bind mount of the cache folder's file system.
+        assert_eq!(kind.starts_with("fuse"), fuse, "--engine {engine}: {line}");
+        assert_eq!(read(&mnt.join("big.bin")).unwrap(), noise(BIG, 1));
+        drop(m);
+    }
+}

@@ -23,8 +23,14 @@ use std::os::fd::RawFd;
 
 use super::sys::deny_errno;
 
-/// Events forwarded and not yet answered, at most.
+/// Events forwarded and not yet answered, at most (each holds an open
+/// descriptor in the keeper; the default limit is 1024).
 const PENDING: usize = 512;
+/// The smallest event: `struct fanotify_event_metadata`.
+const META: usize = std::mem::size_of::<libc::fanotify_event_metadata>();
+/// A read buffer smaller than one event with its range record fails
+/// (`EINVAL`): read only with room for one.
+const MIN_READ: usize = META + 24;
 
 /// keeper → daemon: one event. The event's descriptor rides along.
 #[repr(C)]
@@ -153,7 +159,10 @@ pub(crate) fn run(mut k: Keeper) -> ! {
     let mut pending = [-1 as RawFd; PENDING];
     let mut buf = [0u8; 8192];
     loop {
-        let free = pending.iter().position(|&f| f < 0);
+        // A read returns as many events as fit its buffer, each at least
+        // META bytes: read no more than the free slots can take.
+        let free = pending.iter().filter(|&&f| f < 0).count();
+        let room = buf.len().min(free * META);
         let mut fds = [
             libc::pollfd {
                 fd: k.sock,
@@ -163,7 +172,7 @@ pub(crate) fn run(mut k: Keeper) -> ! {
             libc::pollfd {
                 // A negative fd is skipped: stop reading events while every
                 // slot is taken.
-                fd: if free.is_some() { k.group } else { -1 },
+                fd: if room >= MIN_READ { k.group } else { -1 },
                 events: libc::POLLIN,
                 revents: 0,
             },
@@ -219,7 +228,7 @@ pub(crate) fn run(mut k: Keeper) -> ! {
         }
         if fds[1].revents != 0 {
             // SAFETY: reads into a stack buffer of its length.
-            let len = unsafe { libc::read(k.group, buf.as_mut_ptr().cast(), buf.len()) };
+            let len = unsafe { libc::read(k.group, buf.as_mut_ptr().cast(), room) };
             if len <= 0 {
                 continue;
             }
@@ -247,8 +256,8 @@ pub(crate) fn run(mut k: Keeper) -> ! {
                     continue;
                 }
                 let Some(slot) = pending.iter().position(|&f| f < 0) else {
-                    // Cannot happen (one read holds fewer events than the
-                    // free slots it was allowed by), but never drop one.
+                    // Cannot happen (a read holds no more events than the
+                    // free slots it was sized by), but never drop one.
                     respond(k.group, fd, deny_errno(libc::EIO));
                     continue;
                 };

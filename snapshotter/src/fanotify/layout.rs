@@ -42,6 +42,10 @@ pub(crate) struct LaidFile {
     /// Read-ahead over the file's events, one per reading thread (FUSE
     /// keeps one per handle; events name no handle).
     pub ahead: Mutex<HashMap<u32, crate::reader::ReadAhead>>,
+    /// The piece a fill ahead has been started up to (exclusive).
+    pub ahead_to: std::sync::atomic::AtomicU64,
+    /// Set once the file was reported wholly filled.
+    pub announced: std::sync::atomic::AtomicBool,
     fill: Mutex<Fill>,
 }
 
@@ -248,6 +252,8 @@ impl Layout {
                         size,
                         writer: Mutex::new(None),
                         ahead: Mutex::default(),
+                        ahead_to: Default::default(),
+                        announced: Default::default(),
                         fill: Mutex::new(fill),
                     });
                 }
