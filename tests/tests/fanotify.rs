@@ -177,8 +177,15 @@ fn a_fanotify_mount_reads_back_its_source_and_keeps_what_it_filled() {
     });
     assert_eq!(mmap_read(&mnt.join("big.bin")), big);
 
-    // Every file is filled now: reads and faults no longer reach the
-    // mount process. Stopped, it cannot answer; reads still complete.
+    // Every file is filled now: once that is recorded, the group's marks
+    // go, and reads and faults no longer reach the mount process. Stopped,
+    // it cannot answer; reads still complete.
+    let pid = m.pid();
+    within("the marks to go", move || {
+        while marks(pid) > 0 {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    });
     m.signal(libc::SIGSTOP);
     let (tx, rx) = std::sync::mpsc::channel();
     let (b, path) = (big.clone(), mnt.join("big.bin"));
@@ -226,6 +233,20 @@ fn a_fanotify_mount_reads_back_its_source_and_keeps_what_it_filled() {
     });
     assert!(!is_mounted(&mnt));
     assert!(m.stdout().contains("sealvol: unmounted"), "{}", m.stdout());
+}
+
+/// The fanotify marks the groups of process `pid` hold (from fdinfo).
+fn marks(pid: i32) -> usize {
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fdinfo")) else {
+        return 0;
+    };
+    fds.filter_map(|f| std::fs::read_to_string(f.ok()?.path()).ok())
+        .map(|info| {
+            info.lines()
+                .filter(|l| l.starts_with("fanotify ") && !l.starts_with("fanotify flags:"))
+                .count()
+        })
+        .sum()
 }
 
 /// Whether process `pid` (our child) has ended: gone, or a zombie.

@@ -49,6 +49,9 @@ struct Shared {
     /// Events received and not answered: slot to the keeper's descriptor
     /// number, so that they can be denied here if the keeper dies.
     pending: std::sync::Mutex<HashMap<u32, RawFd>>,
+    /// Fills written and not yet durable and recorded: an unmount waits
+    /// for them, so that the next mount finds them.
+    commits: AtomicUsize,
     /// Set before the goodbye: the keeper's exit is then expected.
     said_bye: AtomicBool,
     /// Set (under the write lock) once the keeper died and the files are
@@ -245,6 +248,7 @@ pub(crate) fn start(
     let shared = Arc::new(Shared {
         pending: Default::default(),
         said_bye: AtomicBool::new(false),
+        commits: AtomicUsize::new(0),
         failed: std::sync::RwLock::new(false),
         settled: Default::default(),
         layout,
@@ -602,19 +606,32 @@ async fn fill_pieces(
             .await
             .into_iter()
             .collect::<Result<Vec<()>, _>>()?;
+        // Readers may have the bytes now; durable and recorded (for later
+        // mounts, and for the ignore marks) in the background.
+        file.written(&missing);
         let s = Arc::clone(shared);
-        tokio::task::spawn_blocking(move || {
-            let failed = s.failed.read().unwrap_or_else(|e| e.into_inner());
-            if *failed {
-                return Err(std::io::Error::other("the mount failed closed"));
+        s.commits.fetch_add(1, Ordering::AcqRel);
+        tokio::spawn(async move {
+            let c = Arc::clone(&s);
+            let done = tokio::task::spawn_blocking(move || {
+                let failed = c.failed.read().unwrap_or_else(|e| e.into_inner());
+                if *failed {
+                    return Err(std::io::Error::other("the mount failed closed"));
+                }
+                c.layout.files[index].commit(&missing)
+            })
+            .await;
+            match done {
+                Ok(Ok(())) => {
+                    if s.layout.files[index].full() {
+                        filled(&s, index);
+                    }
+                }
+                Ok(Err(e)) => tracing::warn!(error = %e, "filled pieces not recorded"),
+                Err(_) => {}
             }
-            s.layout.files[index].commit(&missing)
-        })
-        .await
-        .map_err(|_| FillError::Stopped)??;
-        if file.full() {
-            filled(shared, index);
-        }
+            s.commits.fetch_sub(1, Ordering::AcqRel);
+        });
     }
     Ok(())
 }
@@ -663,6 +680,14 @@ impl Session {
     pub fn unmount(&mut self) -> std::io::Result<Unmounted> {
         if self.done.swap(true, Ordering::AcqRel) {
             return Ok(Unmounted::Already);
+        }
+        // What was filled is recorded before the mount goes (bounded: a
+        // disk that hangs only costs the next mount a refetch).
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while self.shared.commits.load(Ordering::Acquire) > 0
+            && std::time::Instant::now() < deadline
+        {
+            std::thread::sleep(Duration::from_millis(5));
         }
         match sys::umount(&self.mountpoint, 0) {
             Ok(()) => {

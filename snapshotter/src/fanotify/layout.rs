@@ -51,7 +51,11 @@ pub(crate) struct LaidFile {
 
 /// A file's fill bitmap, in memory and in `fill/<inode>`.
 pub(crate) struct Fill {
+    /// Durable and recorded: what a later mount may trust.
     bits: Vec<u8>,
+    /// Written into the file (in the page cache, so readers see them) but
+    /// perhaps not durable yet: enough to allow a read, never recorded.
+    written: Vec<u8>,
     pieces: u64,
     file: File,
 }
@@ -73,16 +77,29 @@ impl Fill {
             bits.iter_mut().for_each(|b| *b = 0);
             file.set_len(0)?;
         }
-        Ok(Fill { bits, pieces, file })
+        let written = bits.clone();
+        Ok(Fill {
+            bits,
+            written,
+            pieces,
+            file,
+        })
     }
 
     fn has(&self, piece: u64) -> bool {
         self.bits[(piece / 8) as usize] & (1 << (piece % 8)) != 0
     }
 
-    /// The pieces of `range` not filled yet.
+    /// The pieces of `range` not written yet.
     pub fn missing(&self, range: std::ops::Range<u64>) -> Vec<u64> {
-        range.filter(|&p| p < self.pieces && !self.has(p)).collect()
+        let written = |p: u64| self.written[(p / 8) as usize] & (1 << (p % 8)) != 0;
+        range.filter(|&p| p < self.pieces && !written(p)).collect()
+    }
+
+    fn set_written(&mut self, pieces: &[u64]) {
+        for &p in pieces {
+            self.written[(p / 8) as usize] |= 1 << (p % 8);
+        }
     }
 
     /// Records `pieces` as filled (their bytes are already durable).
@@ -90,6 +107,7 @@ impl Fill {
         for &p in pieces {
             self.bits[(p / 8) as usize] |= 1 << (p % 8);
         }
+        self.set_written(pieces);
         // The bitmap needs no fsync: losing it only refetches pieces.
         self.file.write_all_at(&self.bits, 0)
     }
@@ -128,6 +146,14 @@ impl LaidFile {
     }
 
     /// Makes the written pieces durable, then records them as filled.
+    /// Records `pieces` as written: their bytes are in the page cache,
+    /// where every reader of the file finds them, so reads of them may be
+    /// allowed before they are durable ([`LaidFile::commit`] records them
+    /// for later mounts only once they are).
+    pub fn written(&self, pieces: &[u64]) {
+        self.fill().set_written(pieces)
+    }
+
     pub fn commit(&self, pieces: &[u64]) -> io::Result<()> {
         {
             let w = self.writer.lock().unwrap_or_else(|e| e.into_inner());

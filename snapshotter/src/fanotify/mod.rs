@@ -14,8 +14,11 @@
 //! 1 MiB pieces that cover it through `verify::FileReader::read`
 //! (the chain of SPEC.md §2.5; verification is not repeated here), writes
 //! them into the layout file through the cache folder's own path (another
-//! mount, which no mark watches, so the write raises no event), fsyncs,
-//! records the pieces in the file's fill bitmap, and answers `FAN_ALLOW`.
+//! mount, which no mark watches, so the write raises no event), and answers
+//! `FAN_ALLOW`: the bytes are in the page cache every reader of the inode
+//! shares. In the background it then fsyncs and records the pieces in the
+//! file's fill bitmap; only recorded pieces count for a later mount, and
+//! an unmount waits for the records.
 //! A failure answers `FAN_DENY_ERRNO(EIO)`. A file whose pieces are all
 //! filled gets an ignore mark (`FAN_MARK_IGNORE`), so its reads stop at the
 //! mark check in the kernel; once every file is filled, the mount mark
