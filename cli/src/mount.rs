@@ -31,6 +31,9 @@ pub enum PrefetchArg {
     Open,
     /// Also the whole version, in the background, files opened first
     All,
+    /// Also what the version's newest recorded prefetch list names
+    /// (`sealvol record`), in the order it was first read
+    Recorded,
 }
 
 impl From<PrefetchArg> for Prefetch {
@@ -39,6 +42,7 @@ impl From<PrefetchArg> for Prefetch {
             PrefetchArg::None => Prefetch::None,
             PrefetchArg::Open => Prefetch::Open,
             PrefetchArg::All => Prefetch::All,
+            PrefetchArg::Recorded => Prefetch::Recorded,
         }
     }
 }

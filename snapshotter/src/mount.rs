@@ -36,6 +36,10 @@ pub enum Prefetch {
     /// Also the whole version, in the background from the start: files that
     /// are opened first, then the rest in canonical order.
     All,
+    /// Also what the version's newest recorded prefetch list names
+    /// (`sealvol record`, SPEC.md §5.8), in its order, from the start;
+    /// nothing more when it has none or it is refused.
+    Recorded,
 }
 
 /// Who serves a mount's reads (`sealvol mount --engine`).
@@ -285,6 +289,15 @@ pub async fn mount_loaded(
             Arc::clone(reader.chunks()),
             Arc::clone(&inodes),
             opts.prefetch == Prefetch::All,
+            opts.prefetch_jobs,
+            rt.clone(),
+        )),
+        Prefetch::Recorded => Some(crate::record::start(
+            remote.clone(),
+            Arc::clone(&loaded.version),
+            Arc::clone(&loaded.tree),
+            Arc::clone(&inodes),
+            Arc::clone(reader.chunks()),
             opts.prefetch_jobs,
             rt.clone(),
         )),

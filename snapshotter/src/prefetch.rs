@@ -95,7 +95,6 @@ impl Prefetcher {
         p
     }
 
-    #[cfg_attr(not(test), allow(dead_code))]
     /// A prefetcher for a recorded prefetch ([`crate::record::start`]):
     /// it fetches what [`Prefetcher::follow`] hands it, in that order.
     /// Opened files add nothing: the recording already says what a start

@@ -175,8 +175,6 @@ pub async fn find_plan(
 /// so the mount waits for nothing; a task finds the version's newest list
 /// ([`find_plan`]) and hands its chunks to it. No list, or a list refused,
 /// is a log line and no prefetch; the mount reads as it would without.
-// Called by `mount` for `Prefetch::Recorded` once it is wired there.
-#[allow(dead_code)]
 pub(crate) fn start(
     remote: Remote,
     version: Arc<Resolved>,

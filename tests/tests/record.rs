@@ -364,7 +364,6 @@ fn cached_chunks(cache: &Path) -> BTreeSet<String> {
 }
 
 #[test]
-#[ignore = "needs `--prefetch recorded` wired in snapshotter/src/mount.rs and cli/src/mount.rs (issue 32)"]
 fn a_recorded_mount_fetches_what_the_recording_read_before_it_is_read() {
     let sb = Sandbox::new();
     let server = Server::start(&sb.path().join("data"));

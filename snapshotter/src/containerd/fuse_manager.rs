@@ -162,7 +162,7 @@ impl pb::fuse_manager_server::FuseManager for Service {
         let prefetch = match r.prefetch.as_str() {
             "" => None,
             p => Some(PrefetchPolicy::parse(p).ok_or_else(|| {
-                Status::invalid_argument(format!("prefetch {p:?}: none, open or all"))
+                Status::invalid_argument(format!("prefetch {p:?}: none, open, all or recorded"))
             })?),
         };
         let owner = r.owner.map(|o| (o.uid, o.gid));

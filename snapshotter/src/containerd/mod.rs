@@ -113,15 +113,19 @@ pub enum PrefetchPolicy {
     None,
     Open,
     All,
+    /// The version's recorded prefetch list (`sealvol record`, SPEC.md
+    /// §5.8), in its order.
+    Recorded,
 }
 
 impl PrefetchPolicy {
-    /// `none`, `open` or `all`, as in the config.
+    /// `none`, `open`, `all` or `recorded`, as in the config.
     pub fn parse(s: &str) -> Option<PrefetchPolicy> {
         match s {
             "none" => Some(PrefetchPolicy::None),
             "open" => Some(PrefetchPolicy::Open),
             "all" => Some(PrefetchPolicy::All),
+            "recorded" => Some(PrefetchPolicy::Recorded),
             _ => None,
         }
     }
@@ -131,6 +135,7 @@ impl PrefetchPolicy {
             PrefetchPolicy::None => "none",
             PrefetchPolicy::Open => "open",
             PrefetchPolicy::All => "all",
+            PrefetchPolicy::Recorded => "recorded",
         }
     }
 
@@ -139,6 +144,7 @@ impl PrefetchPolicy {
             PrefetchPolicy::None => crate::Prefetch::None,
             PrefetchPolicy::Open => crate::Prefetch::Open,
             PrefetchPolicy::All => crate::Prefetch::All,
+            PrefetchPolicy::Recorded => crate::Prefetch::Recorded,
         }
     }
 }

@@ -50,7 +50,7 @@ pub fn prefetch(labels: &HashMap<String, String>) -> Option<PrefetchPolicy> {
     let policy = PrefetchPolicy::parse(value);
     if policy.is_none() {
         tracing::warn!(
-            "{LABEL_PREFETCH} {value:?} is not none, open or all; the configured prefetch applies"
+            "{LABEL_PREFETCH} {value:?} is not none, open, all or recorded; the configured prefetch applies"
         );
     }
     policy
