@@ -270,12 +270,24 @@ pub(crate) fn start(
             let shared = Arc::clone(&shared);
             let rt = rt.clone();
             move || {
+                // Read-ahead spawns its fills from here.
+                let _rt = rt.enter();
                 while let Some((ev, fd)) = recv_event(shared.sock.as_raw_fd()) {
-                    if ev.slot != NO_ANSWER {
-                        lock(&shared.pending).insert(ev.slot, ev.kfd);
+                    if ev.slot == NO_ANSWER {
+                        opened(&shared, &fd);
+                        continue;
                     }
-                    let shared = Arc::clone(&shared);
-                    rt.spawn(async move { answer(shared, ev, fd).await });
+                    lock(&shared.pending).insert(ev.slot, ev.kfd);
+                    let planned = plan(&shared, &ev, &fd);
+                    drop(fd);
+                    match planned {
+                        // Written already: allowed here, without a task.
+                        Ok(None) => reply(&shared, ev.slot, 0),
+                        planned => {
+                            let shared = Arc::clone(&shared);
+                            rt.spawn(async move { finish(shared, ev.slot, planned).await });
+                        }
+                    }
                 }
                 if !shared.said_bye.load(Ordering::Acquire) {
                     keeper_died(&shared);
@@ -453,18 +465,28 @@ enum FillError {
     Stopped,
 }
 
-/// Fills what event `ev` needs and answers it.
-async fn answer(shared: Arc<Shared>, ev: Forward, fd: OwnedFd) {
-    if ev.slot == NO_ANSWER {
-        // An open (FAN_OPEN, marked only with a prefetch): start it.
-        if let (Some(p), Some(ino)) = (&shared.prefetch, host_ino(&fd)) {
-            if let Some((_, file)) = shared.layout.file_of(ino) {
-                p.opened(file.ino);
-            }
+/// An open (`FAN_OPEN`, marked only with a prefetch): start it.
+fn opened(shared: &Shared, fd: &OwnedFd) {
+    if let (Some(p), Some(ino)) = (&shared.prefetch, host_ino(fd)) {
+        if let Some((_, file)) = shared.layout.file_of(ino) {
+            p.opened(file.ino);
         }
-        return;
     }
-    let verdict = match fill(&shared, &ev, &fd).await {
+}
+
+/// Fills what [`plan`] found missing for the event in `slot`, and answers
+/// it.
+async fn finish(
+    shared: Arc<Shared>,
+    slot: u32,
+    planned: Result<Option<(usize, Vec<u64>)>, FillError>,
+) {
+    let filled = match planned {
+        Ok(None) => Ok(()),
+        Ok(Some((index, missing))) => fill_pieces(&shared, index, missing).await,
+        Err(e) => Err(e),
+    };
+    let verdict = match filled {
         Ok(()) => 0,
         Err(e) => {
             shared.read_errors.fetch_add(1, Ordering::Relaxed);
@@ -472,22 +494,35 @@ async fn answer(shared: Arc<Shared>, ev: Forward, fd: OwnedFd) {
             libc::EIO as u32
         }
     };
-    drop(fd);
-    if lock(&shared.pending).remove(&ev.slot).is_none() {
+    reply(&shared, slot, verdict);
+}
+
+/// Answers the event in `slot`: 0 allows, else the errno it is denied
+/// with.
+fn reply(shared: &Shared, slot: u32, verdict: u32) {
+    if lock(&shared.pending).remove(&slot).is_none() {
         return; // denied already: the keeper died meanwhile
     }
     send_reply(
         shared.sock.as_raw_fd(),
         Reply {
             kind: ANSWER,
-            a: ev.slot,
+            a: slot,
             b: verdict,
             _pad: 0,
         },
     );
 }
 
-async fn fill(shared: &Arc<Shared>, ev: &Forward, fd: &OwnedFd) -> Result<(), FillError> {
+/// What event `ev` needs: `None` when its range is written already (the
+/// common case once a reader is under way, answered on the event thread
+/// without a task), else the file's index and the pieces to fill. Starts
+/// read-ahead on the way.
+fn plan(
+    shared: &Arc<Shared>,
+    ev: &Forward,
+    fd: &OwnedFd,
+) -> Result<Option<(usize, Vec<u64>)>, FillError> {
     // SAFETY: fstat into a zeroed struct on a descriptor we own.
     let ino = unsafe {
         let mut st: libc::stat = std::mem::zeroed();
@@ -498,7 +533,7 @@ async fn fill(shared: &Arc<Shared>, ev: &Forward, fd: &OwnedFd) -> Result<(), Fi
     };
     // Not a file of the layout (a directory): nothing to fill.
     let Some((index, file)) = shared.layout.file_of(ino) else {
-        return Ok(());
+        return Ok(None);
     };
     let end = if ev.count == u64::MAX {
         file.size
@@ -541,7 +576,8 @@ async fn fill(shared: &Arc<Shared>, ev: &Forward, fd: &OwnedFd) -> Result<(), Fi
             }
         }
     }
-    fill_pieces(shared, index, file.missing(ev.offset, end)).await
+    let missing = file.missing(ev.offset, end);
+    Ok((!missing.is_empty()).then_some((index, missing)))
 }
 
 /// Pieces filled ahead of a sequential reader, in the background, in one
