@@ -471,6 +471,83 @@ pub(crate) fn trim(cache_dir: &Path, bound: u64, other: u64) -> Trimmed {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing;
+    use sealvol_spec::tree::Entry;
+
+    #[test]
+    fn a_layout_is_sparse_keeps_its_fill_and_lays_out_a_truncated_file_again() {
+        let bytes = testing::data(3 * (1 << 20) + 5, 3);
+        let entries = vec![
+            Entry {
+                path: "d".into(),
+                mode: 0o750,
+                data: EntryData::Dir,
+            },
+            testing::file("d/f", testing::file_of(&bytes, &[1 << 20])),
+            Entry {
+                path: "e".into(),
+                mode: 0o600,
+                data: EntryData::file_of(b"", &[]),
+            },
+            Entry {
+                path: "l".into(),
+                mode: 0o777,
+                data: EntryData::Symlink {
+                    target: "d/f".into(),
+                },
+            },
+        ];
+        let inodes = testing::inodes(entries);
+        let owner = Owner::current(SystemTime::UNIX_EPOCH);
+        let dir = tempfile::tempdir().unwrap();
+        let folder = dir.path().join("v");
+        let layout = Layout::prepare(&folder, &inodes, owner, "bdn:ns/v@b3:00").unwrap();
+        let meta = |p: &str| std::fs::symlink_metadata(folder.join("tree").join(p)).unwrap();
+        assert_eq!(meta("d").permissions().mode() & 0o7777, 0o750);
+        assert_eq!(meta("d/f").len(), bytes.len() as u64);
+        assert_eq!(meta("d/f").blocks(), 0, "laid out sparse");
+        assert_eq!(meta("e").permissions().mode() & 0o7777, 0o600);
+        assert_eq!(
+            std::fs::read_link(folder.join("tree/l")).unwrap(),
+            Path::new("d/f")
+        );
+        assert_eq!(layout.files.len(), 2);
+        let (i, f) = layout.file_of(meta("d/f").ino()).unwrap();
+        assert_eq!((f.rel.as_str(), f.size), ("d/f", bytes.len() as u64));
+        assert_eq!(f.missing(0, f.size), vec![0, 1, 2, 3]);
+        assert!(layout.files.iter().any(|f| f.rel == "e" && f.full()));
+
+        // Written counts for reads at once; recorded only after commit.
+        f.write(1 << 20, &bytes[1 << 20..2 << 20]).unwrap();
+        f.written(&[1]);
+        assert_eq!(f.missing(0, f.size), vec![0, 2, 3]);
+        drop(layout);
+        let layout = Layout::prepare(&folder, &inodes, owner, "r").unwrap();
+        assert_eq!(layout.files[i].missing(0, bytes.len() as u64).len(), 4);
+        layout.files[i]
+            .write(1 << 20, &bytes[1 << 20..2 << 20])
+            .unwrap();
+        layout.files[i].commit(&[1]).unwrap();
+        drop(layout);
+        let layout = Layout::prepare(&folder, &inodes, owner, "r").unwrap();
+        assert_eq!(
+            layout.files[i].missing(0, bytes.len() as u64),
+            vec![0, 2, 3]
+        );
+        drop(layout);
+
+        // Truncated (as a keeper does with a file it cannot vouch for):
+        // laid out again, nothing filled.
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(folder.join("tree/d/f"))
+            .unwrap()
+            .set_len(0)
+            .unwrap();
+        let layout = Layout::prepare(&folder, &inodes, owner, "r").unwrap();
+        assert_eq!(meta("d/f").len(), bytes.len() as u64);
+        assert_eq!(layout.files[i].missing(0, bytes.len() as u64).len(), 4);
+    }
 
     #[test]
     fn a_bitmap_survives_reopening_and_a_short_one_is_dropped() {
