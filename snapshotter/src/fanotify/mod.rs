@@ -6,8 +6,9 @@
 //! The version (or the directory a ref names) is laid out once under the
 //! cache folder, in `fanotify/<version hex>[-<path hash>]/tree`, as sparse
 //! files of the right sizes plus the directories, symlinks, modes and
-//! mtimes of the tree index (`layout.rs`). That folder is bind-mounted at the
-//! mountpoint and the bind mount is remounted read-only. A fanotify group
+//! mtimes of the tree index (`layout.rs`). That folder is bind-mounted,
+//! read-only, at the mountpoint (see `events.rs` for how it is marked
+//! before it is attached). A fanotify group
 //! of class `FAN_CLASS_PRE_CONTENT` marks **the bind mount only**
 //! (`FAN_MARK_MOUNT`) for `FAN_PRE_ACCESS`: a read or an `mmap` through the
 //! mountpoint first asks the group for its range; the daemon fetches the
@@ -106,24 +107,30 @@
 //! number, which each forward carries), stops every fill, settles the
 //! files, and holds its own exit until that is done.
 //!
-//! # Not done yet
-//!
-//! A restarted daemon does not take the keeper's group back: after a crash
-//! the mount fails closed (reads fail with `EIO`, held descriptors read end
-//! of file) and a new `sealvol mount` lays out and refills what was not
-//! filled. Fetched chunks still also go to the chunk cache, so a cold read
-//! writes its bytes twice (once as chunks, once into the layout). The
-//! containerd snapshotter still mounts with FUSE only.
-//!
 //! # Cache bound
 //!
 //! Filled bytes are what the layout files hold on disk (their allocated
 //! blocks). When a mount starts with a bounded cache (`--cache-size`), the
 //! chunk cache and the version folders are counted together; past the
 //! bound, whole version folders that no mount holds (each mount holds its
-//! folder's `lock` with `flock`) are removed, oldest use first, then chunks
-//! as before. A folder in use is never trimmed while mounted: its filled
-//! bytes are what make reads local.
+//! folder's `lock` with `flock`) are removed, least recently mounted
+//! first. The chunk cache keeps its own bound as before. A folder in use
+//! is never trimmed: its filled bytes are what make reads local.
+//!
+//! # Not done yet
+//!
+//! - A restarted daemon does not take the keeper's group back: after a
+//!   crash the mount fails closed (reads fail with `EIO`, held descriptors
+//!   read end of file) and a new `sealvol mount` lays out and refills only
+//!   what was not recorded as filled.
+//! - Fetched chunks still also go to the chunk cache (`reader.rs`), so a
+//!   cold read writes its bytes twice (as chunks, then into the layout).
+//! - Folders are trimmed when a mount starts, not while one fills past the
+//!   bound.
+//! - The containerd snapshotter still mounts with FUSE only.
+//! - The kernel's source was not read here (its snapshot is larger than
+//!   this workspace may fetch); the facts above are what the programs
+//!   showed.
 
 mod events;
 mod keeper;
