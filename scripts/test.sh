@@ -34,7 +34,9 @@ cargo test --workspace --locked
 # The suites that mount run with the FUSE engine above; run them again with
 # the fanotify engine (issue 32: both engines pass the mount, trust and
 # record tests). tests/tests/fanotify.rs ran above, naming its engine.
-SEALVOL_TEST_ENGINE=fanotify cargo test --locked -p sealvol-tests \
+# --workspace, not -p sealvol-tests: the same feature set as above, so
+# nothing is built again.
+SEALVOL_TEST_ENGINE=fanotify cargo test --workspace --locked \
 	--test mount --test trust --test record
 
 # Fuzzing (issue 28): each cargo fuzz target of fuzz/ for 20 s, two at a
