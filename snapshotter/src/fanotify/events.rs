@@ -12,7 +12,9 @@
 
 use std::collections::HashMap;
 use std::ffi::CString;
-use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd, RawFd};
+use std::io::IoSliceMut;
+use std::mem::MaybeUninit;
+use std::os::fd::{AsRawFd as _, BorrowedFd, FromRawFd as _, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -406,41 +408,31 @@ fn bye(sock: &OwnedFd) {
 
 /// The next event from the keeper; `None` once it is gone.
 fn recv_event(sock: RawFd) -> Option<(Forward, OwnedFd)> {
+    use rustix::net::{recvmsg, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags};
+    // SAFETY: the socket is this session's, open while it runs.
+    let sock = unsafe { BorrowedFd::borrow_raw(sock) };
     loop {
         let mut msg = Forward::default();
-        let mut iov = libc::iovec {
-            iov_base: (&raw mut msg).cast(),
-            iov_len: std::mem::size_of::<Forward>(),
+        let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+        let mut control = RecvAncillaryBuffer::new(&mut space);
+        let n = match recvmsg(
+            sock,
+            &mut [IoSliceMut::new(msg.as_bytes_mut())],
+            &mut control,
+            RecvFlags::CMSG_CLOEXEC,
+        ) {
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(_) | Ok(rustix::net::RecvMsg { bytes: 0, .. }) => return None,
+            Ok(r) => r.bytes,
         };
-        let mut cbuf = [0u64; 4];
-        // SAFETY: recvmsg into stack buffers that outlive the call; the
-        // control data is read only through the CMSG macros within them.
-        unsafe {
-            let mut mh: libc::msghdr = std::mem::zeroed();
-            mh.msg_iov = &mut iov;
-            mh.msg_iovlen = 1;
-            mh.msg_control = cbuf.as_mut_ptr().cast();
-            mh.msg_controllen = std::mem::size_of_val(&cbuf);
-            let n = libc::recvmsg(sock, &mut mh, libc::MSG_CMSG_CLOEXEC);
-            if n < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
-                continue;
-            }
-            if n <= 0 {
-                return None;
-            }
-            let c = libc::CMSG_FIRSTHDR(&mh);
-            if c.is_null()
-                || (*c).cmsg_level != libc::SOL_SOCKET
-                || (*c).cmsg_type != libc::SCM_RIGHTS
-            {
-                continue;
-            }
-            let fd = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<RawFd>());
-            if n as usize != std::mem::size_of::<Forward>() {
-                libc::close(fd);
-                continue;
-            }
-            return Some((msg, OwnedFd::from_raw_fd(fd)));
+        // Descriptors not taken here are closed when dropped.
+        let fd = control.drain().find_map(|m| match m {
+            RecvAncillaryMessage::ScmRights(mut fds) => fds.next(),
+            _ => None,
+        });
+        match fd {
+            Some(fd) if n == std::mem::size_of::<Forward>() => return Some((msg, fd)),
+            _ => continue,
         }
     }
 }

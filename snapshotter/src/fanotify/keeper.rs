@@ -19,7 +19,9 @@
 //! prepared before the fork.
 
 use std::ffi::CString;
-use std::os::fd::RawFd;
+use std::io::IoSlice;
+use std::mem::MaybeUninit;
+use std::os::fd::{BorrowedFd, RawFd};
 
 use super::sys::deny_errno;
 
@@ -48,6 +50,32 @@ pub(crate) struct Forward {
     /// in a response: the daemon denies it itself if the keeper dies.
     pub kfd: i32,
     pub _pad: u32,
+}
+
+impl Forward {
+    /// Its bytes as they travel (a `repr(C)` struct of integers, no
+    /// padding left implicit).
+    pub fn as_bytes(&self) -> &[u8] {
+        // SAFETY: plain integers with explicit padding; any byte is valid
+        // to read.
+        unsafe {
+            std::slice::from_raw_parts(
+                (self as *const Forward).cast::<u8>(),
+                std::mem::size_of::<Forward>(),
+            )
+        }
+    }
+
+    /// [`Forward::as_bytes`], writable: every bit pattern is a valid value.
+    pub fn as_bytes_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as above; every bit pattern of its integers is valid.
+        unsafe {
+            std::slice::from_raw_parts_mut(
+                (self as *mut Forward).cast::<u8>(),
+                std::mem::size_of::<Forward>(),
+            )
+        }
+    }
 }
 
 /// daemon → keeper.
@@ -99,27 +127,18 @@ fn respond(group: RawFd, fd: RawFd, response: u32) {
 }
 
 /// Sends `msg` with `fd` attached; false if the daemon is not there.
+/// (No allocation: the keeper is a forked child of a threaded process.)
 fn send_fd(sock: RawFd, msg: &Forward, fd: RawFd) -> bool {
-    let mut iov = libc::iovec {
-        iov_base: (msg as *const Forward).cast_mut().cast(),
-        iov_len: std::mem::size_of::<Forward>(),
-    };
-    let mut cbuf = [0u64; 4];
-    // SAFETY: a msghdr over stack buffers that outlive the call; the
-    // CMSG macros stay within `cbuf` (CMSG_SPACE(4) is 24 bytes).
-    unsafe {
-        let mut mh: libc::msghdr = std::mem::zeroed();
-        mh.msg_iov = &mut iov;
-        mh.msg_iovlen = 1;
-        mh.msg_control = cbuf.as_mut_ptr().cast();
-        mh.msg_controllen = libc::CMSG_SPACE(4) as usize;
-        let c = libc::CMSG_FIRSTHDR(&mh);
-        (*c).cmsg_level = libc::SOL_SOCKET;
-        (*c).cmsg_type = libc::SCM_RIGHTS;
-        (*c).cmsg_len = libc::CMSG_LEN(4) as usize;
-        std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<RawFd>(), fd);
-        libc::sendmsg(sock, &mh, libc::MSG_NOSIGNAL) == std::mem::size_of::<Forward>() as isize
-    }
+    use rustix::net::{sendmsg, SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
+    // SAFETY: both descriptors are open for the length of the call: the
+    // socket is the keeper's own, `fd` the event's, closed after.
+    let (sock, fd) = unsafe { (BorrowedFd::borrow_raw(sock), BorrowedFd::borrow_raw(fd)) };
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let mut control = SendAncillaryBuffer::new(&mut space);
+    let fds = [fd];
+    control.push(SendAncillaryMessage::ScmRights(&fds));
+    let bytes = msg.as_bytes();
+    sendmsg(sock, &[IoSlice::new(bytes)], &mut control, SendFlags::NOSIGNAL) == Ok(bytes.len())
 }
 
 /// One event of a read from the group: `(next, mask, fd, tid, offset,
