@@ -138,7 +138,12 @@ fn send_fd(sock: RawFd, msg: &Forward, fd: RawFd) -> bool {
     let fds = [fd];
     control.push(SendAncillaryMessage::ScmRights(&fds));
     let bytes = msg.as_bytes();
-    sendmsg(sock, &[IoSlice::new(bytes)], &mut control, SendFlags::NOSIGNAL) == Ok(bytes.len())
+    sendmsg(
+        sock,
+        &[IoSlice::new(bytes)],
+        &mut control,
+        SendFlags::NOSIGNAL,
+    ) == Ok(bytes.len())
 }
 
 /// One event of a read from the group: `(next, mask, fd, tid, offset,
