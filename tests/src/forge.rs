@@ -15,7 +15,7 @@ use sealvol_spec::oci::{
     MT_TREE_MANIFEST,
 };
 use sealvol_spec::tree::encode_entries;
-use sealvol_spec::{B3Digest, Entry, EntryData, TreeFormat, TreeIndex};
+use sealvol_spec::{B3Digest, ChunkRef, Entry, EntryData, TreeFormat, TreeIndex};
 
 const INDEX_TYPE: &str = "application/vnd.oci.image.index.v1+json";
 const MANIFEST_TYPE: &str = "application/vnd.oci.image.manifest.v1+json";
@@ -385,6 +385,14 @@ pub fn encode_v1_from(tree: &TreeIndex, dir: &Path) -> Vec<u8> {
         let data = &files[&e.path];
         B3Digest::of(&data[c.offset as usize..c.offset as usize + c.length as usize])
     })
+}
+
+/// The chunk list of the file at `path` of `tree`.
+pub fn chunks_of(tree: &TreeIndex, path: &str) -> Vec<ChunkRef> {
+    match &tree.get(path).unwrap_or_else(|| panic!("no {path}")).data {
+        EntryData::File { chunks, .. } => chunks.clone(),
+        other => panic!("{path} is not a file: {other:?}"),
+    }
 }
 
 #[cfg(test)]

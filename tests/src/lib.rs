@@ -2353,6 +2353,130 @@ impl Drop for Postgres {
     }
 }
 
+/// Pushes `dir` as `reference` (plus `extra` flags); the 64 hex digits of
+/// its version digest.
+pub fn push_hex(
+    sb: &Sandbox,
+    registry: &str,
+    dir: &Path,
+    reference: &str,
+    extra: &[&str],
+) -> String {
+    let mut args = vec!["push", s(dir), reference, "--output", "json"];
+    args.extend_from_slice(extra);
+    let v = json(sb.sealvol(registry, &args), &format!("push {reference}"));
+    v["digest"]
+        .as_str()
+        .and_then(|d| d.strip_prefix("b3:"))
+        .unwrap_or_else(|| panic!("push printed {v}"))
+        .to_string()
+}
+
+/// The `sha256:<hex>` digests of the chunks in a chunk cache folder.
+pub fn cached_chunks(cache: &Path) -> std::collections::BTreeSet<String> {
+    let root = cache.join("chunks").join("sha256");
+    let Ok(shards) = std::fs::read_dir(&root) else {
+        return Default::default();
+    };
+    shards
+        .flat_map(|d| std::fs::read_dir(d.unwrap().path()).unwrap())
+        .map(|f| format!("sha256:{}", f.unwrap().file_name().to_str().unwrap()))
+        .collect()
+}
+
+/// `GET` requests a `sealvol serve` answered with 200, from its metrics.
+pub fn gets_served(addr: &str) -> u64 {
+    let text = reqwest::blocking::Client::builder()
+        .no_proxy()
+        .timeout(Duration::from_secs(60))
+        .build()
+        .unwrap()
+        .get(format!("http://{addr}/metrics"))
+        .send()
+        .unwrap()
+        .text()
+        .unwrap();
+    text.lines()
+        .filter(|l| {
+            l.starts_with("sealvol_http_requests_total{")
+                && l.contains("method=\"GET\"")
+                && l.contains("status=\"200\"")
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
+}
+
+/// A TCP relay to a registry that can be told to hold every request: bytes
+/// from clients wait (connections stay open) until it is released. A
+/// registry that hangs rather than refuses. Stops accepting when dropped.
+pub struct Gate {
+    addr: String,
+    /// While set, requests are held.
+    pub hold: Arc<AtomicBool>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Gate {
+    /// Starts a relay to `upstream` (`HOST:PORT`), passing everything.
+    pub fn start(upstream: &str) -> Gate {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let (hold, stop) = (
+            Arc::new(AtomicBool::new(false)),
+            Arc::new(AtomicBool::new(false)),
+        );
+        let upstream = upstream.to_string();
+        let (h, st) = (hold.clone(), stop.clone());
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                if st.load(Ordering::SeqCst) {
+                    break;
+                }
+                let Ok(client) = conn else { continue };
+                let Ok(server) = TcpStream::connect(&upstream) else {
+                    continue;
+                };
+                let (mut c_in, mut s_out) =
+                    (client.try_clone().unwrap(), server.try_clone().unwrap());
+                let (mut s_in, mut c_out) = (server, client);
+                let (h, st) = (h.clone(), st.clone());
+                std::thread::spawn(move || {
+                    let mut buf = vec![0u8; 64 << 10];
+                    while let Ok(n) = c_in.read(&mut buf) {
+                        if n == 0 {
+                            break;
+                        }
+                        while h.load(Ordering::SeqCst) && !st.load(Ordering::SeqCst) {
+                            std::thread::sleep(Duration::from_millis(20));
+                        }
+                        if s_out.write_all(&buf[..n]).is_err() {
+                            break;
+                        }
+                    }
+                    let _ = s_out.shutdown(Shutdown::Write);
+                });
+                std::thread::spawn(move || {
+                    let _ = std::io::copy(&mut s_in, &mut c_out);
+                    let _ = c_out.shutdown(Shutdown::Write);
+                });
+            }
+        });
+        Gate { addr, hold, stop }
+    }
+
+    /// `HOST:PORT` of the relay.
+    pub fn addr(&self) -> String {
+        self.addr.clone()
+    }
+}
+
+impl Drop for Gate {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        let _ = TcpStream::connect(&self.addr);
+    }
+}
+
 #[cfg(test)]
 mod emulator_tests {
     #[test]

@@ -10,21 +10,21 @@
 //! CI has; they fail, not skip, without them.
 
 use std::fs::File;
-use std::io::{Read as _, Write as _};
-use std::net::{TcpListener, TcpStream};
 use std::os::unix::fs::{symlink, FileExt as _, PermissionsExt as _};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
 use sealvol_spec::chain::PIECE;
-use sealvol_spec::{ChunkRef, EntryData, TreeIndex};
-use sealvol_tests::forge::Mirror;
+use sealvol_spec::EntryData;
+use sealvol_tests::forge::{chunks_of, Mirror};
 use sealvol_tests::fuse::{
     assert_eio, is_mounted, mountpoint, pread, read, read_until_error, within, Mounted,
 };
-use sealvol_tests::{host, json, noise, s, write, DockerRegistry, Sandbox, Server};
+use sealvol_tests::{
+    gets_served, host, noise, push_hex, s, write, DockerRegistry, Gate, Sandbox, Server,
+};
 
 const MIB: usize = PIECE as usize;
 /// Several pieces and several chunks, the last piece short.
@@ -43,18 +43,6 @@ fn sample(root: &Path) {
     for (dir, mode) in [("", 0o755), ("nested/deeper", 0o750), ("emptydir", 0o700)] {
         std::fs::set_permissions(root.join(dir), std::fs::Permissions::from_mode(mode)).unwrap();
     }
-}
-
-fn push(sb: &Sandbox, registry: &str, dir: &Path, reference: &str) -> String {
-    let v = json(
-        sb.sealvol(registry, &["push", s(dir), reference, "--output", "json"]),
-        &format!("push {reference}"),
-    );
-    v["digest"]
-        .as_str()
-        .and_then(|d| d.strip_prefix("b3:"))
-        .unwrap_or_else(|| panic!("push printed {v}"))
-        .to_string()
 }
 
 /// `sealvol mount --engine fanotify REF MNT --cache-dir CACHE EXTRA…`,
@@ -98,27 +86,6 @@ fn mount_fanotify(
     m
 }
 
-/// `GET`s a `sealvol serve` answered with 200, from its metrics.
-fn gets_served(addr: &str) -> u64 {
-    let text = reqwest::blocking::Client::builder()
-        .no_proxy()
-        .build()
-        .unwrap()
-        .get(format!("http://{addr}/metrics"))
-        .send()
-        .unwrap()
-        .text()
-        .unwrap();
-    text.lines()
-        .filter(|l| {
-            l.starts_with("sealvol_http_requests_total{")
-                && l.contains("method=\"GET\"")
-                && l.contains("status=\"200\"")
-        })
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum::<f64>() as u64
-}
-
 /// The bytes of `path` through a read-only shared mapping.
 fn mmap_read(path: &Path) -> Vec<u8> {
     use std::os::fd::AsRawFd as _;
@@ -149,7 +116,7 @@ fn a_fanotify_mount_reads_back_its_source_and_keeps_what_it_filled() {
     sample(&src);
     let serve = Server::start(&sb.path().join("serve"));
     let reg = host(&serve);
-    let hex = push(&sb, &reg, &src, "bdn:ns/vol");
+    let hex = push_hex(&sb, &reg, &src, "bdn:ns/vol", &[]);
     let reference = format!("bdn:ns/vol@b3:{hex}");
     let cache = sb.path().join("cache");
     let mnt = mountpoint(&sb, "mnt");
@@ -271,13 +238,6 @@ fn forge_sample(root: &Path) -> (Vec<u8>, Vec<u8>) {
     (big1, big2)
 }
 
-fn chunks_of(tree: &TreeIndex, path: &str) -> Vec<ChunkRef> {
-    match &tree.get(path).unwrap_or_else(|| panic!("no {path}")).data {
-        EntryData::File { chunks, .. } => chunks.clone(),
-        other => panic!("{path} is not a file: {other:?}"),
-    }
-}
-
 #[test]
 fn a_forged_chunk_list_gives_eio_through_the_fanotify_engine() {
     let sb = Sandbox::new();
@@ -285,7 +245,7 @@ fn a_forged_chunk_list_gives_eio_through_the_fanotify_engine() {
     let (good, other) = forge_sample(&src);
     let docker = DockerRegistry::start();
     let reg = docker.addr();
-    let hex = push(&sb, &reg, &src, "bdn:ns/vol");
+    let hex = push_hex(&sb, &reg, &src, "bdn:ns/vol", &[]);
     let pinned = format!("bdn:ns/vol@b3:{hex}");
     let mirror = Mirror::new(&reg);
     let before = mirror.fetch("ns/vol", &hex);
@@ -357,69 +317,6 @@ fn a_forged_chunk_list_gives_eio_through_the_fanotify_engine() {
     m.stop();
 }
 
-/// A TCP relay to a registry that can be told to hold every request (a
-/// registry that hangs rather than refuses).
-struct Gate {
-    addr: String,
-    hold: Arc<AtomicBool>,
-    stop: Arc<AtomicBool>,
-}
-
-impl Gate {
-    fn start(upstream: &str) -> Gate {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = listener.local_addr().unwrap().to_string();
-        let (hold, stop) = (
-            Arc::new(AtomicBool::new(false)),
-            Arc::new(AtomicBool::new(false)),
-        );
-        let upstream = upstream.to_string();
-        let (h, st) = (hold.clone(), stop.clone());
-        std::thread::spawn(move || {
-            for conn in listener.incoming() {
-                if st.load(Ordering::SeqCst) {
-                    break;
-                }
-                let Ok(client) = conn else { continue };
-                let Ok(server) = TcpStream::connect(&upstream) else {
-                    continue;
-                };
-                let (mut c_in, mut s_out) =
-                    (client.try_clone().unwrap(), server.try_clone().unwrap());
-                let (mut s_in, mut c_out) = (server, client);
-                let (h, st) = (h.clone(), st.clone());
-                std::thread::spawn(move || {
-                    let mut buf = vec![0u8; 64 << 10];
-                    while let Ok(n) = c_in.read(&mut buf) {
-                        if n == 0 {
-                            break;
-                        }
-                        while h.load(Ordering::SeqCst) && !st.load(Ordering::SeqCst) {
-                            std::thread::sleep(Duration::from_millis(20));
-                        }
-                        if s_out.write_all(&buf[..n]).is_err() {
-                            break;
-                        }
-                    }
-                    let _ = s_out.shutdown(std::net::Shutdown::Write);
-                });
-                std::thread::spawn(move || {
-                    let _ = std::io::copy(&mut s_in, &mut c_out);
-                    let _ = c_out.shutdown(std::net::Shutdown::Write);
-                });
-            }
-        });
-        Gate { addr, hold, stop }
-    }
-}
-
-impl Drop for Gate {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        let _ = TcpStream::connect(&self.addr);
-    }
-}
-
 /// What a read after the kill may give: an error, or the end of the file
 /// (the keeper truncated what it could not vouch for); never bytes.
 fn assert_no_bytes(r: std::io::Result<Vec<u8>>, what: &str) {
@@ -441,7 +338,7 @@ fn a_killed_mount_process_never_lets_a_read_see_zeros() {
     sample(&src);
     let serve = Server::start(&sb.path().join("serve"));
     let reg = host(&serve);
-    let hex = push(&sb, &reg, &src, "bdn:ns/vol");
+    let hex = push_hex(&sb, &reg, &src, "bdn:ns/vol", &[]);
     let reference = format!("bdn:ns/vol@b3:{hex}");
     let gate = Gate::start(&reg);
     let cache = sb.path().join("cache");
@@ -452,7 +349,7 @@ fn a_killed_mount_process_never_lets_a_read_see_zeros() {
     let mnt = mountpoint(&sb, "mnt");
     let m = mount_fanotify(
         &sb,
-        &gate.addr,
+        &gate.addr(),
         &reference,
         &mnt,
         &cache,
@@ -501,7 +398,7 @@ fn a_killed_mount_process_never_lets_a_read_see_zeros() {
     assert!(!is_mounted(&mnt), "the killed mount was left attached");
 
     // A new mount lays the version out again and reads it right.
-    let mut m = mount_fanotify(&sb, &gate.addr, &reference, &mnt, &cache, &[]);
+    let mut m = mount_fanotify(&sb, &gate.addr(), &reference, &mnt, &cache, &[]);
     assert_eq!(read(&mnt.join("big.bin")).unwrap(), big);
     m.stop();
 
@@ -512,7 +409,7 @@ fn a_killed_mount_process_never_lets_a_read_see_zeros() {
     let cache2 = sb.path().join("cache2");
     let m = mount_fanotify(
         &sb,
-        &gate.addr,
+        &gate.addr(),
         &reference,
         &mnt,
         &cache2,
@@ -562,8 +459,8 @@ fn cache_size_counts_filled_files_and_trims_unused_versions() {
     let (a, b) = (sb.path().join("a"), sb.path().join("b"));
     write(&a.join("w.bin"), &noise(8 * MIB, 21), 0o644);
     write(&b.join("w.bin"), &noise(8 * MIB, 22), 0o644);
-    let hex_a = push(&sb, &reg, &a, "bdn:ns/a");
-    let hex_b = push(&sb, &reg, &b, "bdn:ns/b");
+    let hex_a = push_hex(&sb, &reg, &a, "bdn:ns/a", &[]);
+    let hex_b = push_hex(&sb, &reg, &b, "bdn:ns/b", &[]);
     let cache = sb.path().join("cache");
     let mnt = mountpoint(&sb, "mnt");
     let folder = |hex: &str| cache.join("fanotify").join(hex);
@@ -620,14 +517,14 @@ fn a_killed_keeper_fails_the_mount_closed_too() {
     sample(&src);
     let serve = Server::start(&sb.path().join("serve"));
     let reg = host(&serve);
-    let hex = push(&sb, &reg, &src, "bdn:ns/vol");
+    let hex = push_hex(&sb, &reg, &src, "bdn:ns/vol", &[]);
     let reference = format!("bdn:ns/vol@b3:{hex}");
     let gate = Gate::start(&reg);
     let cache = sb.path().join("cache");
     let mnt = mountpoint(&sb, "mnt");
     let m = mount_fanotify(
         &sb,
-        &gate.addr,
+        &gate.addr(),
         &reference,
         &mnt,
         &cache,
@@ -681,7 +578,7 @@ fn a_killed_keeper_fails_the_mount_closed_too() {
     assert!(exited(pid));
     drop(held);
     // A new mount serves the version again.
-    let m = mount_fanotify(&sb, &gate.addr, &reference, &mnt, &cache, &[]);
+    let m = mount_fanotify(&sb, &gate.addr(), &reference, &mnt, &cache, &[]);
     assert_eq!(read(&mnt.join("big.bin")).unwrap(), noise(BIG, 1));
     drop(m);
 }
@@ -714,7 +611,7 @@ fn auto_chooses_fanotify_as_root_and_fuse_stays_available() {
     sample(&src);
     let serve = Server::start(&sb.path().join("serve"));
     let reg = host(&serve);
-    push(&sb, &reg, &src, "bdn:ns/vol");
+    push_hex(&sb, &reg, &src, "bdn:ns/vol", &[]);
     let cache = sb.path().join("cache");
     for (engine, want, fuse) in [
         ("auto", "fanotify (kernel pre-content events)", false),

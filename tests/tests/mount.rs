@@ -12,20 +12,19 @@
 
 use std::collections::BTreeSet;
 use std::fs::File;
-use std::io::{Read as _, Write as _};
-use std::net::{TcpListener, TcpStream};
+use std::io::Read as _;
 use std::os::unix::fs::{symlink, FileExt as _, MetadataExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use sealvol_tests::fuse::*;
 use sealvol_tests::{
-    fails, host, noise, ok, s, sealvol_bin, sha256, stderr, write, FlipProxy, Sandbox, Server,
+    cached_chunks, fails, gets_served, host, noise, ok, push_hex, s, sealvol_bin, sha256, stderr,
+    write, FlipProxy, Gate, Sandbox, Server,
 };
-use serde_json::Value;
 
 /// Larger than the 16 MiB maximum chunk, so the big file has several chunks.
 const BIG: usize = 40 << 20;
@@ -55,20 +54,6 @@ fn sample(root: &Path) {
     ] {
         std::fs::set_permissions(root.join(dir), std::fs::Permissions::from_mode(mode)).unwrap();
     }
-}
-
-/// Pushes `dir` as `reference`; the 64 hex digits of its version digest.
-fn push(sb: &Sandbox, registry: &str, dir: &Path, reference: &str) -> String {
-    let out = ok(
-        sb.sealvol(registry, &["push", s(dir), reference, "--output", "json"]),
-        &format!("push {reference}"),
-    );
-    let v: Value = serde_json::from_str(&out).unwrap();
-    v["digest"]
-        .as_str()
-        .and_then(|d| d.strip_prefix("b3:"))
-        .unwrap_or_else(|| panic!("push printed {out}"))
-        .to_string()
 }
 
 /// Whether the suite runs against the fanotify engine
@@ -103,14 +88,6 @@ fn assert_same_tree(expected: &Path, actual: &Path) {
     });
 }
 
-fn http() -> reqwest::blocking::Client {
-    reqwest::blocking::Client::builder()
-        .no_proxy()
-        .timeout(Duration::from_secs(60))
-        .build()
-        .unwrap()
-}
-
 /// The chunks of `big.bin` in [`sample`]: (digest, offset, length).
 fn big_chunks(addr: &str, repo: &str, hex: &str) -> Vec<(String, u64, u64)> {
     let mut out = Vec::new();
@@ -127,36 +104,6 @@ fn big_chunks(addr: &str, repo: &str, hex: &str) -> Vec<(String, u64, u64)> {
     out
 }
 
-/// The `sha256:<hex>` digests of the chunks in a chunk cache folder.
-fn cached_chunks(cache: &Path) -> BTreeSet<String> {
-    let root = cache.join("chunks").join("sha256");
-    let Ok(shards) = std::fs::read_dir(&root) else {
-        return BTreeSet::new();
-    };
-    shards
-        .flat_map(|d| std::fs::read_dir(d.unwrap().path()).unwrap())
-        .map(|f| format!("sha256:{}", f.unwrap().file_name().to_str().unwrap()))
-        .collect()
-}
-
-/// `GET` requests a `sealvol serve` answered with 200, from its metrics.
-fn gets_served(addr: &str) -> u64 {
-    let text = http()
-        .get(format!("http://{addr}/metrics"))
-        .send()
-        .unwrap()
-        .text()
-        .unwrap();
-    text.lines()
-        .filter(|l| {
-            l.starts_with("sealvol_http_requests_total{")
-                && l.contains("method=\"GET\"")
-                && l.contains("status=\"200\"")
-        })
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum::<f64>() as u64
-}
-
 #[test]
 fn a_mount_matches_its_source_and_fetches_only_what_is_read() {
     let sb = Sandbox::new();
@@ -164,7 +111,7 @@ fn a_mount_matches_its_source_and_fetches_only_what_is_read() {
     sample(&src);
     let serve = Server::start(&sb.path().join("serve"));
     let reg = host(&serve);
-    let hex = push(&sb, &reg, &src, "bdn:ns/vol");
+    let hex = push_hex(&sb, &reg, &src, "bdn:ns/vol", &[]);
     let big = big_chunks(&reg, "ns/vol", &hex);
     let cache = sb.path().join("mount-cache");
     let mnt = mountpoint(&sb, "mnt");
@@ -328,7 +275,7 @@ fn mmap_reads_the_same_bytes() {
     sample(&src);
     let serve = Server::start(&sb.path().join("serve"));
     let reg = host(&serve);
-    push(&sb, &reg, &src, "bdn:ns/vol");
+    push_hex(&sb, &reg, &src, "bdn:ns/vol", &[]);
     let mnt = mountpoint(&sb, "mnt");
     let _m = mount_volume(&sb, &reg, &mnt, s(&sb.path().join("c")), &[]);
     let source = noise(BIG, 1);
@@ -369,7 +316,7 @@ fn eight_readers_run_side_by_side_and_share_fetches() {
     write(&src.join("shared.bin"), &shared, 0o644);
     let serve = Server::start(&sb.path().join("serve"));
     let reg = host(&serve);
-    push(&sb, &reg, &src, "bdn:ns/vol");
+    push_hex(&sb, &reg, &src, "bdn:ns/vol", &[]);
     let mnt = mountpoint(&sb, "mnt");
     let _m = mount_volume(&sb, &reg, &mnt, s(&sb.path().join("c")), &[]);
 
@@ -482,8 +429,8 @@ fn a_config_file_mounts_every_entry() {
     write(&b.join("adapter_config.json"), b"{\"r\": 8}\n", 0o644);
     let serve = Server::start(&sb.path().join("serve"));
     let reg = host(&serve);
-    push(&sb, &reg, &a, "bdn:ns/base");
-    let hex_b = push(&sb, &reg, &b, "bdn:ns/lora");
+    push_hex(&sb, &reg, &a, "bdn:ns/base", &[]);
+    let hex_b = push_hex(&sb, &reg, &b, "bdn:ns/lora", &[]);
     let deploy = sb.path().join("deploy");
     let mnt_a = mountpoint(&sb, "deploy/models/base");
     let mnt_b = mountpoint(&sb, "elsewhere/lora");
@@ -561,7 +508,7 @@ fn reads_of_cached_data_go_on_while_the_registry_is_down() {
     let root = sb.path().join("serve");
     let serve = Server::start(&root);
     let reg = host(&serve);
-    let hex = push(&sb, &reg, &src, "bdn:ns/vol");
+    let hex = push_hex(&sb, &reg, &src, "bdn:ns/vol", &[]);
     let big = big_chunks(&reg, "ns/vol", &hex);
     let mnt = mountpoint(&sb, "mnt");
     let _m = mount_volume(&sb, &reg, &mnt, s(&sb.path().join("c")), &[]);
@@ -609,70 +556,6 @@ fn reads_of_cached_data_go_on_while_the_registry_is_down() {
     assert_same_tree(&src, &mnt);
 }
 
-/// A TCP relay to a registry that can be told to hold every request: bytes
-/// from clients wait (connections stay open) until it is released. A
-/// registry that hangs rather than refuses.
-struct Gate {
-    addr: String,
-    hold: Arc<AtomicBool>,
-    stop: Arc<AtomicBool>,
-}
-
-impl Gate {
-    fn start(upstream: &str) -> Gate {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = listener.local_addr().unwrap().to_string();
-        let (hold, stop) = (
-            Arc::new(AtomicBool::new(false)),
-            Arc::new(AtomicBool::new(false)),
-        );
-        let upstream = upstream.to_string();
-        let (h, st) = (hold.clone(), stop.clone());
-        std::thread::spawn(move || {
-            for conn in listener.incoming() {
-                if st.load(Ordering::SeqCst) {
-                    break;
-                }
-                let Ok(client) = conn else { continue };
-                let Ok(server) = TcpStream::connect(&upstream) else {
-                    continue;
-                };
-                let (mut c_in, mut s_out) =
-                    (client.try_clone().unwrap(), server.try_clone().unwrap());
-                let (mut s_in, mut c_out) = (server, client);
-                let (h, st) = (h.clone(), st.clone());
-                std::thread::spawn(move || {
-                    let mut buf = vec![0u8; 64 << 10];
-                    while let Ok(n) = c_in.read(&mut buf) {
-                        if n == 0 {
-                            break;
-                        }
-                        while h.load(Ordering::SeqCst) && !st.load(Ordering::SeqCst) {
-                            std::thread::sleep(Duration::from_millis(20));
-                        }
-                        if s_out.write_all(&buf[..n]).is_err() {
-                            break;
-                        }
-                    }
-                    let _ = s_out.shutdown(std::net::Shutdown::Write);
-                });
-                std::thread::spawn(move || {
-                    let _ = std::io::copy(&mut s_in, &mut c_out);
-                    let _ = c_out.shutdown(std::net::Shutdown::Write);
-                });
-            }
-        });
-        Gate { addr, hold, stop }
-    }
-}
-
-impl Drop for Gate {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        let _ = TcpStream::connect(&self.addr);
-    }
-}
-
 #[test]
 fn a_read_waiting_on_a_hung_registry_blocks_no_other_read() {
     let sb = Sandbox::new();
@@ -680,13 +563,13 @@ fn a_read_waiting_on_a_hung_registry_blocks_no_other_read() {
     sample(&src);
     let serve = Server::start(&sb.path().join("serve"));
     let reg = host(&serve);
-    let hex = push(&sb, &reg, &src, "bdn:ns/vol");
+    let hex = push_hex(&sb, &reg, &src, "bdn:ns/vol", &[]);
     let big = big_chunks(&reg, "ns/vol", &hex);
     let gate = Gate::start(&reg);
     let mnt = mountpoint(&sb, "mnt");
     let _m = Mounted::start(
         &sb,
-        &gate.addr,
+        &gate.addr(),
         &[
             "mount",
             "bdn:ns/vol",
@@ -746,7 +629,7 @@ fn a_corrupt_chunk_gives_eio_and_never_wrong_bytes() {
     sample(&src);
     let serve = Server::start(&sb.path().join("serve"));
     let reg = host(&serve);
-    let hex = push(&sb, &reg, &src, "bdn:ns/vol");
+    let hex = push_hex(&sb, &reg, &src, "bdn:ns/vol", &[]);
     let big = big_chunks(&reg, "ns/vol", &hex);
     let (bad, bad_offset, bad_len) = big[1].clone();
     let proxy = FlipProxy::start_only(&reg, std::slice::from_ref(&bad));
@@ -809,7 +692,7 @@ fn prefetch_all_fills_the_cache_and_cache_size_bounds_it() {
     sample(&src);
     let serve = Server::start(&sb.path().join("serve"));
     let reg = host(&serve);
-    let hex = push(&sb, &reg, &src, "bdn:ns/vol");
+    let hex = push_hex(&sb, &reg, &src, "bdn:ns/vol", &[]);
     let all: BTreeSet<String> = sealvol_tests::chunk_blobs(&reg, "ns/vol", &format!("b3-{hex}"))
         .into_iter()
         .map(|(d, _)| d)
@@ -876,7 +759,7 @@ fn reads_in_order_and_opened_files_are_fetched_ahead() {
     sample(&src);
     let serve = Server::start(&sb.path().join("serve"));
     let reg = host(&serve);
-    let hex = push(&sb, &reg, &src, "bdn:ns/vol");
+    let hex = push_hex(&sb, &reg, &src, "bdn:ns/vol", &[]);
     let big: BTreeSet<String> = big_chunks(&reg, "ns/vol", &hex)
         .into_iter()
         .map(|(d, _, _)| d)
@@ -923,7 +806,7 @@ fn unmounting_leaves_no_stale_mount() {
     sample(&src);
     let serve = Server::start(&sb.path().join("serve"));
     let reg = host(&serve);
-    push(&sb, &reg, &src, "bdn:ns/vol");
+    push_hex(&sb, &reg, &src, "bdn:ns/vol", &[]);
     let cache = sb.path().join("c");
     let mnt = mountpoint(&sb, "mnt");
 
@@ -1110,7 +993,7 @@ fn a_file_read_whole_is_passed_through_from_a_checked_copy_after_a_remount() {
     sample(&src);
     let serve = Server::start(&sb.path().join("serve"));
     let reg = host(&serve);
-    push(&sb, &reg, &src, "bdn:ns/vol");
+    push_hex(&sb, &reg, &src, "bdn:ns/vol", &[]);
     let cache = sb.path().join("c");
     let mnt = mountpoint(&sb, "mnt");
     // A FUSE feature: the fanotify engine's files are local already.

@@ -23,7 +23,7 @@ use sealvol_spec::oci::{MT_PREFETCH, MT_PREFETCH_LIST};
 use sealvol_spec::prefetch::{PrefetchList, MAX_RUNS};
 use sealvol_spec::tree::{EntryData, TreeIndex};
 use sealvol_tests::fuse::{mountpoint, pread, within, Mounted};
-use sealvol_tests::{host, noise, ok, s, write, DockerRegistry, Sandbox, Server};
+use sealvol_tests::{cached_chunks, host, noise, ok, s, write, DockerRegistry, Sandbox, Server};
 use serde_json::Value;
 
 const MIB: usize = 1 << 20;
@@ -349,18 +349,6 @@ fn a_failed_command_pushes_nothing() {
             .any(|m| m.source.contains(&version.index.digest.to_string())),
         "the recording's mount is gone"
     );
-}
-
-/// The chunk files in a cache folder, as `sha256:<hex>`.
-fn cached_chunks(cache: &Path) -> BTreeSet<String> {
-    let root = cache.join("chunks").join("sha256");
-    let Ok(shards) = std::fs::read_dir(&root) else {
-        return BTreeSet::new();
-    };
-    shards
-        .flat_map(|d| std::fs::read_dir(d.unwrap().path()).unwrap())
-        .map(|f| format!("sha256:{}", f.unwrap().file_name().to_str().unwrap()))
-        .collect()
 }
 
 #[test]

@@ -19,12 +19,13 @@ use std::process::Output;
 use sealvol_spec::chain::PIECE;
 use sealvol_spec::oci::{self, MT_TREE_BLOB, MT_TREE_BLOB_V1};
 use sealvol_spec::{ChunkRef, EntryData, TreeFormat, TreeIndex};
-use sealvol_tests::forge::{encode_v1_from, Mirror};
+use sealvol_tests::forge::{chunks_of, encode_v1_from, Mirror};
 use sealvol_tests::fuse::{
     assert_eio, is_mounted, mountpoint, pread, read, read_until_error, Mounted,
 };
 use sealvol_tests::{
-    fails, host, json, noise, ok, s, stderr, tree, write, DockerRegistry, Node, Sandbox, Server,
+    fails, host, json, noise, ok, push_hex, s, stderr, tree, write, DockerRegistry, Node, Sandbox,
+    Server,
 };
 use serde_json::Value;
 
@@ -52,27 +53,6 @@ fn forge_sample(root: &Path) {
     write(&root.join("big2.bin"), &big2(), 0o644);
     write(&root.join("config.json"), b"{\"hidden_size\": 64}\n", 0o644);
     write(&root.join("notes/readme.txt"), &noise(5000, 13), 0o600);
-}
-
-/// Pushes `dir` as `reference` (plus `extra` flags); the 64 hex digits of
-/// its version digest.
-fn push(sb: &Sandbox, registry: &str, dir: &Path, reference: &str, extra: &[&str]) -> String {
-    let mut args = vec!["push", s(dir), reference, "--output", "json"];
-    args.extend_from_slice(extra);
-    let v = json(sb.sealvol(registry, &args), &format!("push {reference}"));
-    v["digest"]
-        .as_str()
-        .and_then(|d| d.strip_prefix("b3:"))
-        .unwrap_or_else(|| panic!("push printed {v}"))
-        .to_string()
-}
-
-/// The chunk list of `path` in `tree`.
-fn chunks_of(tree: &TreeIndex, path: &str) -> Vec<ChunkRef> {
-    match &tree.get(path).unwrap_or_else(|| panic!("no {path}")).data {
-        EntryData::File { chunks, .. } => chunks.clone(),
-        other => panic!("{path} is not a file: {other:?}"),
-    }
 }
 
 /// A cache folder no command has used yet: every chunk a command reads
@@ -143,7 +123,7 @@ fn a_mirror_that_swaps_a_chunk_gets_eio_and_errors_never_wrong_bytes() {
     forge_sample(&src);
     let docker = DockerRegistry::start();
     let reg = docker.addr();
-    let hex = push(&sb, &reg, &src, "bdn:ns/vol", &[]);
+    let hex = push_hex(&sb, &reg, &src, "bdn:ns/vol", &[]);
     let pinned = format!("bdn:ns/vol@b3:{hex}");
     let mirror = Mirror::new(&reg);
 
@@ -380,7 +360,7 @@ fn a_mirror_that_changes_a_file_hash_is_refused_before_anything_is_served() {
     forge_sample(&src);
     let docker = DockerRegistry::start();
     let reg = docker.addr();
-    let hex = push(&sb, &reg, &src, "bdn:ns/vol", &[]);
+    let hex = push_hex(&sb, &reg, &src, "bdn:ns/vol", &[]);
     let pinned = format!("bdn:ns/vol@b3:{hex}");
     let mirror = Mirror::new(&reg);
     let original = mirror.fetch("ns/vol", &hex);
@@ -459,7 +439,7 @@ fn verify_checks_a_registry_copy_and_a_directory() {
     verify_sample(&src);
     let docker = DockerRegistry::start();
     let reg = docker.addr();
-    let hex = push(&sb, &reg, &src, "bdn:ns/vol", &[]);
+    let hex = push_hex(&sb, &reg, &src, "bdn:ns/vol", &[]);
     let pinned = format!("bdn:ns/vol@b3:{hex}");
     let total = (5000 + 2 * MIB + 999 + 4 + 3) as u64;
 
@@ -624,7 +604,7 @@ fn upgrade_sample(root: &Path) {
 /// of `src` to `scratch` (another repository). Returns the version's hex
 /// and the index digest.
 fn publish_v1(sb: &Sandbox, reg: &str, src: &Path, scratch: &str, repo: &str) -> (String, String) {
-    let hex = push(sb, reg, src, &format!("bdn:{scratch}"), &[]);
+    let hex = push_hex(sb, reg, src, &format!("bdn:{scratch}"), &[]);
     let mirror = Mirror::new(reg);
     let v2 = mirror.fetch(scratch, &hex);
     let v1_bytes = encode_v1_from(&v2.tree, src);
@@ -710,7 +690,7 @@ fn a_format_1_version_is_read_with_a_warning_and_upgraded_in_place() {
     // A newer version, so head is not the format 1 one.
     let newer = sb.path().join("newer");
     write(&newer.join("other.txt"), b"newer\n", 0o644);
-    let newer_hex = push(&sb, &reg, &newer, "bdn:ns/old", &[]);
+    let newer_hex = push_hex(&sb, &reg, &newer, "bdn:ns/old", &[]);
     let before = versions(&sb, &reg, "bdn:ns/old");
     assert_newer_is_head(&before, &hex, &newer_hex);
 
@@ -879,7 +859,7 @@ fn pushing_the_files_of_a_format_1_version_again_republishes_it_in_place() {
     let (hex, old_index) = publish_v1(&sb, &reg, &src, "ns/scratch", "ns/again");
     let newer = sb.path().join("newer");
     write(&newer.join("other.txt"), b"newer\n", 0o644);
-    let newer_hex = push(&sb, &reg, &newer, "bdn:ns/again", &[]);
+    let newer_hex = push_hex(&sb, &reg, &newer, "bdn:ns/again", &[]);
     let before = versions(&sb, &reg, "bdn:ns/again");
     assert_newer_is_head(&before, &hex, &newer_hex);
 
@@ -941,7 +921,7 @@ fn a_cache_poisoned_through_a_forging_mirror_costs_an_honest_version_one_fetch()
     forge_sample(&src);
     let docker = DockerRegistry::start();
     let reg = docker.addr();
-    let hex = push(&sb, &reg, &src, "bdn:ns/honest", &[]);
+    let hex = push_hex(&sb, &reg, &src, "bdn:ns/honest", &[]);
     let honest = format!("bdn:ns/honest@b3:{hex}");
     let mirror = Mirror::new(&reg);
     let x = chunks_of(&mirror.fetch("ns/honest", &hex).tree, "big1.bin")[0];
