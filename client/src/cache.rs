@@ -6,7 +6,10 @@
 //! sha256 ([`ChunkCache::get`]), or only its length for readers that check
 //! every byte they serve through the chain of SPEC.md §2.5
 //! ([`ChunkCache::get_unverified`]); either way a damaged file is refetched
-//! rather than served.
+//! rather than served. Such readers also store what they download without
+//! hashing it, so an entry may hold other bytes than its name says (a
+//! forging mirror); they drop an entry their chain rejects
+//! ([`ChunkCache::drop_rejected`]) and fetch it again checked by sha256.
 //!
 //! A cache may be bounded ([`ChunkCache::open_bounded`]): every read
 //! refreshes a chunk file's modification time, so the oldest times are the
@@ -371,8 +374,11 @@ impl ChunkCache {
         self.path(digest).is_file() || self.ref_path(digest).is_file()
     }
 
-    /// Stores verified chunk bytes. Failure to cache is not an error for the
-    /// caller, who has the bytes, so it is only logged.
+    /// Stores a chunk's bytes: checked by sha256, or (a reader that checks
+    /// through the chain, SPEC.md §2.5) unchecked, which is why every read
+    /// of a cached chunk is checked again by one or the other. Failure to
+    /// cache is not an error for the caller, who has the bytes, so it is
+    /// only logged.
     pub fn put(&self, digest: &Sha256Digest, bytes: &[u8]) {
         if let Err(e) = self.try_put(digest, bytes) {
             tracing::warn!(chunk = %digest, error = %e, "could not cache chunk");
