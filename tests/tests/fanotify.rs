@@ -493,21 +493,31 @@ fn cache_size_counts_filled_files_and_trims_unused_versions() {
 }
 
 /// The keeper process of mount process `pid` (its child `sealvol-keeper`,
-/// forked from whichever of its threads).
+/// forked from whichever of its threads). A child just forked may not
+/// have taken its name yet: look for a few seconds.
 fn keeper_of(pid: i32) -> i32 {
-    let children: String = std::fs::read_dir(format!("/proc/{pid}/task"))
-        .unwrap()
-        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("children")).ok())
-        .collect::<Vec<_>>()
-        .join(" ");
-    children
-        .split_whitespace()
-        .filter_map(|c| c.parse::<i32>().ok())
-        .find(|c| {
-            std::fs::read_to_string(format!("/proc/{c}/comm"))
-                .is_ok_and(|comm| comm.trim() == "sealvol-keeper")
-        })
-        .unwrap_or_else(|| panic!("no keeper among the children of {pid}: {children:?}"))
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let children: String = std::fs::read_dir(format!("/proc/{pid}/task"))
+            .unwrap()
+            .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("children")).ok())
+            .collect::<Vec<_>>()
+            .join(" ");
+        let keeper = children
+            .split_whitespace()
+            .filter_map(|c| c.parse::<i32>().ok())
+            .find(|c| {
+                std::fs::read_to_string(format!("/proc/{c}/comm"))
+                    .is_ok_and(|comm| comm.trim() == "sealvol-keeper")
+            });
+        match keeper {
+            Some(k) => return k,
+            None if std::time::Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(50))
+            }
+            None => panic!("no keeper among the children of {pid}: {children:?}"),
+        }
+    }
 }
 
 #[test]
@@ -644,4 +654,162 @@ fn auto_chooses_fanotify_as_root_and_fuse_stays_available() {
         assert_eq!(read(&mnt.join("big.bin")).unwrap(), noise(BIG, 1));
         drop(m);
     }
+}
+
+/// A mount made by the test (`mount --bind`, an overlay), detached when
+/// dropped, even when the test fails.
+struct Attached(std::path::PathBuf);
+
+impl Attached {
+    /// `mount ARGS… AT`; AT is made a folder unless it exists.
+    fn mount(args: &[&str], at: &Path) -> Attached {
+        if !at.exists() {
+            std::fs::create_dir_all(at).unwrap();
+        }
+        let out = std::process::Command::new("mount")
+            .args(args)
+            .arg(at)
+            .output()
+            .expect("mount");
+        assert!(
+            out.status.success(),
+            "mount {args:?} {}: {}",
+            at.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Attached(at.to_path_buf())
+    }
+}
+
+impl Drop for Attached {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.0)
+            .status();
+    }
+}
+
+/// A container runtime gives a volume to a container as a bind mount of
+/// the mountpoint (or of one file of it: a subPath), and an image volume
+/// is an overlay's lower layer: each is another mount of the same files.
+/// Reads through every one of them are filled before they are allowed,
+/// and once the mount process is gone (unmounted, or killed), such a
+/// mount that outlives it never reads an unfilled hole as zeros.
+#[test]
+fn bind_mounts_and_overlays_of_a_fanotify_mount_never_read_its_holes() {
+    let sb = Sandbox::new();
+    let src = sb.path().join("src");
+    sample(&src);
+    let serve = Server::start(&sb.path().join("serve"));
+    let reg = host(&serve);
+    let hex = push_hex(&sb, &reg, &src, "bdn:ns/vol", &[]);
+    let reference = format!("bdn:ns/vol@b3:{hex}");
+    let big = noise(BIG, 1);
+    let mnt = mountpoint(&sb, "mnt");
+    let at = |p: usize| (p * MIB) as u64;
+
+    for (round, kill) in [(0, false), (1, true)] {
+        let cache = sb.path().join(format!("cache{round}"));
+        let mut m = mount_fanotify(&sb, &reg, &reference, &mnt, &cache, &[]);
+        let bind = Attached::mount(&["--bind", s(&mnt)], &sb.path().join("bind"));
+        // A file bind mount needs a file to mount on.
+        write(&sb.path().join("file"), b"", 0o644);
+        let file = Attached::mount(
+            &["--bind", s(&mnt.join("big.bin"))],
+            &sb.path().join("file"),
+        );
+        let upper = sb.path().join(format!("upper{round}"));
+        let work = sb.path().join(format!("work{round}"));
+        std::fs::create_dir_all(&upper).unwrap();
+        std::fs::create_dir_all(&work).unwrap();
+        let overlay = Attached::mount(
+            &[
+                "-t",
+                "overlay",
+                "overlay",
+                "-o",
+                &format!(
+                    "lowerdir={},upperdir={},workdir={}",
+                    mnt.display(),
+                    upper.display(),
+                    work.display()
+                ),
+            ],
+            &sb.path().join("overlay"),
+        );
+
+        // Cold reads through each: the right bytes.
+        let same = |got: std::io::Result<Vec<u8>>, want: &[u8], what: &str| {
+            let got = got.unwrap_or_else(|e| panic!("{what}: {e}"));
+            assert!(
+                got == want,
+                "{what}: wrong bytes ({} read, all zeros: {})",
+                got.len(),
+                got.iter().all(|&b| b == 0)
+            );
+        };
+        same(
+            pread(&bind.0.join("big.bin"), at(17) + 5, 10_000),
+            &big[17 * MIB + 5..17 * MIB + 10_005],
+            "through a bind mount",
+        );
+        same(
+            pread(&file.0, at(9), 4096),
+            &big[9 * MIB..9 * MIB + 4096],
+            "through a bind mount of the file",
+        );
+        same(
+            pread(&overlay.0.join("big.bin"), at(25), 4096),
+            &big[25 * MIB..25 * MIB + 4096],
+            "through an overlay",
+        );
+        same(
+            read(&overlay.0.join("tokenizer.json")),
+            &noise(3000, 2),
+            "through an overlay",
+        );
+        let held = File::open(bind.0.join("big.bin")).unwrap();
+        drop(overlay);
+
+        if kill {
+            m.signal(libc::SIGKILL);
+            drop(m);
+        } else {
+            m.stop();
+        }
+        assert!(!is_mounted(&mnt), "the mountpoint outlived its mount");
+        // The bind mounts remain. What was wholly filled reads right; an
+        // unfilled range reads as an error or the end of the file, through
+        // a new descriptor or the one held across the exit.
+        assert_eq!(
+            read(&bind.0.join("tokenizer.json")).unwrap(),
+            noise(3000, 2)
+        );
+        for path in [bind.0.join("big.bin"), file.0.clone()] {
+            assert_no_bytes(
+                pread(&path, at(33), 4096),
+                &format!(
+                    "round {round}: a read of {} after the mount went",
+                    path.display()
+                ),
+            );
+        }
+        let r = within("a read through the held descriptor", move || {
+            let mut buf = vec![0u8; 4096];
+            held.read_at(&mut buf, at(35)).map(|n| {
+                buf.truncate(n);
+                buf
+            })
+        });
+        assert_no_bytes(r, &format!("round {round}: the held descriptor"));
+    }
+
+    // A new mount lays the version out again and reads it right, also
+    // through a bind mount.
+    let mut m = mount_fanotify(&sb, &reg, &reference, &mnt, &sb.path().join("cache1"), &[]);
+    let bind = Attached::mount(&["--bind", s(&mnt)], &sb.path().join("bind2"));
+    assert_eq!(read(&bind.0.join("big.bin")).unwrap(), big);
+    drop(bind);
+    m.stop();
 }

@@ -1,14 +1,14 @@
-//! The daemon's side: expose the layout at the mountpoint with its marks
-//! in place, start the [`keeper`], and answer the events it
+//! The daemon's side: mark the layout's unfilled files, expose the layout
+//! at the mountpoint, start the [`keeper`], and answer the events it
 //! forwards by filling the pieces they need.
 //!
-//! The bind mount is made with the new mount API so that no read can
-//! happen before the mark is there (a file opened on a mount with no
-//! pre-content mark is never asked about, for as long as it stays open):
+//! Every file not wholly filled carries an inode mark before the mount is
+//! attached, so no read can meet it unwatched (a file opened while no
+//! pre-content mark applies to it is never asked about, for as long as it
+//! stays open). The bind mount is made with the new mount API:
 //! `open_tree(OPEN_TREE_CLONE)` makes a detached copy of the layout's tree,
-//! `mount_setattr` makes it read-only, `fanotify_mark(FAN_MARK_MOUNT)`
-//! marks it through its descriptor, and only then `move_mount` attaches it
-//! at the mountpoint.
+//! `mount_setattr` makes it read-only, and `move_mount` attaches it at the
+//! mountpoint.
 
 use std::collections::HashMap;
 use std::ffi::CString;
@@ -67,10 +67,15 @@ struct Shared {
     prefetch: Option<Arc<Prefetcher>>,
     reader: Arc<FileReader>,
     group: Group,
+    /// What each unfilled file's inode mark asks for.
+    mask: u64,
+    /// Opens layout files for filling; dropped (and its group with its
+    /// mark) once every file is filled.
+    writers: std::sync::Mutex<Option<sys::Unwatched>>,
+    /// Files not yet wholly filled.
+    unfilled: AtomicUsize,
     sock: Arc<OwnedFd>,
     mountpoint: PathBuf,
-    /// Files not yet wholly filled; the mount mark goes when it is zero.
-    unfilled: AtomicUsize,
     read_errors: Arc<AtomicU64>,
 }
 
@@ -83,54 +88,6 @@ fn cstring(p: &Path) -> Result<CString, EngineError> {
         path: p.to_path_buf(),
         message: e.to_string(),
     })
-}
-
-fn syscall_fd(r: libc::c_long) -> std::io::Result<OwnedFd> {
-    if r < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: the kernel just returned this descriptor to us.
-    Ok(unsafe { OwnedFd::from_raw_fd(r as RawFd) })
-}
-
-/// A detached, read-only copy of `tree` (see the module docs).
-fn detached_tree(tree: &Path) -> std::io::Result<OwnedFd> {
-    let c = CString::new(tree.as_os_str().as_bytes())
-        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
-    // SAFETY: open_tree with a valid path; returns a new descriptor.
-    let fd = syscall_fd(unsafe {
-        libc::syscall(
-            libc::SYS_open_tree,
-            libc::AT_FDCWD,
-            c.as_ptr(),
-            libc::OPEN_TREE_CLONE | libc::OPEN_TREE_CLOEXEC,
-        )
-    })?;
-    let attr = libc::mount_attr {
-        attr_set: libc::MOUNT_ATTR_RDONLY
-            | libc::MOUNT_ATTR_NOSUID
-            | libc::MOUNT_ATTR_NODEV
-            | libc::MOUNT_ATTR_NOATIME,
-        // Changing the atime mode needs its field cleared first.
-        attr_clr: sys::MOUNT_ATTR_ATIME_FIELD,
-        propagation: 0,
-        userns_fd: 0,
-    };
-    // SAFETY: mount_setattr on our descriptor with a struct of its size.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_mount_setattr,
-            fd.as_raw_fd(),
-            c"".as_ptr(),
-            libc::AT_EMPTY_PATH,
-            &raw const attr,
-            std::mem::size_of::<libc::mount_attr>(),
-        )
-    };
-    if r < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(fd)
 }
 
 fn move_mount(tree: &OwnedFd, to: &CString) -> std::io::Result<()> {
@@ -170,21 +127,28 @@ pub(crate) fn start(
         None => sys::FAN_PRE_ACCESS,
     };
     let group = Group::init().map_err(|e| EngineError::NoPreContent(e.to_string()))?;
-    let tree = detached_tree(&layout.tree)
+    let tree = sys::clone_tree(&layout.tree, true)
         .map_err(|e| mount_err(format!("cannot bind {}: {e}", layout.tree.display())))?;
+    // Every file not wholly filled is marked on its inode, before anything
+    // can open it: the mark then holds on every path to the file, the
+    // mountpoint, a bind mount of it (a container's volume, a subPath), an
+    // overlay whose lower layer it is. (A mount mark would not: each of
+    // those is another mount, and reads through it would see the holes.)
     let unfilled = layout.files.iter().filter(|f| !f.full()).count();
-    // Files filled before: ignored, unless all are (then nothing is
-    // marked at all).
-    for f in layout.files.iter().filter(|f| unfilled > 0 && f.full()) {
+    for f in layout.files.iter().filter(|f| !f.full()) {
         group
-            .ignore(&f.path)
-            .map_err(|e| EngineError::NoPreContent(format!("ignore mark: {e}")))?;
+            .mark_inode(&f.path, mask)
+            .map_err(|e| EngineError::NoPreContent(format!("FAN_PRE_ACCESS mark: {e}")))?;
     }
-    if unfilled > 0 {
-        group
-            .mark_mount_at(tree.as_raw_fd(), mask)
-            .map_err(|e| EngineError::NoPreContent(format!("FAN_PRE_ACCESS mount mark: {e}")))?;
-    }
+    let writers = match unfilled {
+        0 => None,
+        _ => Some(sys::Unwatched::new(&layout.tree).map_err(|e| {
+            mount_err(format!(
+                "cannot open {} for filling: {e}",
+                layout.tree.display()
+            ))
+        })?),
+    };
 
     // The keeper, before anyone can read through the mount.
     let mut pair = [0 as RawFd; 2];
@@ -229,6 +193,9 @@ pub(crate) fn start(
         // name the process, and run.
         unsafe {
             close_all_but(&keep);
+            // Its own session: a signal to the daemon's process group (a
+            // terminal's, `kill -9 -PGID`) must not take both down at once.
+            libc::setsid();
             for s in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGPIPE] {
                 libc::signal(s, libc::SIG_IGN);
             }
@@ -258,9 +225,11 @@ pub(crate) fn start(
         prefetch,
         reader,
         group,
+        mask,
+        writers: std::sync::Mutex::new(writers),
+        unfilled: AtomicUsize::new(unfilled),
         sock: Arc::clone(&sock),
         mountpoint: mountpoint.to_path_buf(),
-        unfilled: AtomicUsize::new(unfilled),
         read_errors,
     });
     let (ended_tx, ended) = tokio::sync::watch::channel(false);
@@ -622,7 +591,11 @@ async fn fill_pieces(
                         if *failed {
                             return Err(std::io::Error::other("the mount failed closed"));
                         }
-                        s.layout.files[index].write(p * PIECE, &bytes)
+                        let open = |rel: &str| match &*lock(&s.writers) {
+                            Some(w) => w.open(rel),
+                            None => Err(std::io::Error::other("no file is left to fill")),
+                        };
+                        s.layout.files[index].write(p * PIECE, &bytes, &open)
                     })
                     .await
                     .map_err(|_| FillError::Stopped)??;
@@ -635,7 +608,7 @@ async fn fill_pieces(
             .into_iter()
             .collect::<Result<Vec<()>, _>>()?;
         // Readers may have the bytes now; durable and recorded (for later
-        // mounts, and for the ignore marks) in the background.
+        // mounts, and for the marks) in the background.
         file.written(&missing);
         let s = Arc::clone(shared);
         s.commits.fetch_add(1, Ordering::AcqRel);
@@ -664,17 +637,17 @@ async fn fill_pieces(
     Ok(())
 }
 
-/// File `index` is wholly filled: its reads stop reaching us, and once
-/// every file is, the mount's.
+/// File `index` is wholly filled: its mark goes, so its reads and faults
+/// no longer reach this process (or the kernel's fanotify code at all once
+/// no mark is left on the file system).
 fn filled(shared: &Shared, index: usize) {
     let file = &shared.layout.files[index];
     // Two fills may both see the file complete: count it once.
     if file.announced.swap(true, Ordering::AcqRel) {
         return;
     }
-    if let Err(e) = shared.group.ignore(&file.path) {
-        tracing::debug!(file = file.rel, error = %e, "ignore mark refused");
-    }
+    // The keeper need not truncate it when it settles (either order is
+    // safe: a full file reads right with or without its mark).
     send_reply(
         shared.sock.as_raw_fd(),
         Reply {
@@ -683,16 +656,11 @@ fn filled(shared: &Shared, index: usize) {
             ..Reply::default()
         },
     );
+    if let Err(e) = shared.group.unmark_inode(&file.path, shared.mask) {
+        tracing::debug!(file = file.rel, error = %e, "mark not removed");
+    }
     if shared.unfilled.fetch_sub(1, Ordering::AcqRel) == 1 {
-        if let Err(e) = shared.group.unmark_mount(&shared.mountpoint) {
-            tracing::debug!(error = %e, "mount mark not removed");
-        }
-        // The ignore marks cost each read of a page-cached 4 KiB about a
-        // third more (measured on 6.18: 900 against 655 ns) while any mark
-        // is left; with none, the mount is a plain bind mount.
-        if let Err(e) = shared.group.flush_inode_marks(&shared.layout.tree) {
-            tracing::debug!(error = %e, "ignore marks not flushed");
-        }
+        lock(&shared.writers).take();
     }
 }
 

@@ -9,9 +9,10 @@
 //! closes without a goodbye (the daemon died, or dropped the mount without
 //! unmounting it), [`fail_closed`] runs: every pending and later event is
 //! denied with `EIO`, the mount is detached, every file not known to be
-//! filled is truncated to length zero once no other mount holds the
-//! version's folder, and only then does the keeper exit and let the
-//! group go.
+//! filled is truncated to length zero unless another mount holds the
+//! version's folder ([`settle`]), and only then does the keeper exit and
+//! let the group go. A goodbye settles the same way: the mountpoint is
+//! gone then, but a bind mount of it may not be.
 //!
 //! The keeper is forked from a multi-threaded process, so between `fork`
 //! and `_exit` it makes system calls only: no allocation, no locks, no
@@ -237,12 +238,10 @@ pub(crate) fn run(mut k: Keeper) -> ! {
                         }
                     }
                     BYE => {
-                        for fd in pending.iter_mut().filter(|f| **f >= 0) {
-                            respond(k.group, *fd, deny_errno(libc::EIO));
-                        }
-                        // SAFETY: ends the keeper without running the
-                        // parent's atexit handlers or destructors.
-                        unsafe { libc::_exit(0) }
+                        // The mountpoint is gone, but a bind mount of it
+                        // (a container's volume) may outlive this group:
+                        // settle as after a crash.
+                        fail_closed(&mut k, &mut pending);
                     }
                     _ => {}
                 }
@@ -343,50 +342,72 @@ pub(crate) fn deny_numbers(group: RawFd, kfds: &[RawFd]) {
 }
 
 /// [`fail_closed`] after the pending events are denied: detach the mount,
-/// deny events until no other mount holds the folder, truncate every file
-/// not known to be filled. Returns with the events denied so far; the
-/// caller keeps the group open (denying) or exits. Also run by the daemon
-/// when its keeper died ([`super::events`]).
+/// then leave no file that a path or a held descriptor could read as
+/// zeros once the group is gone. Returns with the events queued so far
+/// denied; the caller keeps the group open (denying) or exits. Also run by
+/// the daemon when its keeper died ([`super::events`]).
+///
+/// The marks are on the files' inodes, so they guard every path to them:
+/// the mountpoint, and bind mounts of it that outlive it. When this is the
+/// last mount of the version's folder (its lock can be had exclusively),
+/// every file not known to be filled is truncated to length zero while
+/// the marks still guard it: a held descriptor then reads end of file and
+/// a mapping faults with `SIGBUS`, and the next mount lays the file out
+/// again as a new inode. `open(O_TRUNC)` raises no pre-content event
+/// (Linux 6.18; `truncate(2)` does, and would wait on this very group).
+/// When another mount holds the folder, its group guards the same inodes
+/// and settles them when it goes: this group's marks are removed, so that
+/// its denials do not fail that mount's reads.
 pub(crate) fn settle(k: &Keeper) {
     // SAFETY: plain system calls on C strings prepared before the fork.
     unsafe {
         libc::umount2(k.mountpoint.as_ptr(), libc::MNT_DETACH);
-        // Our share of the folder's lock, then wait until no other mount
-        // holds it: their files are theirs to keep.
+        // Our share of the folder's lock goes first: of two mounts that
+        // settle at once, the later one then finds the lock free.
         libc::flock(k.lock, libc::LOCK_UN);
     }
     let mut buf = [0u8; 8192];
-    loop {
-        deny_all(k.group, &mut buf);
-        // SAFETY: as above.
-        let exclusive = unsafe {
-            let fd = libc::open(k.lock_path.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC);
-            if fd >= 0 && libc::flock(fd, libc::LOCK_EX | libc::LOCK_NB) == 0 {
-                Some(fd)
-            } else {
-                if fd >= 0 {
-                    libc::close(fd);
-                }
-                None
+    deny_all(k.group, &mut buf);
+    // SAFETY: as above.
+    let exclusive = unsafe {
+        let fd = libc::open(k.lock_path.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC);
+        if fd >= 0 && libc::flock(fd, libc::LOCK_EX | libc::LOCK_NB) == 0 {
+            Some(fd)
+        } else {
+            if fd >= 0 {
+                libc::close(fd);
             }
-        };
-        if let Some(fd) = exclusive {
+            None
+        }
+    };
+    match exclusive {
+        Some(lock) => {
             for (path, _) in k.files.iter().zip(&k.full).filter(|(_, full)| !**full) {
-                // SAFETY: a valid C string; truncate raises no event
-                // through the cache folder's path, which no mark watches.
-                unsafe { libc::truncate(path.as_ptr(), 0) };
+                // SAFETY: a valid C string; the descriptor is closed at once.
+                unsafe {
+                    let fd = libc::open(
+                        path.as_ptr(),
+                        libc::O_WRONLY | libc::O_TRUNC | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+                    );
+                    if fd >= 0 {
+                        libc::close(fd);
+                    }
+                }
             }
             // SAFETY: our descriptor; closing it releases the lock.
-            unsafe { libc::close(fd) };
-            break;
+            unsafe { libc::close(lock) };
         }
-        let mut p = libc::pollfd {
-            fd: k.group,
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one pollfd on the stack.
-        unsafe { libc::poll(&mut p, 1, 1000) };
+        // SAFETY: FAN_MARK_FLUSH of the group's inode marks; the path is
+        // only looked up, and the folder's lock file exists.
+        None => unsafe {
+            libc::fanotify_mark(
+                k.group,
+                libc::FAN_MARK_FLUSH,
+                0,
+                libc::AT_FDCWD,
+                k.lock_path.as_ptr(),
+            );
+        },
     }
     deny_all(k.group, &mut buf);
 }

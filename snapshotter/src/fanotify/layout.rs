@@ -134,11 +134,19 @@ impl LaidFile {
         self.fill().full()
     }
 
-    /// Writes verified bytes at `offset` (not yet durable).
-    pub fn write(&self, offset: u64, bytes: &[u8]) -> io::Result<()> {
+    /// Writes verified bytes at `offset` (not yet durable), through the
+    /// descriptor `open` gives for the file's path relative to the tree
+    /// on its first write: one whose writes raise no event of the file's
+    /// own mark (`sys::Unwatched`).
+    pub fn write(
+        &self,
+        offset: u64,
+        bytes: &[u8],
+        open: &dyn Fn(&str) -> io::Result<File>,
+    ) -> io::Result<()> {
         let mut w = self.writer.lock().unwrap_or_else(|e| e.into_inner());
         if w.is_none() {
-            *w = Some(OpenOptions::new().write(true).open(&self.path)?);
+            *w = Some(open(&self.rel)?);
         }
         w.as_ref()
             .expect("opened above")
@@ -518,14 +526,19 @@ mod tests {
         assert!(layout.files.iter().any(|f| f.rel == "e" && f.full()));
 
         // Written counts for reads at once; recorded only after commit.
-        f.write(1 << 20, &bytes[1 << 20..2 << 20]).unwrap();
+        let plain = |rel: &str| {
+            OpenOptions::new()
+                .write(true)
+                .open(folder.join("tree").join(rel))
+        };
+        f.write(1 << 20, &bytes[1 << 20..2 << 20], &plain).unwrap();
         f.written(&[1]);
         assert_eq!(f.missing(0, f.size), vec![0, 2, 3]);
         drop(layout);
         let layout = Layout::prepare(&folder, &inodes, owner, "r").unwrap();
         assert_eq!(layout.files[i].missing(0, bytes.len() as u64).len(), 4);
         layout.files[i]
-            .write(1 << 20, &bytes[1 << 20..2 << 20])
+            .write(1 << 20, &bytes[1 << 20..2 << 20], &plain)
             .unwrap();
         layout.files[i].commit(&[1]).unwrap();
         drop(layout);

@@ -7,26 +7,35 @@
 //! cache folder, in `fanotify/<version hex>[-<path hash>]/tree`, as sparse
 //! files of the right sizes plus the directories, symlinks, modes and
 //! mtimes of the tree index (`layout.rs`). That folder is bind-mounted,
-//! read-only, at the mountpoint (see `events.rs` for how it is marked
-//! before it is attached). A fanotify group
-//! of class `FAN_CLASS_PRE_CONTENT` marks **the bind mount only**
-//! (`FAN_MARK_MOUNT`) for `FAN_PRE_ACCESS`: a read or an `mmap` through the
-//! mountpoint first asks the group for its range; the daemon fetches the
-//! 1 MiB pieces that cover it through `verify::FileReader::read`
-//! (the chain of SPEC.md §2.5; verification is not repeated here), writes
-//! them into the layout file through the cache folder's own path (another
-//! mount, which no mark watches, so the write raises no event), and answers
+//! read-only, at the mountpoint. A fanotify group of class
+//! `FAN_CLASS_PRE_CONTENT` marks **the inode of every file not wholly
+//! filled** for `FAN_PRE_ACCESS`, before the mount is attached: a read or
+//! an `mmap` of such a file, through any path, first asks the group for
+//! its range; the daemon fetches the 1 MiB pieces that cover it through
+//! `verify::FileReader::read` (the chain of SPEC.md §2.5; verification is
+//! not repeated here), writes them into the layout file through a
+//! descriptor whose writes raise no event (`sys::Unwatched`), and answers
 //! `FAN_ALLOW`: the bytes are in the page cache every reader of the inode
 //! shares. In the background it then fsyncs and records the pieces in the
 //! file's fill bitmap; only recorded pieces count for a later mount, and
 //! an unmount waits for the records.
 //! A failure answers `FAN_DENY_ERRNO(EIO)`. A file whose pieces are all
-//! filled gets an ignore mark (`FAN_MARK_IGNORE`), so its reads stop at the
-//! mark check in the kernel; once every file is filled, the mount mark
-//! itself is removed and the kernel serves the mount as a plain read-only
-//! bind mount of local files. The fill bitmaps (`fill/<inode>`) persist, so
-//! a later mount of the same version, or a restarted daemon, refetches
-//! nothing it filled before (`layout::Fill`).
+//! filled loses its mark, so its reads never reach fanotify again; once
+//! every file is, the mount is a plain read-only bind mount of local
+//! files. The fill bitmaps (`fill/<inode>`) persist, so a later mount of
+//! the same version refetches nothing it filled before (`layout::Fill`).
+//!
+//! Why inode marks and not one mark on the bind mount: a mount mark holds
+//! for that one mount only, and the files are reached through others. A
+//! container runtime hands the volume to a container as a bind mount of
+//! the mountpoint (or of one file: a Kubernetes `subPath`), and an overlay
+//! whose lower layer it is reads through a private clone of it; reads
+//! through those saw the holes' zeros with a mount mark (measured, and
+//! `tests/tests/fanotify.rs` checks it). An inode mark holds on every
+//! path, and for as long as the inode lives. The price: such a mount can
+//! outlive this process, and then no group guards the holes, so whoever
+//! settles last truncates every file not wholly filled (see the keeper):
+//! a file read in part and unmounted is fetched again by the next mount.
 //!
 //! Why sparse files under a bind mount and not a file-backed EROFS image
 //! (Nydus's choice): the EROFS image needs an image builder (metadata
@@ -63,24 +72,30 @@
 //!   deadlock against its own group).
 //! - `FAN_DENY` alone gives the reader `EPERM`; `FAN_DENY | (EIO << 24)`
 //!   (`FAN_DENY_ERRNO(EIO)`, 6.14+) gives `EIO`.
-//! - `FAN_MARK_ADD | FAN_MARK_IGNORE | FAN_MARK_IGNORED_SURV_MODIFY` of
-//!   `FAN_PRE_ACCESS` on a file under a marked mount stops its events: reads
-//!   of it no longer reach the listener. They still pay the kernel's mark
-//!   walk: a 4 KiB `pread` from the page cache took 900–980 ns against
-//!   655–730 ns with no mark (about a third more). Removing the mount mark
-//!   alone does not win it back while the ignore marks exist (a file opened
-//!   later is still watched: its inode has a mark); `FAN_MARK_REMOVE |
-//!   FAN_MARK_MOUNT` plus `FAN_MARK_FLUSH` of the inode marks does (680 ns,
-//!   the same as closing the group). This engine does both once every file
-//!   is filled.
+//! - A mark on a mount does not hold on another mount of the same files:
+//!   reads through a bind mount of a marked mount, or through an overlay
+//!   whose lower layer it is (overlayfs reads its layers through private
+//!   clones of their mounts), raise no event and read the holes' zeros. An
+//!   inode mark raises events for reads through every one of them (and for
+//!   writes and `truncate`/`ftruncate` of the inode too).
+//! - Reads and writes through the descriptor of a fanotify event raise no
+//!   event (the kernel opens it `FMODE_NONOTIFY`), whatever marks the
+//!   inode has. A notification group whose event descriptors are opened
+//!   `O_RDWR` hands out writable ones for opens on a writable mount.
+//!   `open(O_TRUNC)` of a marked inode raised no pre-content event either.
+//! - A 4 KiB `pread` from the page cache took 655–730 ns with no mark on
+//!   the file system and 900–980 ns under a mount mark with an ignore mark
+//!   on the file (the earlier design): a mark costs reads a third more for
+//!   as long as it is there. Hence marks go as soon as files are filled.
 //! - A mount mark can be put on a detached mount: `open_tree(OPEN_TREE_CLONE)`
 //!   gives an `O_PATH` descriptor, which `fanotify_mark` refuses as a bare
 //!   descriptor (`EBADF` with a null path) but accepts as the directory of
-//!   the path `"."`; `mount_setattr(MOUNT_ATTR_RDONLY…)` (the atime mode
-//!   needs `MOUNT_ATTR__ATIME` in `attr_clr`, else `EINVAL`) and
-//!   `move_mount` then attach it, marked, so no read can ever meet the
-//!   mount unwatched. (A file opened on a mount with no pre-content mark at
-//!   open time is never asked about while it stays open.)
+//!   the path `"."` (`sys::Unwatched` marks its private writable clone so).
+//!   `mount_setattr(MOUNT_ATTR_RDONLY…)` (the atime mode needs
+//!   `MOUNT_ATTR__ATIME` in `attr_clr`, else `EINVAL`) and `move_mount`
+//!   attach the read-only one. A file opened while no pre-content mark
+//!   applies to it is never asked about while it stays open, so the marks
+//!   come first.
 //! - `FAN_REPORT_TID` makes the event's `pid` the reading thread, which
 //!   this engine uses to keep one read-ahead state per reader.
 //! - **When the last descriptor of the group is closed** (the listener
@@ -94,13 +109,14 @@
 //! Hence the keeper (`keeper.rs`): a small process forked before the mount is shown,
 //! which owns the group descriptor, reads the events and forwards each one
 //! (its descriptor by `SCM_RIGHTS`) to this process over a socket pair,
-//! and writes this process's answers back. When this process dies the
-//! keeper answers every pending and later event with `EIO`, detaches the
-//! bind mount (new opens find an empty directory), truncates every file
-//! that is not wholly filled to length zero through the cache folder's
-//! path (a held descriptor then reads end of file and an `mmap` of it
-//! faults with `SIGBUS`, never zeros; the next mount lays the file out
-//! again and refetches it), and only then exits, releasing the group. If
+//! and writes this process's answers back. When this process dies, or
+//! unmounts, the keeper answers every pending and later event with `EIO`,
+//! detaches the bind mount (new opens through it find an empty
+//! directory), truncates every file that is not wholly filled to length
+//! zero (a held descriptor or another mount then reads end of file and an
+//! `mmap` faults with `SIGBUS`, never zeros; the next mount lays the file
+//! out again as a new inode and refetches it), and only then exits,
+//! releasing the group. If
 //! the keeper is the one killed, this process does the same from its side
 //! (it holds the group too, for its marks): it denies the events the keeper
 //! had forwarded (a response names an event by the keeper's descriptor
@@ -125,6 +141,12 @@
 //!   what was not recorded as filled.
 //! - Fetched chunks still also go to the chunk cache (`reader.rs`), so a
 //!   cold read writes its bytes twice (as chunks, then into the layout).
+//! - Two mounts of one version sharing a cache folder both mark its files,
+//!   so both fill a range either one reads (the bytes are the same).
+//! - If the daemon and its keeper are killed together (a whole cgroup;
+//!   the keeper has a session of its own, so a process group's signal
+//!   does not reach it), nothing is left to truncate the holes: a mount of the layout that
+//!   outlives both (a container's bind mount) reads them as zeros.
 //! - Folders are trimmed when a mount starts, not while one fills past the
 //!   bound.
 //! - The containerd snapshotter still mounts with FUSE only.
