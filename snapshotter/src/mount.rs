@@ -42,8 +42,10 @@ pub enum Prefetch {
     Recorded,
 }
 
-/// Who serves a mount's reads (`sealvol mount --engine`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// Who serves a mount's reads (`sealvol mount --engine`, the
+/// snapshotter's `engine`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Engine {
     /// fanotify where the kernel and the user allow it, else FUSE.
     #[default]
@@ -304,12 +306,16 @@ pub async fn mount_loaded(
     };
     let engine = choose_engine(opts);
     if engine.0 == Engine::Fanotify {
+        // Fills land in the layout's files, which later mounts read: a
+        // copy in the chunk cache too would write each byte twice.
+        reader.chunks().keep_reads_in_memory();
         let m = crate::fanotify::mount(crate::fanotify::Request {
             cache_dir: opts.cache_dir.clone(),
-            cache_size: opts.cache_size.filter(|_| opts.shared_cache.is_none()),
+            cache_size: opts.cache_size,
             chunk_cache,
             version: version.index.digest,
             base: vref.path.clone(),
+            remapped: opts.owner,
             inodes: Arc::clone(&inodes),
             owner,
             reference: reference.clone(),
@@ -320,6 +326,10 @@ pub async fn mount_loaded(
         })
         .await?;
         let (session, read_errors) = m;
+        // The engine has set its sink (the layout) by now.
+        if let Some(p) = &prefetch {
+            p.begin();
+        }
         return Ok(Mount {
             mountpoint,
             reference,
@@ -388,6 +398,9 @@ pub async fn mount_loaded(
             message: format!("cannot start the session thread: {e}"),
         })?;
     raise_readahead(&mountpoint);
+    if let Some(p) = &prefetch {
+        p.begin();
+    }
     Ok(Mount {
         mountpoint,
         reference,

@@ -12,6 +12,10 @@
 //! prefetched joins that fetch, and a failed prefetch is only logged (the
 //! read that needs the chunk fetches it again).
 //!
+//! Under the fanotify engine, a [`Sink`] takes each chunk instead: the
+//! engine fills the layout's files with the pieces the chunk completes, so
+//! prefetched bytes are written once, where the kernel reads them.
+//!
 //! Prefetch fills the disk cache with chunks checked only for their length
 //! (sha256 too for a format 1 tree); it verifies nothing through the chain.
 //! A read checks every piece it serves against the version digest
@@ -22,14 +26,21 @@ use std::collections::{HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use futures_util::future::BoxFuture;
 use sealvol_spec::tree::ChunkRef;
 use sealvol_spec::Sha256Digest;
 
 use crate::inodes::Inodes;
 use crate::reader::{ChunkReader, Keep};
 
+/// Where a prefetched chunk goes instead of the disk cache (the fanotify
+/// engine's layout); resolves once it is there.
+pub(crate) type Sink =
+    Arc<dyn Fn(ChunkRef) -> BoxFuture<'static, Result<(), String>> + Send + Sync>;
+
 pub(crate) struct Prefetcher {
     reader: Arc<ChunkReader>,
+    sink: std::sync::OnceLock<Sink>,
     inodes: Arc<Inodes>,
     /// Parallel fetches.
     jobs: usize,
@@ -59,6 +70,9 @@ struct Queue {
     /// ignored (they are when there is a recording to follow).
     planned: VecDeque<ChunkRef>,
     recorded: bool,
+    /// Set by [`Prefetcher::begin`]: no worker starts before, so that an
+    /// engine can set its sink first.
+    begun: bool,
 }
 
 impl Prefetcher {
@@ -76,8 +90,9 @@ impl Prefetcher {
         } else {
             Vec::new()
         };
-        let p = Arc::new(Prefetcher {
+        Arc::new(Prefetcher {
             reader,
+            sink: std::sync::OnceLock::new(),
             inodes,
             jobs: jobs.max(1),
             queue: Mutex::new(Queue {
@@ -88,11 +103,20 @@ impl Prefetcher {
             stopped: AtomicBool::new(false),
             fetched: AtomicU64::new(0),
             failed: AtomicU64::new(0),
-        });
-        if all {
-            p.kick(&mut p.queue());
-        }
-        p
+        })
+    }
+
+    /// Sends every chunk to `sink` instead of the disk cache (before
+    /// [`Prefetcher::begin`]; a second sink is ignored).
+    pub fn fill_into(&self, sink: Sink) {
+        let _ = self.sink.set(sink);
+    }
+
+    /// Starts the workers: the mount is up.
+    pub fn begin(self: &Arc<Self>) {
+        let mut q = self.queue();
+        q.begun = true;
+        self.kick(&mut q);
     }
 
     /// A prefetcher for a recorded prefetch ([`crate::record::start`]):
@@ -139,7 +163,7 @@ impl Prefetcher {
 
     /// Starts workers up to `jobs`; each stops when nothing is left.
     fn kick(self: &Arc<Self>, q: &mut Queue) {
-        while q.workers < self.jobs {
+        while q.begun && q.workers < self.jobs {
             q.workers += 1;
             let me = Arc::clone(self);
             self.rt.spawn(async move { me.work().await });
@@ -161,8 +185,17 @@ impl Prefetcher {
             let Some(c) = next else {
                 return;
             };
-            match self.reader.chunk(c, Keep::DiskOnly).await {
-                Ok(_) => {
+            let done = match self.sink.get() {
+                Some(sink) => sink(c).await,
+                None => self
+                    .reader
+                    .chunk(c, Keep::DiskOnly)
+                    .await
+                    .map(drop)
+                    .map_err(|e| e.to_string()),
+            };
+            match done {
+                Ok(()) => {
                     self.fetched.fetch_add(1, Ordering::Relaxed);
                 }
                 Err(e) => {
@@ -215,8 +248,10 @@ impl Prefetcher {
         None
     }
 
+    /// Not scheduled yet, and not local: a sink decides for itself what it
+    /// lacks (a chunk in memory may still have pieces to write).
     fn wanted(&self, q: &mut Queue, c: &ChunkRef) -> bool {
-        q.scheduled.insert(c.sha256) && !self.reader.is_local(c)
+        q.scheduled.insert(c.sha256) && (self.sink.get().is_some() || !self.reader.is_local(c))
     }
 }
 
@@ -275,6 +310,7 @@ mod tests {
         let reader = ChunkReader::new(src.clone(), 1 << 20, Check::Chain, rt.clone());
         let plan = vec![ca[3], cb[0], ca[0], ca[1], ca[3]];
         let p = Prefetcher::recorded(reader, Arc::clone(&inodes), 1, rt);
+        p.begin();
         p.opened(2);
         p.follow(plan);
         for _ in 0..500 {

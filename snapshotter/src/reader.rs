@@ -25,6 +25,12 @@
 //!
 //! Chunks are fetched whole even when a read needs a few bytes of one: a
 //! chunk is one blob.
+//!
+//! A downloaded chunk is kept in the on-disk cache, except under the
+//! fanotify engine ([`ChunkReader::keep_reads_in_memory`]): there the
+//! bytes a read needs are written into the layout's own files, which later
+//! mounts read, and a copy in the chunk cache would write each byte twice.
+//! Background prefetch still fills the disk cache.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::hash::Hash;
@@ -96,6 +102,18 @@ pub(crate) trait ChunkSource: Send + Sync + 'static {
         chunk: ChunkRef,
         check: Check,
     ) -> BoxFuture<'static, Result<Fetched, ReadError>>;
+
+    /// [`ChunkSource::fetch`]; with `store` false a download is not kept on
+    /// this machine beyond the call (a source without a disk ignores it).
+    fn fetch_to(
+        self: Arc<Self>,
+        chunk: ChunkRef,
+        check: Check,
+        store: bool,
+    ) -> BoxFuture<'static, Result<Fetched, ReadError>> {
+        let _ = store;
+        self.fetch(chunk, check)
+    }
 
     /// Whether the chunk is on this machine already (a fetch would not use
     /// the network), without checking its bytes.
@@ -175,6 +193,7 @@ impl RegistrySource {
         &self,
         c: &ChunkRef,
         how: BlobCheck,
+        store: bool,
     ) -> Result<Vec<u8>, sealvol_client::Error> {
         let _leading = match self.in_flight.as_ref().map(|d| d.turn(c.sha256)) {
             Some(Turn::Wait(mut rx)) => {
@@ -190,7 +209,8 @@ impl RegistrySource {
                 &self.remote,
                 &self.repo,
                 c,
-                Some(&self.cache),
+                // Not stored: the cache was looked at already (`fetch_as`).
+                store.then_some(&self.cache),
                 &self.stats,
                 how,
             )
@@ -206,7 +226,12 @@ impl RegistrySource {
         }
     }
 
-    async fn fetch_as(&self, c: &ChunkRef, check: Check) -> Result<Fetched, sealvol_client::Error> {
+    async fn fetch_as(
+        &self,
+        c: &ChunkRef,
+        check: Check,
+        store: bool,
+    ) -> Result<Fetched, sealvol_client::Error> {
         if check == Check::Chain {
             let (cache, chunk) = (self.cache.clone(), *c);
             let cached = tokio::task::spawn_blocking(move || cache.get_unverified(&chunk))
@@ -227,8 +252,11 @@ impl RegistrySource {
             Check::Chain => BlobCheck::Length,
             Check::Sha256 => BlobCheck::Sha256,
         };
+        // A sha256 fetch (a format 1 tree, a re-check) always goes through
+        // the cache: it reads what it checks from there too.
+        let store = store || how == BlobCheck::Sha256;
         Ok(Fetched {
-            bytes: sealvol_client::buffers::into_bytes(self.fetch_checked(c, how).await?),
+            bytes: sealvol_client::buffers::into_bytes(self.fetch_checked(c, how, store).await?),
             checked: how == BlobCheck::Sha256,
         })
     }
@@ -240,8 +268,17 @@ impl ChunkSource for RegistrySource {
         c: ChunkRef,
         check: Check,
     ) -> BoxFuture<'static, Result<Fetched, ReadError>> {
+        self.fetch_to(c, check, true)
+    }
+
+    fn fetch_to(
+        self: Arc<Self>,
+        c: ChunkRef,
+        check: Check,
+        store: bool,
+    ) -> BoxFuture<'static, Result<Fetched, ReadError>> {
         async move {
-            match tokio::time::timeout(self.timeout, self.fetch_as(&c, check)).await {
+            match tokio::time::timeout(self.timeout, self.fetch_as(&c, check, store)).await {
                 Err(_) => Err(ReadError::TimedOut {
                     chunk: c.sha256,
                     seconds: self.timeout.as_secs(),
@@ -314,6 +351,11 @@ pub(crate) struct ChunkReader {
     rt: tokio::runtime::Handle,
     /// What every fetch but a re-check asks of the source.
     check: Check,
+    /// Whether chunks fetched for reads go to the source's disk cache too
+    /// (background prefetch always does: that is what it is for). Off when
+    /// the reads land in a local copy of their own (the fanotify engine's
+    /// layout files), so that a cold read writes each byte once.
+    store_reads: std::sync::atomic::AtomicBool,
     pub stats: ReaderStats,
 }
 
@@ -336,8 +378,15 @@ impl ChunkReader {
             }),
             rt,
             check,
+            store_reads: std::sync::atomic::AtomicBool::new(true),
             stats: ReaderStats::default(),
         })
+    }
+
+    /// Keep chunks fetched for reads in memory only ([`ChunkReader`]'s
+    /// `store_reads`).
+    pub fn keep_reads_in_memory(&self) {
+        self.store_reads.store(false, Ordering::Relaxed);
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
@@ -382,7 +431,8 @@ impl ChunkReader {
                 None => {
                     // Registered under the lock the task needs to finish, so
                     // it cannot finish before it is registered.
-                    let f = self.spawn_fetch(c, check);
+                    let store = keep == Keep::DiskOnly || self.store_reads.load(Ordering::Relaxed);
+                    let f = self.spawn_fetch(c, check, store);
                     st.inflight.insert((c.sha256, check), f.clone());
                     ((c.sha256, check), f)
                 }
@@ -399,12 +449,12 @@ impl ChunkReader {
         result
     }
 
-    fn spawn_fetch(self: &Arc<Self>, c: ChunkRef, check: Check) -> SharedFetch {
+    fn spawn_fetch(self: &Arc<Self>, c: ChunkRef, check: Check, store: bool) -> SharedFetch {
         self.stats.fetches.fetch_add(1, Ordering::Relaxed);
         tracing::trace!(chunk = %c.sha256, offset = c.offset, ?check, "fetch");
         let me = Arc::clone(self);
         let task = self.rt.spawn(async move {
-            let result = Arc::clone(&me.source).fetch(c, check).await;
+            let result = Arc::clone(&me.source).fetch_to(c, check, store).await;
             let mut st = me.state();
             st.inflight.remove(&(c.sha256, check));
             if st.keep.remove(&(c.sha256, check)) {

@@ -46,7 +46,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use sealvol_tests::bench::{cold, median};
 use sealvol_tests::cri;
 use sealvol_tests::node::{
-    fuse_mounts_under, import_busybox, plain_http_host, pod_config, volume_container, Cri,
+    import_busybox, plain_http_host, pod_config, version_mounts_under, volume_container, Cri,
     NodeSetup, Snapshotter,
 };
 use sealvol_tests::{s, Containerd};
@@ -295,11 +295,11 @@ fn once(node: &mut Node, host: &str, case: &Case, name: &str, probe: &str) -> Re
     node.cri.remove_image(&image_ref);
     // RemoveImage collects the snapshots; the version is unmounted after.
     let deadline = Instant::now() + Duration::from_secs(30);
-    while !fuse_mounts_under(&node.snap.root).is_empty() {
+    while !version_mounts_under(&node.snap.root).is_empty() {
         if Instant::now() > deadline {
             return Err(format!(
                 "still mounted 30 s after RemoveImage: {:?}",
-                fuse_mounts_under(&node.snap.root)
+                version_mounts_under(&node.snap.root)
             )
             .into());
         }

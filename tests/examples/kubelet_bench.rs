@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 use sealvol_tests::bench::{cold, median};
 use sealvol_tests::kubelet::{Kubelet, NODE};
 use sealvol_tests::node::{
-    fuse_mounts_under, import_busybox, plain_http_host, NodeSetup, Snapshotter, BUSYBOX,
+    import_busybox, plain_http_host, version_mounts_under, NodeSetup, Snapshotter, BUSYBOX,
 };
 use sealvol_tests::{s, Containerd};
 use serde_json::json;
@@ -245,11 +245,11 @@ fn stop(kubelet: &mut Kubelet, name: &str, image: Option<&str>, snap: &Snapshott
             kubelet.cri().remove_image(&status.id);
         }
         let deadline = Instant::now() + Duration::from_secs(30);
-        while !fuse_mounts_under(&snap.root).is_empty() {
+        while !version_mounts_under(&snap.root).is_empty() {
             if Instant::now() > deadline {
                 return Err(format!(
                     "still mounted 30 s after RemoveImage: {:?}",
-                    fuse_mounts_under(&snap.root)
+                    version_mounts_under(&snap.root)
                 )
                 .into());
             }

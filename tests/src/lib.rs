@@ -14,12 +14,13 @@ pub mod cri {
     tonic::include_proto!("runtime.v1");
 }
 
+use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Writes `ROOT.toml` for `sealvol serve --config`: `addr`, `root` and
@@ -2384,6 +2385,21 @@ pub fn cached_chunks(cache: &Path) -> std::collections::BTreeSet<String> {
         .collect()
 }
 
+/// The fanotify marks the groups of process `pid` hold (from fdinfo): a
+/// fanotify mount has none left once every file is filled.
+pub fn fanotify_marks(pid: i32) -> usize {
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fdinfo")) else {
+        return 0;
+    };
+    fds.filter_map(|f| std::fs::read_to_string(f.ok()?.path()).ok())
+        .map(|info| {
+            info.lines()
+                .filter(|l| l.starts_with("fanotify ") && !l.starts_with("fanotify flags:"))
+                .count()
+        })
+        .sum()
+}
+
 /// `GET` requests a `sealvol serve` answered with 200, from its metrics.
 pub fn gets_served(addr: &str) -> u64 {
     let text = reqwest::blocking::Client::builder()
@@ -2414,6 +2430,30 @@ pub struct Gate {
     /// While set, requests are held.
     pub hold: Arc<AtomicBool>,
     stop: Arc<AtomicBool>,
+    /// The blobs clients asked for with `GET`, as `sha256:HEX`.
+    got: Arc<Mutex<BTreeSet<String>>>,
+}
+
+/// Adds the blobs named by the complete `GET …/blobs/sha256:HEX` request
+/// lines in `text` to `got`, and returns how many bytes of `text` were
+/// complete lines.
+fn blob_gets(text: &[u8], got: &Mutex<BTreeSet<String>>) -> usize {
+    let Some(end) = text.iter().rposition(|&b| b == b'\n') else {
+        return 0;
+    };
+    for line in text[..end].split(|&b| b == b'\n') {
+        let line = String::from_utf8_lossy(line);
+        let Some(rest) = line.strip_prefix("GET ") else {
+            continue;
+        };
+        if let Some((_, tail)) = rest.split_once("/blobs/sha256:") {
+            let hex: String = tail.chars().take_while(|c| c.is_ascii_hexdigit()).collect();
+            if hex.len() == 64 {
+                got.lock().unwrap().insert(format!("sha256:{hex}"));
+            }
+        }
+    }
+    end + 1
 }
 
 impl Gate {
@@ -2427,6 +2467,8 @@ impl Gate {
         );
         let upstream = upstream.to_string();
         let (h, st) = (hold.clone(), stop.clone());
+        let got = Arc::new(Mutex::new(BTreeSet::new()));
+        let seen = Arc::clone(&got);
         std::thread::spawn(move || {
             for conn in listener.incoming() {
                 if st.load(Ordering::SeqCst) {
@@ -2439,12 +2481,20 @@ impl Gate {
                 let (mut c_in, mut s_out) =
                     (client.try_clone().unwrap(), server.try_clone().unwrap());
                 let (mut s_in, mut c_out) = (server, client);
-                let (h, st) = (h.clone(), st.clone());
+                let (h, st, seen) = (h.clone(), st.clone(), Arc::clone(&seen));
                 std::thread::spawn(move || {
                     let mut buf = vec![0u8; 64 << 10];
+                    // A request line may span two reads.
+                    let mut line = Vec::new();
                     while let Ok(n) = c_in.read(&mut buf) {
                         if n == 0 {
                             break;
+                        }
+                        line.extend_from_slice(&buf[..n]);
+                        let done = blob_gets(&line, &seen);
+                        line.drain(..done);
+                        if line.len() > 4096 {
+                            line.drain(..line.len() - 4096);
                         }
                         while h.load(Ordering::SeqCst) && !st.load(Ordering::SeqCst) {
                             std::thread::sleep(Duration::from_millis(20));
@@ -2461,12 +2511,24 @@ impl Gate {
                 });
             }
         });
-        Gate { addr, hold, stop }
+        Gate {
+            addr,
+            hold,
+            stop,
+            got,
+        }
     }
 
     /// `HOST:PORT` of the relay.
     pub fn addr(&self) -> String {
         self.addr.clone()
+    }
+
+    /// The blobs fetched through the relay so far (`GET`), as
+    /// `sha256:HEX`: what a mount downloaded, whichever engine serves it
+    /// and wherever it keeps the bytes.
+    pub fn blobs_got(&self) -> BTreeSet<String> {
+        self.got.lock().unwrap().clone()
     }
 }
 

@@ -35,6 +35,12 @@ impl Snapshotter {
 
     /// With `config`, and the credentials in `docker_config/config.json`.
     pub fn start_with_credentials(dir: &Path, config: &str, docker_config: &Path) -> Snapshotter {
+        // The engine under test (`SEALVOL_TEST_ENGINE`), unless the test
+        // names one.
+        let config = match config.lines().any(|l| l.trim_start().starts_with("engine")) {
+            true => config.to_string(),
+            false => format!("engine = \"{}\"\n{config}", crate::test_engine()),
+        };
         std::fs::write(dir.join("snapshotter.toml"), config).unwrap();
         Snapshotter {
             child: Snapshotter::spawn(dir, docker_config),
@@ -122,7 +128,7 @@ impl Drop for Snapshotter {
                 std::thread::sleep(std::time::Duration::from_millis(50));
             }
         }
-        for m in fuse_mounts_under(&self.root) {
+        for m in version_mounts_under(&self.root) {
             let _ = Command::new("umount").args(["-l", &m]).status();
         }
     }
@@ -135,12 +141,18 @@ pub async fn channel(socket: &Path) -> tonic::transport::Channel {
         .expect("connect to the socket")
 }
 
-/// FUSE mounts under `dir`.
-pub fn fuse_mounts_under(dir: &Path) -> Vec<String> {
+/// The mounts of versions under `dir`, by either engine: FUSE mounts, and
+/// the fanotify engine's bind mounts of a layout (`…/fanotify/KEY/tree`).
+pub fn version_mounts_under(dir: &Path) -> Vec<String> {
+    let fanotify = |l: &str| {
+        l.split(' ')
+            .nth(3)
+            .is_some_and(|root| root.contains("/fanotify/") && root.ends_with("/tree"))
+    };
     std::fs::read_to_string("/proc/self/mountinfo")
         .unwrap()
         .lines()
-        .filter(|l| l.contains(" - fuse"))
+        .filter(|l| l.contains(" - fuse") || fanotify(l))
         .filter_map(|l| l.split(' ').nth(4))
         .filter(|p| p.starts_with(s(dir)))
         .map(str::to_string)

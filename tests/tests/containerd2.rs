@@ -12,8 +12,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use sealvol_tests::node::{
-    container_stdout, fuse_mounts_under, import_busybox, mounts_under, plain_http_host, pod_config,
-    volume_container, Cri, NodeSetup, Snapshotter,
+    container_stdout, import_busybox, mounts_under, plain_http_host, pod_config,
+    version_mounts_under, volume_container, Cri, NodeSetup, Snapshotter,
 };
 use sealvol_tests::{noise, s, Containerd, FlipProxy};
 use sha2::{Digest, Sha256};
@@ -217,9 +217,9 @@ impl Node {
         (out, status.exit_code)
     }
 
-    /// FUSE mounts the snapshotter serves.
-    fn fuse_mounts(&self) -> Vec<String> {
-        fuse_mounts_under(&self.snap.root)
+    /// The version mounts the snapshotter serves (either engine).
+    fn version_mounts(&self) -> Vec<String> {
+        version_mounts_under(&self.snap.root)
     }
 }
 
@@ -281,7 +281,12 @@ fn an_image_volume_reads_the_version_lazily_through_the_transfer_service() {
     let p = Published::new(false);
     let mut node = Node::start(&NodeSetup::SEALVOL_DEFAULT, &p.proxy.addr());
     let image_ref = pull_volume(&mut node, &p, "");
-    assert_eq!(node.fuse_mounts().len(), 1, "{:?}", node.fuse_mounts());
+    assert_eq!(
+        node.version_mounts().len(),
+        1,
+        "{:?}",
+        node.version_mounts()
+    );
 
     let (out, code) =
         node.run_with_volume("whole", "", None, &image_ref, "", &sum_script(&p.files, ""));
@@ -302,13 +307,13 @@ fn an_image_volume_reads_the_version_lazily_through_the_transfer_service() {
     assert!(left.is_empty(), "the pods left mounts: {left:?}");
     node.cri.remove_image(&image_ref);
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while !node.fuse_mounts().is_empty() && std::time::Instant::now() < deadline {
+    while !node.version_mounts().is_empty() && std::time::Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(100));
     }
     assert!(
-        node.fuse_mounts().is_empty(),
+        node.version_mounts().is_empty(),
         "the version is still mounted after RemoveImage: {:?}",
-        node.fuse_mounts()
+        node.version_mounts()
     );
 }
 
@@ -353,7 +358,11 @@ fn a_runtime_class_of_its_own_mounts_image_volumes_with_sealvol() {
     };
     let mut node = Node::start(&setup, &p.proxy.addr());
     let image_ref = pull_volume(&mut node, &p, "");
-    assert!(node.fuse_mounts().is_empty(), "{:?}", node.fuse_mounts());
+    assert!(
+        node.version_mounts().is_empty(),
+        "{:?}",
+        node.version_mounts()
+    );
 
     // An ordinary pod: overlayfs, which unpacks the view layer as it is,
     // so the volume holds only the pointer to the version (SPEC.md §5.1).
@@ -377,7 +386,11 @@ fn a_runtime_class_of_its_own_mounts_image_volumes_with_sealvol() {
         1,
         "sealvol holds snapshots of an ordinary pod: {listed}"
     );
-    assert!(node.fuse_mounts().is_empty(), "{:?}", node.fuse_mounts());
+    assert!(
+        node.version_mounts().is_empty(),
+        "{:?}",
+        node.version_mounts()
+    );
 
     let before = p.chunk_gets();
     let (out, code) = node.run_with_volume(
@@ -389,7 +402,12 @@ fn a_runtime_class_of_its_own_mounts_image_volumes_with_sealvol() {
         &sum_script(&p.files, ""),
     );
     assert_eq!((out, code), (sums(&p.files, ""), 0));
-    assert_eq!(node.fuse_mounts().len(), 1, "{:?}", node.fuse_mounts());
+    assert_eq!(
+        node.version_mounts().len(),
+        1,
+        "{:?}",
+        node.version_mounts()
+    );
     // The overlayfs pod read its unpacked copy of the view layer only;
     // every chunk came through the sealvol pod's lazy mount.
     assert_eq!(before, 0);
@@ -469,10 +487,10 @@ fn ctr_pulls_both_paths_of_containerd_2() {
         );
         assert_eq!(p.chunk_gets(), 0, "local={local}: {:?}", p.proxy.requests());
         assert_eq!(
-            node.fuse_mounts().len(),
+            node.version_mounts().len(),
             1,
             "local={local}: {:?}",
-            node.fuse_mounts()
+            node.version_mounts()
         );
         let listed = node
             .ctd

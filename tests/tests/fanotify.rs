@@ -23,7 +23,8 @@ use sealvol_tests::fuse::{
     assert_eio, is_mounted, mountpoint, pread, read, read_until_error, within, Mounted,
 };
 use sealvol_tests::{
-    gets_served, host, noise, push_hex, s, write, DockerRegistry, Gate, Sandbox, Server,
+    cached_chunks, fanotify_marks, gets_served, host, noise, push_hex, s, write, DockerRegistry,
+    Gate, Sandbox, Server,
 };
 
 const MIB: usize = PIECE as usize;
@@ -149,7 +150,7 @@ fn a_fanotify_mount_reads_back_its_source_and_keeps_what_it_filled() {
     // it cannot answer; reads still complete.
     let pid = m.pid();
     within("the marks to go", move || {
-        while marks(pid) > 0 {
+        while fanotify_marks(pid) > 0 {
             std::thread::sleep(Duration::from_millis(20));
         }
     });
@@ -200,20 +201,6 @@ fn a_fanotify_mount_reads_back_its_source_and_keeps_what_it_filled() {
     });
     assert!(!is_mounted(&mnt));
     assert!(m.stdout().contains("sealvol: unmounted"), "{}", m.stdout());
-}
-
-/// The fanotify marks the groups of process `pid` hold (from fdinfo).
-fn marks(pid: i32) -> usize {
-    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fdinfo")) else {
-        return 0;
-    };
-    fds.filter_map(|f| std::fs::read_to_string(f.ok()?.path()).ok())
-        .map(|info| {
-            info.lines()
-                .filter(|l| l.starts_with("fanotify ") && !l.starts_with("fanotify flags:"))
-                .count()
-        })
-        .sum()
 }
 
 /// Whether process `pid` (our child) has ended: gone, or a zombie.
@@ -464,15 +451,20 @@ fn cache_size_counts_filled_files_and_trims_unused_versions() {
     let cache = sb.path().join("cache");
     let mnt = mountpoint(&sb, "mnt");
     let folder = |hex: &str| cache.join("fanotify").join(hex);
-    let bound = ["--cache-size", "12M"];
+    let bound = ["--cache-size", "6M"];
 
     let m = mount_fanotify(&sb, &reg, "bdn:ns/a", &mnt, &cache, &bound);
     assert_eq!(read(&mnt.join("w.bin")).unwrap(), noise(8 * MIB, 21));
     drop(m);
     assert!(folder(&hex_a).join("tree/w.bin").exists());
+    assert!(
+        cached_chunks(&cache).is_empty(),
+        "a read through the fanotify engine wrote its chunks to the chunk cache too"
+    );
 
-    // Version a's 8 MiB of filled file plus the chunks past 12 MiB: the
-    // next mount removes a's folder, which no mount holds.
+    // Version a's 8 MiB of filled file (its only copy: a read fills the
+    // file and keeps no chunk) is past 6 MiB: the next mount removes a's
+    // folder, which no mount holds.
     let m = mount_fanotify(&sb, &reg, "bdn:ns/b", &mnt, &cache, &bound);
     assert!(
         !folder(&hex_a).exists(),

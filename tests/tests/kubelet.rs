@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use sealvol_tests::kubelet::Kubelet;
 use sealvol_tests::node::{
-    fuse_mounts_under, import_busybox, plain_http_host, NodeSetup, Snapshotter, BUSYBOX,
+    import_busybox, plain_http_host, version_mounts_under, NodeSetup, Snapshotter, BUSYBOX,
 };
 use sealvol_tests::{noise, s, Containerd, FlipProxy, Sandbox};
 use sha2::{Digest, Sha256};
@@ -270,7 +270,7 @@ fn a_kubelet_runs_the_registry_and_image_volume_pods_as_static_pods() {
         "the reader's reads fetched no chunk"
     );
     assert!(
-        !fuse_mounts_under(&snap.root).is_empty(),
+        !version_mounts_under(&snap.root).is_empty(),
         "the image volume is not a sealvol mount"
     );
     let shared_before = chunk_gets(&shared);

@@ -90,6 +90,10 @@ pub struct Config {
     /// with read-ahead), `open` (a file whole once opened) or `all` (the
     /// whole version in the background).
     pub prefetch: PrefetchPolicy,
+    /// Who serves a mounted version's reads: `auto` (fanotify where the
+    /// kernel has pre-content events, Linux 6.14 and later, else FUSE),
+    /// `fanotify` or `fuse`.
+    pub engine: crate::Engine,
     /// How long a read waits for one chunk before it fails with `EIO`.
     pub fetch_timeout_seconds: u64,
     /// Registries (`host[:port]`) reached over plain HTTP; loopback ones
@@ -158,6 +162,7 @@ impl Default for Config {
             cache_dir: None,
             cache_size: None,
             prefetch: PrefetchPolicy::None,
+            engine: crate::Engine::Auto,
             fetch_timeout_seconds: 30,
             insecure_hosts: Vec::new(),
             hosts_dir: None,
@@ -188,6 +193,7 @@ impl Config {
         o.prefetch = self.prefetch.mode();
         o.fetch_timeout = std::time::Duration::from_secs(self.fetch_timeout_seconds.max(1));
         o.allow_other = true;
+        o.engine = self.engine;
         o
     }
 }

@@ -14,6 +14,7 @@ use std::collections::HashMap;
 use std::ffi::CString;
 use std::io::IoSliceMut;
 use std::mem::MaybeUninit;
+use std::ops::Range;
 use std::os::fd::{AsRawFd as _, BorrowedFd, FromRawFd as _, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt as _;
 use std::path::{Path, PathBuf};
@@ -21,8 +22,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::future::FutureExt as _;
 use futures_util::stream::{self, StreamExt as _};
 use sealvol_spec::chain::PIECE;
+use sealvol_spec::tree::ChunkRef;
+use sealvol_spec::Sha256Digest;
 
 use super::keeper::{self, Forward, Keeper, Reply, ANSWER, BYE, FULL, NO_ANSWER};
 use super::layout::Layout;
@@ -232,6 +236,9 @@ pub(crate) fn start(
         mountpoint: mountpoint.to_path_buf(),
         read_errors,
     });
+    if let Some(p) = &shared.prefetch {
+        p.fill_into(prefetch_sink(&shared));
+    }
     let (ended_tx, ended) = tokio::sync::watch::channel(false);
     let done = Arc::new(AtomicBool::new(false));
     let mnt_id = mount_id(mountpoint);
@@ -539,6 +546,65 @@ fn plan(
     }
     let missing = file.missing(ev.offset, end);
     Ok((!missing.is_empty()).then_some((index, missing)))
+}
+
+/// For each chunk of the files not yet filled, the pieces it completes:
+/// those that touch it and end within it, so that it is the last chunk
+/// they need. A prefetch handing over chunks in its order then fills
+/// each piece once its chunks have all come, and never fetches a chunk
+/// it did not ask for (a recorded prefetch fetches its list, no more).
+fn completed_by(
+    layout: &Layout,
+    inodes: &Inodes,
+) -> HashMap<Sha256Digest, Vec<(usize, Range<u64>)>> {
+    let mut map: HashMap<Sha256Digest, Vec<(usize, Range<u64>)>> = HashMap::new();
+    for (index, f) in layout.files.iter().enumerate() {
+        let Some(view) = inodes.file(f.ino).filter(|_| !f.full()) else {
+            continue;
+        };
+        for c in view.chunks {
+            let end = c.offset + u64::from(c.length);
+            // Piece p ends at min((p + 1) * PIECE, size).
+            let stop = if end >= view.size {
+                end.div_ceil(PIECE)
+            } else {
+                end / PIECE
+            };
+            let first = c.offset / PIECE;
+            if first < stop {
+                map.entry(c.sha256).or_default().push((index, first..stop));
+            }
+        }
+    }
+    map
+}
+
+/// Where this mount's prefetch puts a chunk: the pieces it completes, in
+/// the layout's files (see [`completed_by`]), so that prefetched bytes are
+/// written once, where the kernel reads them.
+fn prefetch_sink(shared: &Arc<Shared>) -> crate::prefetch::Sink {
+    let map = Arc::new(completed_by(&shared.layout, &shared.inodes));
+    // Weak: the prefetcher lives in `shared`.
+    let weak = Arc::downgrade(shared);
+    Arc::new(move |c: ChunkRef| {
+        let (map, weak) = (Arc::clone(&map), weak.clone());
+        async move {
+            let Some(shared) = weak.upgrade() else {
+                return Err("the mount is gone".to_string());
+            };
+            for (index, pieces) in map.get(&c.sha256).into_iter().flatten() {
+                let missing =
+                    shared.layout.files[*index].missing(pieces.start * PIECE, pieces.end * PIECE);
+                if !missing.is_empty() {
+                    fill_pieces(&shared, *index, missing)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                }
+            }
+            Ok(())
+        }
+        .boxed()
+    })
 }
 
 /// Pieces filled ahead of a sequential reader, in the background, in one

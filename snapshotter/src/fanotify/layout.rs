@@ -191,13 +191,21 @@ fn err(path: &Path) -> impl Fn(io::Error) -> EngineError + '_ {
     }
 }
 
-/// The folder of a version (and a directory of it) under `cache_dir`.
-pub(crate) fn folder(cache_dir: &Path, version: &B3Digest, base: Option<&str>) -> PathBuf {
-    let hex = version.hex();
-    let key = match base {
-        None => hex,
-        Some(b) => format!("{hex}-{}", &blake3::hash(b.as_bytes()).to_hex()[..16]),
-    };
+/// The folder of a version (and a directory of it, and an owner other
+/// than the mounting user's) under `cache_dir`.
+pub(crate) fn folder(
+    cache_dir: &Path,
+    version: &B3Digest,
+    base: Option<&str>,
+    remapped: Option<(u32, u32)>,
+) -> PathBuf {
+    let mut key = version.hex();
+    if let Some(b) = base {
+        key = format!("{key}-{}", &blake3::hash(b.as_bytes()).to_hex()[..16]);
+    }
+    if let Some((uid, gid)) = remapped {
+        key = format!("{key}-u{uid}g{gid}");
+    }
     cache_dir.join("fanotify").join(key)
 }
 

@@ -16,7 +16,9 @@
 //! not repeated here), writes them into the layout file through a
 //! descriptor whose writes raise no event (`sys::Unwatched`), and answers
 //! `FAN_ALLOW`: the bytes are in the page cache every reader of the inode
-//! shares. In the background it then fsyncs and records the pieces in the
+//! shares (the chunks are kept in memory only, not in the chunk cache: each
+//! byte is written once; a prefetch fills the layout the same way,
+//! `prefetch::Sink`). In the background it then fsyncs and records the pieces in the
 //! file's fill bitmap; only recorded pieces count for a later mount, and
 //! an unmount waits for the records.
 //! A failure answers `FAN_DENY_ERRNO(EIO)`. A file whose pieces are all
@@ -131,7 +133,11 @@
 //! bound, whole version folders that no mount holds (each mount holds its
 //! folder's `lock` with `flock`) are removed, least recently mounted
 //! first. The chunk cache keeps its own bound as before. A folder in use
-//! is never trimmed: its filled bytes are what make reads local.
+//! is never trimmed, and no piece of a mounted file is given back: an
+//! `mmap` asked for its whole range once, and a fault after a hole was
+//! punched would read zeros with no event. So a bound smaller than the
+//! versions mounted at once is exceeded by their filled bytes (FUSE
+//! refetches evicted chunks instead).
 //!
 //! # Not done yet
 //!
@@ -139,17 +145,21 @@
 //!   crash the mount fails closed (reads fail with `EIO`, held descriptors
 //!   read end of file) and a new `sealvol mount` lays out and refills only
 //!   what was not recorded as filled.
-//! - Fetched chunks still also go to the chunk cache (`reader.rs`), so a
-//!   cold read writes its bytes twice (as chunks, then into the layout).
-//! - Two mounts of one version sharing a cache folder both mark its files,
-//!   so both fill a range either one reads (the bytes are the same).
+//! - Two mounts of one version in separate processes sharing a cache
+//!   folder both mark its files, so both fetch and fill a range either one
+//!   reads (the bytes are the same): this engine does not write the chunk
+//!   cache through which FUSE mounts share downloads.
 //! - If the daemon and its keeper are killed together (a whole cgroup;
 //!   the keeper has a session of its own, so a process group's signal
-//!   does not reach it), nothing is left to truncate the holes: a mount of the layout that
-//!   outlives both (a container's bind mount) reads them as zeros.
+//!   does not reach it), nothing is left to truncate the holes: a mount of
+//!   the layout that outlives both (a container's bind mount) reads them
+//!   as zeros.
 //! - Folders are trimmed when a mount starts, not while one fills past the
 //!   bound.
-//! - The containerd snapshotter still mounts with FUSE only.
+//! - In the containerd snapshotter (`engine` in `snapshotter.toml`), the
+//!   layouts live in the shared cache folder and are trimmed against its
+//!   `cache_size` when a version is mounted; the chunk cache keeps its own
+//!   bound, so the two together may take up to twice it.
 //! - The kernel's source was not read here (its snapshot is larger than
 //!   this workspace may fetch); the facts above are what the programs
 //!   showed.
@@ -220,11 +230,14 @@ pub fn probe(dir: &std::path::Path) -> Result<(), EngineError> {
 /// What [`mount`] needs from `crate::mount::mount_loaded`.
 pub(crate) struct Request {
     pub cache_dir: std::path::PathBuf,
-    /// The bound to keep the cache within, when this mount owns its cache.
+    /// The bound to keep the cache (chunks and version folders) within.
     pub cache_size: Option<u64>,
     pub chunk_cache: sealvol_client::cache::ChunkCache,
     pub version: sealvol_spec::B3Digest,
     pub base: Option<String>,
+    /// The owner every entry is shown as, when not the mounting user's:
+    /// laid out in a folder of its own, since the layout's files carry it.
+    pub remapped: Option<(u32, u32)>,
     pub inodes: std::sync::Arc<crate::inodes::Inodes>,
     pub owner: crate::inodes::Owner,
     pub reference: String,
@@ -244,7 +257,12 @@ pub(crate) async fn mount(
     let read_errors = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
     let errors = std::sync::Arc::clone(&read_errors);
     let session = tokio::task::spawn_blocking(move || {
-        let folder = layout::folder(&req.cache_dir, &req.version, req.base.as_deref());
+        let folder = layout::folder(
+            &req.cache_dir,
+            &req.version,
+            req.base.as_deref(),
+            req.remapped,
+        );
         if let Some(bound) = req.cache_size {
             let chunks = req.chunk_cache.size().unwrap_or(0);
             let t = layout::trim(&req.cache_dir, bound, chunks);
