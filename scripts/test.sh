@@ -32,12 +32,14 @@ bash scripts/conformance.sh
 cargo test --workspace --locked
 
 # The suites that mount run with the FUSE engine above; run them again with
-# the fanotify engine (issue 32: both engines pass the mount, trust and
-# record tests). tests/tests/fanotify.rs ran above, naming its engine.
-# --workspace, not -p sealvol-tests: the same feature set as above, so
-# nothing is built again.
+# the fanotify engine (issue 32: both engines pass the mount, trust, record
+# and snapshotter tests; the snapshotter's engine comes from its
+# snapshotter.toml, which the tests write). tests/tests/fanotify.rs ran
+# above, naming its engine. --workspace, not -p sealvol-tests: the same
+# feature set as above, so nothing is built again.
 SEALVOL_TEST_ENGINE=fanotify cargo test --workspace --locked \
-	--test mount --test trust --test record
+	--test mount --test trust --test record \
+	--test containerd --test containerd2 --test kubelet
 
 # Fuzzing (issue 28): each cargo fuzz target of fuzz/ for 20 s, two at a
 # time, from the checked-in seeds (copied, the repository is left as it

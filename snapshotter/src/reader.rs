@@ -319,6 +319,10 @@ pub(crate) enum Keep {
 
 type SharedFetch = Shared<BoxFuture<'static, Result<Fetched, ReadError>>>;
 
+/// A chunk's bytes from somewhere on this machine other than the source,
+/// unchecked (the chain checks them), if they are there. Blocking.
+pub(crate) type Elsewhere = Arc<dyn Fn(&ChunkRef) -> Option<Vec<u8>> + Send + Sync>;
+
 /// Counters of a reader, read by [`crate::Mount::stats`].
 #[derive(Debug, Default)]
 pub(crate) struct ReaderStats {
@@ -356,6 +360,9 @@ pub(crate) struct ChunkReader {
     /// the reads land in a local copy of their own (the fanotify engine's
     /// layout files), so that a cold read writes each byte once.
     store_reads: std::sync::atomic::AtomicBool,
+    /// Where else on this machine a chunk may lie (other versions' fanotify
+    /// layouts), looked at before the source by fetches the chain checks.
+    elsewhere: std::sync::OnceLock<Elsewhere>,
     pub stats: ReaderStats,
 }
 
@@ -379,6 +386,7 @@ impl ChunkReader {
             rt,
             check,
             store_reads: std::sync::atomic::AtomicBool::new(true),
+            elsewhere: std::sync::OnceLock::new(),
             stats: ReaderStats::default(),
         })
     }
@@ -387,6 +395,12 @@ impl ChunkReader {
     /// `store_reads`).
     pub fn keep_reads_in_memory(&self) {
         self.store_reads.store(false, Ordering::Relaxed);
+    }
+
+    /// Looks for chunks with `elsewhere` before the source (once; a second
+    /// call is ignored).
+    pub fn reuse_from(&self, elsewhere: Elsewhere) {
+        let _ = self.elsewhere.set(elsewhere);
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
@@ -454,7 +468,24 @@ impl ChunkReader {
         tracing::trace!(chunk = %c.sha256, offset = c.offset, ?check, "fetch");
         let me = Arc::clone(self);
         let task = self.rt.spawn(async move {
-            let result = Arc::clone(&me.source).fetch_to(c, check, store).await;
+            let found = match (check, me.elsewhere.get()) {
+                (Check::Chain, Some(look)) => {
+                    let look = Arc::clone(look);
+                    tokio::task::spawn_blocking(move || look(&c))
+                        .await
+                        .ok()
+                        .flatten()
+                        .filter(|b| b.len() == c.length as usize)
+                }
+                _ => None,
+            };
+            let result = match found {
+                Some(bytes) => Ok(Fetched {
+                    bytes: bytes.into(),
+                    checked: false,
+                }),
+                None => Arc::clone(&me.source).fetch_to(c, check, store).await,
+            };
             let mut st = me.state();
             st.inflight.remove(&(c.sha256, check));
             if st.keep.remove(&(c.sha256, check)) {

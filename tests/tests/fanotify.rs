@@ -805,3 +805,57 @@ fn bind_mounts_and_overlays_of_a_fanotify_mount_never_read_its_holes() {
     drop(bind);
     m.stop();
 }
+
+/// This engine keeps a chunk's bytes only in the layout of the version
+/// read (no chunk-cache copy), so a second version sharing files with one
+/// filled before takes those chunks from the first one's files: it
+/// downloads only what changed.
+#[test]
+fn a_new_version_takes_the_chunks_an_earlier_one_filled_instead_of_fetching_them() {
+    let sb = Sandbox::new();
+    let serve = Server::start(&sb.path().join("serve"));
+    let reg = host(&serve);
+    let (one, two) = (sb.path().join("one"), sb.path().join("two"));
+    let shared = noise(12 * MIB + 5, 31);
+    write(&one.join("shard-1.bin"), &shared, 0o644);
+    write(&one.join("shard-2.bin"), &noise(3 * MIB, 32), 0o644);
+    write(&two.join("shard-1.bin"), &shared, 0o644);
+    write(&two.join("shard-2.bin"), &noise(3 * MIB, 33), 0o644);
+    let hex1 = push_hex(&sb, &reg, &one, "bdn:ns/m", &[]);
+    let hex2 = push_hex(&sb, &reg, &two, "bdn:ns/m", &[]);
+    let chunks = |hex: &str| -> std::collections::BTreeSet<String> {
+        sealvol_tests::chunk_blobs(&reg, "ns/m", &format!("b3-{hex}"))
+            .into_iter()
+            .map(|(d, _)| d)
+            .collect()
+    };
+    let (first, second) = (chunks(&hex1), chunks(&hex2));
+    let only_second: std::collections::BTreeSet<String> =
+        second.difference(&first).cloned().collect();
+    assert!(!only_second.is_empty() && second.len() > only_second.len());
+    let cache = sb.path().join("cache");
+    let mnt = mountpoint(&sb, "mnt");
+
+    let mut m = mount_fanotify(&sb, &reg, &format!("bdn:ns/m@b3:{hex1}"), &mnt, &cache, &[]);
+    assert_eq!(read(&mnt.join("shard-1.bin")).unwrap(), shared);
+    m.stop();
+
+    let gate = Gate::start(&reg);
+    let mut m = mount_fanotify(
+        &sb,
+        &gate.addr(),
+        &format!("bdn:ns/m@b3:{hex2}"),
+        &mnt,
+        &cache,
+        &[],
+    );
+    assert_eq!(read(&mnt.join("shard-1.bin")).unwrap(), shared);
+    assert_eq!(read(&mnt.join("shard-2.bin")).unwrap(), noise(3 * MIB, 33));
+    let got: std::collections::BTreeSet<String> =
+        gate.blobs_got().intersection(&second).cloned().collect();
+    assert_eq!(
+        got, only_second,
+        "the second version downloaded chunks the first one had filled"
+    );
+    m.stop();
+}

@@ -312,6 +312,29 @@ impl Layout {
             chown(path, owner).map_err(err(path))?;
             set_time(path, owner.time).map_err(err(path))?;
         }
+        // Where each chunk lies, for later mounts of other versions
+        // (`reuse`); losing it only costs them downloads.
+        let index = super::reuse::Index {
+            files: files
+                .iter()
+                .filter_map(|f| {
+                    let view = inodes.file(f.ino)?;
+                    Some(super::reuse::IndexedFile {
+                        rel: f.rel.clone(),
+                        ino: f.ino,
+                        size: f.size,
+                        chunks: view
+                            .chunks
+                            .iter()
+                            .map(|c| (c.sha256.hex(), c.offset, c.length))
+                            .collect(),
+                    })
+                })
+                .collect(),
+        };
+        if let Err(e) = super::reuse::write_index(folder, &index) {
+            tracing::debug!(folder = %folder.display(), error = %e, "chunk index not written");
+        }
         let mut by_host_ino = HashMap::new();
         for (i, f) in files.iter().enumerate() {
             let m = std::fs::metadata(&f.path).map_err(err(&f.path))?;

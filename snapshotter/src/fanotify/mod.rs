@@ -18,9 +18,10 @@
 //! `FAN_ALLOW`: the bytes are in the page cache every reader of the inode
 //! shares (the chunks are kept in memory only, not in the chunk cache: each
 //! byte is written once; a prefetch fills the layout the same way,
-//! `prefetch::Sink`). In the background it then fsyncs and records the pieces in the
-//! file's fill bitmap; only recorded pieces count for a later mount, and
-//! an unmount waits for the records.
+//! `prefetch::Sink`; a chunk that another version's layout holds filled is
+//! read from there, `reuse.rs`). In the background it then fsyncs and
+//! records the pieces in the file's fill bitmap; only recorded pieces
+//! count for a later mount, and an unmount waits for the records.
 //! A failure answers `FAN_DENY_ERRNO(EIO)`. A file whose pieces are all
 //! filled loses its mark, so its reads never reach fanotify again; once
 //! every file is, the mount is a plain read-only bind mount of local
@@ -167,6 +168,7 @@
 mod events;
 mod keeper;
 pub(crate) mod layout;
+mod reuse;
 mod sys;
 
 pub(crate) use events::{start, Session};
@@ -276,6 +278,12 @@ pub(crate) async fn mount(
             }
         }
         let laid = layout::Layout::prepare(&folder, &req.inodes, req.owner, &req.reference)?;
+        let elsewhere = reuse::Elsewhere::load(&req.cache_dir.join("fanotify"), &folder);
+        if !elsewhere.is_empty() {
+            req.reader
+                .chunks()
+                .reuse_from(std::sync::Arc::new(move |c| elsewhere.read(c)));
+        }
         start(
             laid,
             req.inodes,
