@@ -7,9 +7,9 @@
 //! The mount is read-only (the kernel answers writes with `EROFS`), names
 //! and attributes carry long TTLs, and files open with `FOPEN_KEEP_CACHE`:
 //! a version never changes, so the kernel's page cache stays valid across
-//! opens and a warm re-read never reaches this process. A root mount hands
-//! files it has a checked whole-file copy of to the kernel instead
-//! ([`crate::passthrough`]).
+//! opens and a warm re-read never reaches this process. A root mount
+//! keeps what it reads in local files, and hands a file wholly filled to
+//! the kernel instead ([`crate::filled`]).
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -24,12 +24,12 @@ use fuser::{
     Request,
 };
 
+use crate::filled::FilledFiles;
 use crate::inodes::{Inodes, TTL};
-use crate::passthrough::WholeFiles;
 use crate::prefetch::Prefetcher;
 use crate::reader::{touched, ReadAhead, ReadError};
 use crate::verify::{FileReader, PIECES_AHEAD};
-use sealvol_spec::chain::pieces_of;
+use sealvol_spec::chain::{pieces_of, PIECE};
 
 pub(crate) struct VolumeFs {
     pub inodes: Arc<Inodes>,
@@ -41,17 +41,17 @@ pub(crate) struct VolumeFs {
     /// The backing files of open files the kernel serves (passthrough),
     /// registered until they are closed.
     backings: Mutex<HashMap<u64, fuser::BackingId>>,
-    /// Whole-file copies for passthrough (root mounts of format 2 trees).
-    whole: Option<Arc<WholeFiles>>,
+    /// The local copy reads fill, and passthrough hands to the kernel
+    /// (root mounts of format 2 trees).
+    filled: Option<Arc<FilledFiles>>,
     next_fh: AtomicU64,
     pub read_errors: Arc<AtomicU64>,
 }
 
-/// An open file: its read-ahead state and how much was read through it.
+/// An open file: its read-ahead state.
 #[derive(Default)]
 struct Handle {
     ahead: Mutex<ReadAhead>,
-    read: AtomicU64,
 }
 
 impl VolumeFs {
@@ -59,7 +59,7 @@ impl VolumeFs {
         inodes: Arc<Inodes>,
         reader: Arc<FileReader>,
         prefetch: Option<Arc<Prefetcher>>,
-        whole: Option<Arc<WholeFiles>>,
+        filled: Option<Arc<FilledFiles>>,
         rt: tokio::runtime::Handle,
     ) -> VolumeFs {
         VolumeFs {
@@ -69,7 +69,7 @@ impl VolumeFs {
             rt,
             handles: Mutex::new(HashMap::new()),
             backings: Mutex::new(HashMap::new()),
-            whole,
+            filled,
             next_fh: AtomicU64::new(1),
             read_errors: Arc::default(),
         }
@@ -158,13 +158,13 @@ impl Filesystem for VolumeFs {
         }
         let _ = config.set_max_background(64);
         let _ = config.set_congestion_threshold(48);
-        if let Some(whole) = &self.whole {
+        if let Some(filled) = &self.filled {
             // Backing files live on a regular file system: one level of
             // stacking.
             if config.add_capabilities(InitFlags::FUSE_PASSTHROUGH).is_ok()
                 && config.set_max_stack_depth(1).is_ok()
             {
-                whole.enable();
+                filled.enable_passthrough();
             }
         }
         Ok(())
@@ -210,8 +210,8 @@ impl Filesystem for VolumeFs {
             });
         }
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
-        if let Some(whole) = self.whole.as_ref().filter(|w| w.enabled()) {
-            if let Some(copy) = whole.open(&self.inodes, ino.0) {
+        if let Some(filled) = &self.filled {
+            if let Some(copy) = filled.whole(ino.0) {
                 match reply.open_backing(&copy) {
                     Ok(id) => {
                         // Recorded before the reply, so a release that
@@ -223,7 +223,7 @@ impl Filesystem for VolumeFs {
                     }
                     Err(e) => {
                         tracing::warn!(error = %e, "the kernel refused a backing file: passthrough off for this mount");
-                        whole.disable();
+                        filled.disable_passthrough();
                     }
                 }
             }
@@ -257,34 +257,50 @@ impl Filesystem for VolumeFs {
         if offset < end {
             let handle = self.handles().get(&fh.0).cloned();
             if let Some(handle) = handle {
-                handle.read.fetch_add(end - offset, Ordering::Relaxed);
                 let (range, sequential) = {
                     let mut ra = handle.ahead.lock().unwrap_or_else(|e| e.into_inner());
                     let range =
                         ra.next(file.chunks, touched(file.chunks, offset, end), offset, end);
                     (range, ra.sequential())
                 };
-                if !range.is_empty() {
-                    self.reader
-                        .chunks()
-                        .fetch_ahead(file.chunks[range].to_vec());
+                // Nothing ahead to fetch where the local copy has it all.
+                let local = |from: u64, to: u64| {
+                    self.filled.as_ref().is_some_and(|f| f.has(ino.0, from, to))
+                };
+                if let (Some(first), Some(last)) = (
+                    file.chunks.get(range.start),
+                    range.end.checked_sub(1).and_then(|l| file.chunks.get(l)),
+                ) {
+                    if !local(first.offset, last.offset + u64::from(last.length)) {
+                        self.reader
+                            .chunks()
+                            .fetch_ahead(file.chunks[range].to_vec());
+                    }
                 }
                 if sequential {
                     let next = pieces_of(offset, end).end;
-                    self.reader.verify_ahead(ino.0, next..next + PIECES_AHEAD);
+                    let ahead = next..next + PIECES_AHEAD;
+                    if !local(ahead.start * PIECE, ahead.end * PIECE) {
+                        self.reader.verify_ahead(ino.0, ahead);
+                    }
                 }
             }
         }
-        let (inodes, reader, errors) = (
+        let (inodes, reader, errors, filled) = (
             Arc::clone(&self.inodes),
             Arc::clone(&self.reader),
             Arc::clone(&self.read_errors),
+            self.filled.clone(),
         );
         self.rt.spawn(async move {
             let Some(file) = inodes.file(ino.0) else {
                 return reply.error(Errno::EIO);
             };
-            match reader.read(ino.0, offset, size).await {
+            let read = match &filled {
+                Some(f) => f.read(&reader, ino.0, offset, size).await,
+                None => reader.read(ino.0, offset, size).await,
+            };
+            match read {
                 Ok(bytes) => reply.data(&bytes),
                 Err(e) => {
                     errors.fetch_add(1, Ordering::Relaxed);
@@ -312,7 +328,7 @@ impl Filesystem for VolumeFs {
     fn release(
         &self,
         _req: &Request,
-        ino: INodeNo,
+        _ino: INodeNo,
         fh: FileHandle,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
@@ -321,13 +337,15 @@ impl Filesystem for VolumeFs {
     ) {
         // A passthrough file: its backing file is closed with it.
         self.backings().remove(&fh.0);
-        let handle = self.handles().remove(&fh.0);
+        self.handles().remove(&fh.0);
         reply.ok();
-        // Read whole through this process: worth a copy to pass through
-        // the next time.
-        if let (Some(whole), Some(handle)) = (&self.whole, handle) {
-            let read = handle.read.load(Ordering::Relaxed);
-            whole.closed(ino.0, read, &self.inodes, &self.reader, &self.rt);
+    }
+
+    fn destroy(&mut self) {
+        // What was filled is recorded before the session ends, so that the
+        // next mount finds it.
+        if let Some(f) = &self.filled {
+            f.settle();
         }
     }
 

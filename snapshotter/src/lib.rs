@@ -1,5 +1,7 @@
-//! sealvol's read side: a sealed version mounted as a read-only FUSE file
-//! system whose bytes stream in as they are read.
+//! sealvol's read side: a sealed version mounted read-only, its bytes
+//! streaming in as they are read, served by one of two engines: FUSE (this
+//! process answers every read) or fanotify (the kernel serves local files
+//! that this process fills on pre-content events; [`fanotify`]).
 //!
 //! Mounting fetches only the tree index (checked against the version
 //! digest); names, attributes, directory listings and link targets are then
@@ -25,14 +27,16 @@
 //! The modules follow a read's path: [`inodes`] (the tree index as an inode
 //! table), `verify` (verified pieces, the bytes reads are served from),
 //! `reader` (chunks: single flight, memory, read-ahead), `prefetch`
-//! (background fetches into the disk cache), `fs` (the `fuser::Filesystem`
-//! adapter) and [`mount()`] (the public entry point and its [`Mount`]
-//! handle).
+//! (background fetches), `fs` (the `fuser::Filesystem` adapter), `filled`
+//! (a root FUSE mount's one local copy, handed to the kernel by
+//! passthrough), [`fanotify`] (the other engine) and [`mount()`] (the
+//! public entry point and its [`Mount`] handle).
 //!
 //! It is not a writable file system (every write is `EROFS`) nor a
 //! registry client of its own (it reads through `sealvol-client`).
-//! [`containerd`] is the containerd snapshotter; today it serves ordinary
-//! layers, and a sealed version's lazy mount is to be built on this one.
+//! [`containerd`] is the containerd snapshotter: ordinary layers as
+//! containerd's overlayfs snapshotter serves them, and sealed versions
+//! mounted lazily with either engine.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -49,10 +53,10 @@ use std::path::PathBuf;
 
 pub mod containerd;
 pub mod fanotify;
+mod filled;
 mod fs;
 pub mod inodes;
 mod mount;
-mod passthrough;
 mod prefetch;
 mod reader;
 pub mod record;

@@ -17,9 +17,9 @@ use sealvol_spec::reference::VolumeRef;
 use sealvol_spec::tree::TreeIndex;
 use sealvol_spec::B3Digest;
 
+use crate::filled::FilledFiles;
 use crate::fs::VolumeFs;
 use crate::inodes::{Inodes, Owner};
-use crate::passthrough::WholeFiles;
 use crate::prefetch::Prefetcher;
 use crate::reader::RegistrySource;
 use crate::verify::FileReader;
@@ -270,11 +270,6 @@ pub async fn mount_loaded(
         })?
     };
     let fetch_stats = Arc::new(FetchStats::default());
-    let whole = if inodes.verifiable() {
-        WholeFiles::for_root(cache.clone())
-    } else {
-        None
-    };
     let chunk_cache = cache.clone();
     let source = Arc::new(RegistrySource {
         remote: remote.clone(),
@@ -305,6 +300,48 @@ pub async fn mount_loaded(
         )),
     };
     let engine = choose_engine(opts);
+    // A root FUSE mount keeps what it reads in the layout the fanotify
+    // engine fills, once, instead of chunks and then a whole-file copy
+    // (`crate::filled`).
+    // Only where the version fits the cache's bound: a mounted file's
+    // filled pieces are not given back (the kernel may serve them from it
+    // directly), while chunks are, least recently used first.
+    let fits = opts.cache_size.is_none_or(|bound| {
+        inodes
+            .files()
+            .filter_map(|i| inodes.file(i))
+            .map(|f| f.size)
+            .sum::<u64>()
+            <= bound
+    });
+    let filled = match (engine.0, inodes.verifiable() && fits) {
+        (Engine::Fuse, true) => {
+            let folder = crate::fanotify::layout::folder(
+                &opts.cache_dir,
+                &version.index.digest,
+                vref.path.as_deref(),
+                opts.owner,
+            );
+            let (inodes, reader, reference) =
+                (Arc::clone(&inodes), Arc::clone(&reader), reference.clone());
+            let (cache_dir, cache_size, chunks) =
+                (opts.cache_dir.clone(), opts.cache_size, chunk_cache.clone());
+            tokio::task::spawn_blocking(move || {
+                let filled = FilledFiles::for_root(&folder, &inodes, owner, &reference)?;
+                crate::fanotify::trim(&cache_dir, cache_size, &chunks);
+                reader.chunks().keep_reads_in_memory();
+                crate::fanotify::reuse_other_layouts(&cache_dir, &folder, &reader);
+                Some(filled)
+            })
+            .await
+            .ok()
+            .flatten()
+        }
+        _ => None,
+    };
+    if let (Some(p), Some(f)) = (&prefetch, &filled) {
+        p.fill_into(f.prefetch_sink(&inodes, Arc::clone(&reader)));
+    }
     if engine.0 == Engine::Fanotify {
         // Fills land in the layout's files, which later mounts read: a
         // copy in the chunk cache too would write each byte twice.
@@ -350,7 +387,7 @@ pub async fn mount_loaded(
         Arc::clone(&inodes),
         Arc::clone(&reader),
         prefetch.clone(),
-        whole,
+        filled,
         rt.clone(),
     );
     let read_errors = Arc::clone(&fs.read_errors);

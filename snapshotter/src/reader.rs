@@ -65,6 +65,9 @@ pub enum ReadError {
     /// A task serving the read stopped (the runtime is shutting down).
     #[error("the read stopped ({0})")]
     Stopped(String),
+    /// This machine's copy of the bytes could not be read or written.
+    #[error("{path}: {message}")]
+    Local { path: String, message: String },
     /// A piece assembled from intact chunks (each matches its sha256) that
     /// fails its chaining value: the chunk list names the wrong chunks.
     #[error("{path}: piece {piece} (bytes {start}..{end}) does not match the version digest: the registry holds a forged tree index or damaged data")]

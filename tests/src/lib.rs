@@ -2385,6 +2385,27 @@ pub fn cached_chunks(cache: &Path) -> std::collections::BTreeSet<String> {
         .collect()
 }
 
+/// Whether every file of version `hex`'s local copy under the cache
+/// folder `cache` (the layout the fanotify engine and a root FUSE mount
+/// fill: `fanotify/HEX/`) is recorded as wholly filled, as its fill bitmaps
+/// say for the files its `chunks.json` lists.
+pub fn layout_filled(cache: &Path, hex: &str) -> bool {
+    let folder = cache.join("fanotify").join(hex);
+    let Ok(text) = std::fs::read_to_string(folder.join("chunks.json")) else {
+        return false;
+    };
+    let index: serde_json::Value = serde_json::from_str(&text).unwrap();
+    index["files"].as_array().unwrap().iter().all(|f| {
+        let (ino, size) = (f["ino"].as_u64().unwrap(), f["size"].as_u64().unwrap());
+        let pieces = size.div_ceil(1 << 20);
+        let bits = std::fs::read(folder.join("fill").join(ino.to_string())).unwrap_or_default();
+        (0..pieces).all(|p| {
+            bits.get((p / 8) as usize)
+                .is_some_and(|b| b & (1 << (p % 8)) != 0)
+        })
+    })
+}
+
 /// The fanotify marks the groups of process `pid` hold (from fdinfo): a
 /// fanotify mount has none left once every file is filled.
 pub fn fanotify_marks(pid: i32) -> usize {

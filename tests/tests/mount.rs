@@ -722,29 +722,24 @@ fn prefetch_all_fills_the_cache_and_cache_size_bounds_it() {
     // can go away and the whole version still reads.
     let cache = sb.path().join("c");
     let mnt = mountpoint(&sb, "mnt");
-    let m = mount_volume(&sb, &reg, &mnt, s(&cache), &["--prefetch", "all"]);
-    // FUSE prefetches into the chunk cache; the fanotify engine into its
-    // files, which lose their marks once wholly filled.
-    let pid = m.pid();
-    let done = || match fanotify() {
-        true => sealvol_tests::fanotify_marks(pid) == 0,
-        false => cached_chunks(&cache) == all,
-    };
+    let _m = mount_volume(&sb, &reg, &mnt, s(&cache), &["--prefetch", "all"]);
+    // A user's FUSE mount prefetches into the chunk cache; the fanotify
+    // engine and a root FUSE mount into their one local copy of the files.
+    let done = || cached_chunks(&cache) == all || sealvol_tests::layout_filled(&cache, &hex);
     let deadline = Instant::now() + Duration::from_secs(60);
     while !done() {
         assert!(
             Instant::now() < deadline,
-            "prefetch fetched {} of {} chunks into the chunk cache; {} fanotify marks left",
+            "prefetch fetched {} of {} chunks into the chunk cache, and the local copy is not filled",
             cached_chunks(&cache).len(),
             all.len(),
-            sealvol_tests::fanotify_marks(pid)
         );
         std::thread::sleep(Duration::from_millis(100));
     }
-    if fanotify() {
+    if sealvol_tests::layout_filled(&cache, &hex) {
         assert!(
             cached_chunks(&cache).is_empty(),
-            "the fanotify engine's prefetch wrote chunks to the chunk cache too"
+            "the prefetch wrote chunks to the chunk cache as well as to the local copy"
         );
     }
     serve.kill();
@@ -1017,54 +1012,45 @@ fn mount_process(mountpoint: &Path) -> Option<i32> {
 
 #[test]
 fn a_file_read_whole_is_passed_through_from_a_checked_copy_after_a_remount() {
-    // A root mount keeps a checked, root-owned, read-only whole-file copy
-    // of a file read whole, and later opens hand it to the kernel (FUSE
-    // passthrough): after a remount the file reads with its chunks gone
-    // from the cache and the registry down, from the copy alone, while a
-    // file never read whole cannot be read at all.
+    // A root mount keeps what it reads in one local copy, a sparse file
+    // filled as it is read (no chunk-cache copy: each byte is written
+    // once), in a folder only root can reach; later opens of a file wholly
+    // filled hand it to the kernel (FUSE passthrough): after a remount the
+    // file reads with the registry down, from the copy alone, while a
+    // file never read cannot be read at all.
     let sb = Sandbox::new();
     let src = sb.path().join("src");
     sample(&src);
     let serve = Server::start(&sb.path().join("serve"));
     let reg = host(&serve);
-    push_hex(&sb, &reg, &src, "bdn:ns/vol", &[]);
+    let hex = push_hex(&sb, &reg, &src, "bdn:ns/vol", &[]);
     let cache = sb.path().join("c");
     let mnt = mountpoint(&sb, "mnt");
     // A FUSE feature: the fanotify engine's files are local already.
     let mut m = mount_volume(&sb, &reg, &mnt, s(&cache), &["--engine", "fuse"]);
     let big = noise(BIG, 1);
     assert_eq!(read(&mnt.join("big.bin")).unwrap(), big);
-
-    // The copy is built once the file is closed.
-    let files = cache.join("chunks/files");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let copy = loop {
-        let found = std::fs::read_dir(&files).ok().and_then(|shards| {
-            shards
-                .flatten()
-                .filter_map(|d| std::fs::read_dir(d.path()).ok())
-                .flatten()
-                .flatten()
-                .map(|e| e.path())
-                .find(|p| std::fs::metadata(p).is_ok_and(|m| m.len() == BIG as u64))
-        });
-        if let Some(p) = found {
-            break p;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no whole-file copy of big.bin under {}",
-            files.display()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    let meta = std::fs::metadata(&copy).unwrap();
-    assert_eq!(meta.mode() & 0o7777, 0o444, "the copy is read-only");
-    assert_eq!(meta.uid(), 0, "the copy is root's");
-    assert_eq!(std::fs::read(&copy).unwrap(), big);
+    // Stopped, the mount records what it filled first.
     m.stop();
 
-    std::fs::remove_dir_all(cache.join("chunks/sha256")).unwrap();
+    let folder = cache.join("fanotify").join(&hex);
+    let copy = folder.join("tree/big.bin");
+    assert!(
+        std::fs::read(&copy).unwrap() == big,
+        "the local copy of big.bin differs"
+    );
+    assert_eq!(
+        std::fs::metadata(&copy).unwrap().uid(),
+        0,
+        "the copy is root's"
+    );
+    let base = std::fs::metadata(cache.join("fanotify")).unwrap();
+    assert_eq!(base.mode() & 0o777, 0o700, "only root reaches the copies");
+    assert!(
+        cached_chunks(&cache).is_empty(),
+        "a read wrote its chunks to the chunk cache as well as to the copy"
+    );
+
     let mnt2 = mountpoint(&sb, "mnt2");
     let _m2 = mount_volume(
         &sb,

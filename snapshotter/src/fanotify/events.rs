@@ -14,7 +14,6 @@ use std::collections::HashMap;
 use std::ffi::CString;
 use std::io::IoSliceMut;
 use std::mem::MaybeUninit;
-use std::ops::Range;
 use std::os::fd::{AsRawFd as _, BorrowedFd, FromRawFd as _, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt as _;
 use std::path::{Path, PathBuf};
@@ -26,7 +25,6 @@ use futures_util::future::FutureExt as _;
 use futures_util::stream::{self, StreamExt as _};
 use sealvol_spec::chain::PIECE;
 use sealvol_spec::tree::ChunkRef;
-use sealvol_spec::Sha256Digest;
 
 use super::keeper::{self, Forward, Keeper, Reply, ANSWER, BYE, FULL, NO_ANSWER};
 use super::layout::Layout;
@@ -529,17 +527,32 @@ fn plan(
                 );
                 (range, ra.sequential())
             };
-            if !range.is_empty() {
-                shared
-                    .reader
-                    .chunks()
-                    .fetch_ahead(view.chunks[range].to_vec());
+            // Nothing to fetch ahead where the file is filled already (a
+            // remount of a file filled in part).
+            if let (Some(first), Some(last)) = (
+                view.chunks.get(range.start),
+                range.end.checked_sub(1).and_then(|l| view.chunks.get(l)),
+            ) {
+                if !file
+                    .missing(first.offset, last.offset + u64::from(last.length))
+                    .is_empty()
+                {
+                    shared
+                        .reader
+                        .chunks()
+                        .fetch_ahead(view.chunks[range].to_vec());
+                }
             }
             if sequential {
                 let next = end.div_ceil(PIECE);
-                shared
-                    .reader
-                    .verify_ahead(file.ino, next..next + PIECES_AHEAD);
+                if !file
+                    .missing(next * PIECE, (next + PIECES_AHEAD) * PIECE)
+                    .is_empty()
+                {
+                    shared
+                        .reader
+                        .verify_ahead(file.ino, next..next + PIECES_AHEAD);
+                }
                 fill_ahead(shared, index, end);
             }
         }
@@ -548,42 +561,11 @@ fn plan(
     Ok((!missing.is_empty()).then_some((index, missing)))
 }
 
-/// For each chunk of the files not yet filled, the pieces it completes:
-/// those that touch it and end within it, so that it is the last chunk
-/// they need. A prefetch handing over chunks in its order then fills
-/// each piece once its chunks have all come, and never fetches a chunk
-/// it did not ask for (a recorded prefetch fetches its list, no more).
-fn completed_by(
-    layout: &Layout,
-    inodes: &Inodes,
-) -> HashMap<Sha256Digest, Vec<(usize, Range<u64>)>> {
-    let mut map: HashMap<Sha256Digest, Vec<(usize, Range<u64>)>> = HashMap::new();
-    for (index, f) in layout.files.iter().enumerate() {
-        let Some(view) = inodes.file(f.ino).filter(|_| !f.full()) else {
-            continue;
-        };
-        for c in view.chunks {
-            let end = c.offset + u64::from(c.length);
-            // Piece p ends at min((p + 1) * PIECE, size).
-            let stop = if end >= view.size {
-                end.div_ceil(PIECE)
-            } else {
-                end / PIECE
-            };
-            let first = c.offset / PIECE;
-            if first < stop {
-                map.entry(c.sha256).or_default().push((index, first..stop));
-            }
-        }
-    }
-    map
-}
-
 /// Where this mount's prefetch puts a chunk: the pieces it completes, in
-/// the layout's files (see [`completed_by`]), so that prefetched bytes are
+/// the layout's files (see [`super::layout::completed_by`]), so that prefetched bytes are
 /// written once, where the kernel reads them.
 fn prefetch_sink(shared: &Arc<Shared>) -> crate::prefetch::Sink {
-    let map = Arc::new(completed_by(&shared.layout, &shared.inodes));
+    let map = Arc::new(super::layout::completed_by(&shared.layout, &shared.inodes));
     // Weak: the prefetcher lives in `shared`.
     let weak = Arc::downgrade(shared);
     Arc::new(move |c: ChunkRef| {

@@ -16,15 +16,16 @@
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io;
+use std::ops::Range;
 use std::os::fd::AsRawFd as _;
 use std::os::unix::fs::{FileExt as _, MetadataExt as _, OpenOptionsExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::SystemTime;
 
-use sealvol_spec::chain::pieces_of;
+use sealvol_spec::chain::{pieces_of, PIECE};
 use sealvol_spec::tree::EntryData;
-use sealvol_spec::B3Digest;
+use sealvol_spec::{B3Digest, Sha256Digest};
 
 use super::EngineError;
 use crate::inodes::{Inodes, Owner, ROOT};
@@ -222,6 +223,12 @@ impl Layout {
         for d in [folder, &tree, &fill_dir] {
             std::fs::create_dir_all(d).map_err(err(d))?;
         }
+        // Unfilled files read as zeros, and the files are the owner's: only
+        // root may reach them other than through a mount.
+        if let Some(base) = folder.parent() {
+            std::fs::set_permissions(base, std::fs::Permissions::from_mode(0o700))
+                .map_err(err(base))?;
+        }
         let lock_path = folder.join("lock");
         let lock = OpenOptions::new()
             .write(true)
@@ -359,6 +366,37 @@ impl Layout {
         let i = *self.by_host_ino.get(&host_ino)?;
         Some((i, &self.files[i]))
     }
+}
+
+/// For each chunk of the files not yet filled, the pieces it completes:
+/// those that touch it and end within it, so that it is the last chunk
+/// they need. A prefetch handing over chunks in its order then fills
+/// each piece once its chunks have all come, and never fetches a chunk
+/// it did not ask for (a recorded prefetch fetches its list, no more).
+pub(crate) fn completed_by(
+    layout: &Layout,
+    inodes: &Inodes,
+) -> HashMap<Sha256Digest, Vec<(usize, Range<u64>)>> {
+    let mut map: HashMap<Sha256Digest, Vec<(usize, std::ops::Range<u64>)>> = HashMap::new();
+    for (index, f) in layout.files.iter().enumerate() {
+        let Some(view) = inodes.file(f.ino).filter(|_| !f.full()) else {
+            continue;
+        };
+        for c in view.chunks {
+            let end = c.offset + u64::from(c.length);
+            // Piece p ends at min((p + 1) * PIECE, size).
+            let stop = if end >= view.size {
+                end.div_ceil(PIECE)
+            } else {
+                end / PIECE
+            };
+            let first = c.offset / PIECE;
+            if first < stop {
+                map.entry(c.sha256).or_default().push((index, first..stop));
+            }
+        }
+    }
+    map
 }
 
 /// The ref shown for a bind mount whose root (mountinfo's fourth field)

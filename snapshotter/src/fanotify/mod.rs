@@ -265,25 +265,9 @@ pub(crate) async fn mount(
             req.base.as_deref(),
             req.remapped,
         );
-        if let Some(bound) = req.cache_size {
-            let chunks = req.chunk_cache.size().unwrap_or(0);
-            let t = layout::trim(&req.cache_dir, bound, chunks);
-            if t.removed > 0 {
-                tracing::info!(
-                    removed = t.removed,
-                    before = t.before,
-                    after = t.after,
-                    "version folders trimmed to the cache bound"
-                );
-            }
-        }
+        trim(&req.cache_dir, req.cache_size, &req.chunk_cache);
         let laid = layout::Layout::prepare(&folder, &req.inodes, req.owner, &req.reference)?;
-        let elsewhere = reuse::Elsewhere::load(&req.cache_dir.join("fanotify"), &folder);
-        if !elsewhere.is_empty() {
-            req.reader
-                .chunks()
-                .reuse_from(std::sync::Arc::new(move |c| elsewhere.read(c)));
-        }
+        reuse_other_layouts(&req.cache_dir, &folder, &req.reader);
         start(
             laid,
             req.inodes,
@@ -297,4 +281,39 @@ pub(crate) async fn mount(
     .await
     .map_err(|e| EngineError::Keeper(format!("the mount task stopped: {e}")))??;
     Ok((session, read_errors))
+}
+
+/// Keeps the version folders under `cache_dir`, with the chunk cache,
+/// within `bound` (see the module docs). Blocking.
+pub(crate) fn trim(
+    cache_dir: &std::path::Path,
+    bound: Option<u64>,
+    chunk_cache: &sealvol_client::cache::ChunkCache,
+) {
+    let Some(bound) = bound else { return };
+    let t = layout::trim(cache_dir, bound, chunk_cache.size().unwrap_or(0));
+    if t.removed > 0 {
+        tracing::info!(
+            removed = t.removed,
+            before = t.before,
+            after = t.after,
+            "version folders trimmed to the cache bound"
+        );
+    }
+}
+
+/// Lets `reader` take chunks from the other version folders under
+/// `cache_dir` (`reuse.rs`) before it downloads them: a mount that keeps
+/// its bytes in the layout at `folder`, not in the chunk cache. Blocking.
+pub(crate) fn reuse_other_layouts(
+    cache_dir: &std::path::Path,
+    folder: &std::path::Path,
+    reader: &crate::verify::FileReader,
+) {
+    let elsewhere = reuse::Elsewhere::load(&cache_dir.join("fanotify"), folder);
+    if !elsewhere.is_empty() {
+        reader
+            .chunks()
+            .reuse_from(std::sync::Arc::new(move |c| elsewhere.read(c)));
+    }
 }
