@@ -302,10 +302,10 @@ pub async fn mount_loaded(
     let engine = choose_engine(opts);
     // A root FUSE mount keeps what it reads in the layout the fanotify
     // engine fills, once, instead of chunks and then a whole-file copy
-    // (`crate::filled`).
-    // Only where the version fits the cache's bound: a mounted file's
-    // filled pieces are not given back (the kernel may serve them from it
-    // directly), while chunks are, least recently used first.
+    // (`crate::filled`); only where the version fits the cache's bound,
+    // since a mounted file's filled pieces are not given back (the kernel
+    // may serve them from it directly), while chunks are, least recently
+    // used first.
     let fits = opts.cache_size.is_none_or(|bound| {
         inodes
             .files()

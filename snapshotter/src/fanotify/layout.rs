@@ -404,6 +404,8 @@ pub(crate) fn completed_by(
 /// mount. The ref is read from the folder's `ref` file when the root is a
 /// path of this file system, else the key is shown.
 pub(crate) fn mounted_ref(root: &str) -> Option<String> {
+    // A folder removed under a live mount shows as `…/tree//deleted`.
+    let root = root.strip_suffix("//deleted").unwrap_or(root);
     let rest = root.strip_suffix("/tree")?;
     let (parent, key) = rest.rsplit_once('/')?;
     if !parent.ends_with("/fanotify") || key.len() < 64 {

@@ -173,7 +173,10 @@ impl Unwatched {
         // SAFETY: plain system call with constant arguments.
         let fd = check(unsafe {
             libc::fanotify_init(
-                libc::FAN_CLASS_NOTIF | libc::FAN_CLOEXEC,
+                // Non-blocking: the open event is queued before openat
+                // returns, so a read that finds none fails instead of
+                // hanging a fill.
+                libc::FAN_CLASS_NOTIF | libc::FAN_CLOEXEC | libc::FAN_NONBLOCK,
                 (libc::O_RDWR | libc::O_LARGEFILE | libc::O_CLOEXEC) as u32,
             )
         })?;
