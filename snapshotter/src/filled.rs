@@ -216,9 +216,7 @@ impl FilledFiles {
             std::thread::sleep(Duration::from_millis(5));
         }
     }
-}
 
-impl FilledFiles {
     /// Where this mount's prefetch puts a chunk: the pieces it completes
     /// (`layout::completed_by`), filled through `reader`, so prefetched
     /// bytes are written once too.
@@ -227,26 +225,19 @@ impl FilledFiles {
         inodes: &Inodes,
         reader: Arc<FileReader>,
     ) -> crate::prefetch::Sink {
-        let map = Arc::new(crate::fanotify::layout::completed_by(&self.layout, inodes));
-        let weak = Arc::downgrade(self);
-        Arc::new(move |c: sealvol_spec::tree::ChunkRef| {
-            let (map, weak, reader) = (Arc::clone(&map), weak.clone(), Arc::clone(&reader));
-            Box::pin(async move {
-                let Some(me) = weak.upgrade() else {
-                    return Err("the mount is gone".to_string());
-                };
-                for (index, pieces) in map.get(&c.sha256).into_iter().flatten() {
-                    let missing =
-                        me.layout.files[*index].missing(pieces.start * PIECE, pieces.end * PIECE);
-                    if !missing.is_empty() {
-                        me.fill(&reader, *index, missing)
-                            .await
-                            .map_err(|e| e.to_string())?;
-                    }
-                }
-                Ok(())
-            })
-        })
+        crate::fanotify::layout::prefetch_sink(
+            self,
+            inodes,
+            |f| &f.layout,
+            move |me, index, pieces| {
+                let reader = Arc::clone(&reader);
+                Box::pin(async move {
+                    me.fill(&reader, index, pieces)
+                        .await
+                        .map_err(|e| e.to_string())
+                })
+            },
+        )
     }
 }
 

@@ -24,7 +24,6 @@ use std::time::Duration;
 use futures_util::future::FutureExt as _;
 use futures_util::stream::{self, StreamExt as _};
 use sealvol_spec::chain::PIECE;
-use sealvol_spec::tree::ChunkRef;
 
 use super::keeper::{self, Forward, Keeper, Reply, ANSWER, BYE, FULL, NO_ANSWER};
 use super::layout::Layout;
@@ -562,31 +561,22 @@ fn plan(
 }
 
 /// Where this mount's prefetch puts a chunk: the pieces it completes, in
-/// the layout's files (see [`super::layout::completed_by`]), so that prefetched bytes are
-/// written once, where the kernel reads them.
+/// the layout's files, so that prefetched bytes are written once, where
+/// the kernel reads them.
 fn prefetch_sink(shared: &Arc<Shared>) -> crate::prefetch::Sink {
-    let map = Arc::new(super::layout::completed_by(&shared.layout, &shared.inodes));
-    // Weak: the prefetcher lives in `shared`.
-    let weak = Arc::downgrade(shared);
-    Arc::new(move |c: ChunkRef| {
-        let (map, weak) = (Arc::clone(&map), weak.clone());
-        async move {
-            let Some(shared) = weak.upgrade() else {
-                return Err("the mount is gone".to_string());
-            };
-            for (index, pieces) in map.get(&c.sha256).into_iter().flatten() {
-                let missing =
-                    shared.layout.files[*index].missing(pieces.start * PIECE, pieces.end * PIECE);
-                if !missing.is_empty() {
-                    fill_pieces(&shared, *index, missing)
-                        .await
-                        .map_err(|e| e.to_string())?;
-                }
+    super::layout::prefetch_sink(
+        shared,
+        &shared.inodes,
+        |s| &s.layout,
+        |s, index, pieces| {
+            async move {
+                fill_pieces(&s, index, pieces)
+                    .await
+                    .map_err(|e| e.to_string())
             }
-            Ok(())
-        }
-        .boxed()
-    })
+            .boxed()
+        },
+    )
 }
 
 /// Pieces filled ahead of a sequential reader, in the background, in one

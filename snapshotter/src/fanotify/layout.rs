@@ -17,6 +17,8 @@ use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::ops::Range;
+
+use futures_util::future::BoxFuture;
 use std::os::fd::AsRawFd as _;
 use std::os::unix::fs::{FileExt as _, MetadataExt as _, OpenOptionsExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
@@ -397,6 +399,41 @@ pub(crate) fn completed_by(
         }
     }
     map
+}
+
+/// A prefetch's sink into a layout (`prefetch::Sink`): each chunk handed
+/// over becomes the pieces it completes ([`completed_by`]) that are still
+/// missing, given to `fill` with the file's index, for as long as `owner`
+/// (which holds the layout, `layout_of`) lives. Held weakly: the
+/// prefetcher lives in the owner.
+pub(crate) fn prefetch_sink<T: Send + Sync + 'static>(
+    owner: &std::sync::Arc<T>,
+    inodes: &Inodes,
+    layout_of: fn(&T) -> &Layout,
+    fill: impl Fn(std::sync::Arc<T>, usize, Vec<u64>) -> BoxFuture<'static, Result<(), String>>
+        + Send
+        + Sync
+        + 'static,
+) -> crate::prefetch::Sink {
+    use std::sync::Arc;
+    let map = Arc::new(completed_by(layout_of(owner), inodes));
+    let (weak, fill) = (Arc::downgrade(owner), Arc::new(fill));
+    Arc::new(move |c: sealvol_spec::tree::ChunkRef| {
+        let (map, weak, fill) = (Arc::clone(&map), weak.clone(), Arc::clone(&fill));
+        Box::pin(async move {
+            let Some(owner) = weak.upgrade() else {
+                return Err("the mount is gone".to_string());
+            };
+            for (index, pieces) in map.get(&c.sha256).into_iter().flatten() {
+                let missing = layout_of(&owner).files[*index]
+                    .missing(pieces.start * PIECE, pieces.end * PIECE);
+                if !missing.is_empty() {
+                    fill(Arc::clone(&owner), *index, missing).await?;
+                }
+            }
+            Ok(())
+        })
+    })
 }
 
 /// The ref shown for a bind mount whose root (mountinfo's fourth field)
