@@ -29,7 +29,7 @@ use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
 use sealvol_spec::tree::ChunkRef;
-use sealvol_spec::{B3Digest, Sha256Digest};
+use sealvol_spec::Sha256Digest;
 
 #[derive(Clone, Debug)]
 pub struct ChunkCache {
@@ -65,7 +65,6 @@ impl ChunkCache {
         std::fs::create_dir_all(root.join("tmp"))?;
         std::fs::create_dir_all(root.join("sha256"))?;
         std::fs::create_dir_all(root.join("refs"))?;
-        std::fs::create_dir_all(root.join("files"))?;
         Ok(ChunkCache { root, budget: None })
     }
 
@@ -135,7 +134,8 @@ impl ChunkCache {
         Ok(out)
     }
 
-    /// Every chunk file and whole-file copy with its size and last use.
+    /// Every chunk file, and whole-file copy earlier builds kept (`files`:
+    /// evicted like chunks), with its size and last use.
     fn scan(&self) -> std::io::Result<Vec<CachedFile>> {
         let mut out = Vec::new();
         for kind in ["sha256", "files"] {
@@ -174,57 +174,6 @@ impl ChunkCache {
                 }
             }
         }
-        Ok(())
-    }
-
-    fn whole_file_path(&self, blake3: &B3Digest) -> PathBuf {
-        let hex = hex::encode(blake3.0);
-        self.root.join("files").join(&hex[..2]).join(hex)
-    }
-
-    /// A whole-file copy of a version's file (BLAKE3 `blake3`, `size`
-    /// bytes), for a mount to hand to the kernel (FUSE passthrough), which
-    /// then serves its bytes without the mount seeing them. So only a copy
-    /// that nobody but root could have changed since it was checked counts:
-    /// a regular file owned by root and writable by no one. Opening it
-    /// counts as a use for eviction.
-    pub fn whole_file(&self, blake3: &B3Digest, size: u64) -> Option<std::fs::File> {
-        use std::os::unix::fs::MetadataExt as _;
-        let file = std::fs::File::open(self.whole_file_path(blake3)).ok()?;
-        let meta = file.metadata().ok()?;
-        if !meta.is_file() || meta.len() != size || meta.uid() != 0 || meta.mode() & 0o222 != 0 {
-            return None;
-        }
-        let _ = file.set_modified(SystemTime::now());
-        Some(file)
-    }
-
-    /// Stores a whole-file copy: `fill` writes the file's bytes in order
-    /// into the temporary file it is given and returns their BLAKE3, which
-    /// must be `blake3` (the version's, so the copy is checked once, here);
-    /// the copy is made read-only and renamed into place, and counts
-    /// against the cache's bound.
-    pub fn put_whole_file(
-        &self,
-        blake3: &B3Digest,
-        size: u64,
-        fill: impl FnOnce(&mut std::fs::File) -> std::io::Result<B3Digest>,
-    ) -> std::io::Result<()> {
-        use std::os::unix::fs::PermissionsExt as _;
-        let path = self.whole_file_path(blake3);
-        std::fs::create_dir_all(path.parent().expect("a copy's path has a parent"))?;
-        let mut tmp = tempfile::NamedTempFile::new_in(self.root.join("tmp"))?;
-        let got = fill(tmp.as_file_mut())?;
-        if got != *blake3 || tmp.as_file().metadata()?.len() != size {
-            return Err(std::io::Error::other(format!(
-                "the assembled copy has BLAKE3 {got}, the version says {blake3}"
-            )));
-        }
-        tmp.as_file()
-            .set_permissions(std::fs::Permissions::from_mode(0o444))?;
-        tmp.as_file().sync_all()?;
-        tmp.persist(&path).map_err(|e| e.error)?;
-        self.account(size);
         Ok(())
     }
 
@@ -596,47 +545,6 @@ mod tests {
             .unwrap();
         f.set_modified(SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(secs))
             .unwrap();
-    }
-
-    #[test]
-    fn a_whole_file_copy_is_stored_only_when_checked_and_served_only_untouched() {
-        use std::os::unix::fs::PermissionsExt as _;
-        let dir = tempfile::tempdir().unwrap();
-        let cache = ChunkCache::open(dir.path()).unwrap();
-        let data = b"whole file bytes".to_vec();
-        let b3 = B3Digest::of(&data);
-        let fill = |f: &mut std::fs::File| -> std::io::Result<B3Digest> {
-            f.write_all(&data)?;
-            Ok(B3Digest::of(&data))
-        };
-        // A copy that is not the version's file is refused and not kept.
-        let other = B3Digest::of(b"something else");
-        assert!(cache
-            .put_whole_file(&other, data.len() as u64, fill)
-            .is_err());
-        assert!(cache.whole_file(&other, data.len() as u64).is_none());
-        assert_eq!(cache.size().unwrap(), 0);
-
-        cache.put_whole_file(&b3, data.len() as u64, fill).unwrap();
-        let path = cache.whole_file_path(&b3);
-        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
-        assert_eq!(mode & 0o777, 0o444);
-        assert_eq!(
-            cache.size().unwrap(),
-            data.len() as u64,
-            "counted in the cache"
-        );
-        // Only a root-owned copy counts (a root mount's), at the right size.
-        // SAFETY: geteuid has no preconditions.
-        let root = unsafe { libc::geteuid() } == 0;
-        assert_eq!(cache.whole_file(&b3, data.len() as u64).is_some(), root);
-        assert!(cache.whole_file(&b3, data.len() as u64 + 1).is_none());
-        // Made writable, it no longer does.
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
-        assert!(cache.whole_file(&b3, data.len() as u64).is_none());
-        // Eviction takes copies like chunks.
-        cache.evict_to(0).unwrap();
-        assert!(!path.exists());
     }
 
     #[test]
