@@ -46,7 +46,11 @@ pub(crate) struct FilledFiles {
     /// Descriptors reads of filled pieces are served through.
     readers: Mutex<HashMap<usize, Arc<File>>>,
     /// Pieces written and not yet recorded: an unmount waits for them.
-    commits: Arc<AtomicUsize>,
+    commits: AtomicUsize,
+    /// Written pieces waiting for the committer, by file index.
+    pending: Mutex<HashMap<usize, Vec<u64>>>,
+    /// Whether a committer runs ([`FilledFiles::record_later`]).
+    committing: AtomicBool,
     /// Set once the kernel accepted `FUSE_PASSTHROUGH`; cleared if
     /// registering a backing file fails.
     passthrough: AtomicBool,
@@ -83,7 +87,9 @@ impl FilledFiles {
             layout,
             by_ino,
             readers: Mutex::default(),
-            commits: Arc::default(),
+            commits: AtomicUsize::new(0),
+            pending: Mutex::default(),
+            committing: AtomicBool::new(false),
             passthrough: AtomicBool::new(false),
         }))
     }
@@ -178,15 +184,39 @@ impl FilledFiles {
             .await;
         written.into_iter().collect::<Result<Vec<()>, _>>()?;
         file.written(&pieces);
-        self.commits.fetch_add(1, Ordering::AcqRel);
-        let me = Arc::clone(self);
-        tokio::task::spawn_blocking(move || {
-            if let Err(e) = me.layout.files[index].commit(&pieces) {
-                tracing::warn!(error = %e, "filled pieces not recorded");
-            }
-            me.commits.fetch_sub(1, Ordering::AcqRel);
-        });
+        self.record_later(index, pieces);
         Ok(())
+    }
+
+    /// Records `pieces` of file `index` once durable, in the background.
+    /// One committer takes everything written meanwhile: one fsync per
+    /// file per round, not one per read (a cold read of a GiB is about a
+    /// thousand reads).
+    fn record_later(self: &Arc<Self>, index: usize, pieces: Vec<u64>) {
+        self.commits.fetch_add(pieces.len(), Ordering::AcqRel);
+        lock(&self.pending).entry(index).or_default().extend(pieces);
+        if self.committing.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let me = Arc::clone(self);
+        tokio::task::spawn_blocking(move || loop {
+            let round = std::mem::take(&mut *lock(&me.pending));
+            if round.is_empty() {
+                me.committing.store(false, Ordering::Release);
+                // Written after the take, before the flag went down: this
+                // committer goes on unless another one took over.
+                if lock(&me.pending).is_empty() || me.committing.swap(true, Ordering::AcqRel) {
+                    return;
+                }
+                continue;
+            }
+            for (index, pieces) in round {
+                if let Err(e) = me.layout.files[index].commit(&pieces) {
+                    tracing::warn!(error = %e, "filled pieces not recorded");
+                }
+                me.commits.fetch_sub(pieces.len(), Ordering::AcqRel);
+            }
+        });
     }
 
     fn pread(&self, index: usize, offset: u64, end: u64) -> Result<Bytes, ReadError> {
@@ -247,4 +277,8 @@ fn local(path: &Path, e: std::io::Error) -> ReadError {
         path: path.display().to_string(),
         message: e.to_string(),
     }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
