@@ -22,7 +22,7 @@ use futures_util::future::BoxFuture;
 use std::os::fd::AsRawFd as _;
 use std::os::unix::fs::{FileExt as _, MetadataExt as _, OpenOptionsExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
 use sealvol_spec::chain::{pieces_of, PIECE};
@@ -41,7 +41,7 @@ pub(crate) struct LaidFile {
     pub rel: String,
     pub size: u64,
     /// Opened for writing on first fill.
-    writer: Mutex<Option<File>>,
+    writer: Mutex<Option<Arc<File>>>,
     /// Read-ahead over the file's events, one per reading thread (FUSE
     /// keeps one per handle; events name no handle).
     pub ahead: Mutex<HashMap<u32, crate::reader::ReadAhead>>,
@@ -147,13 +147,16 @@ impl LaidFile {
         bytes: &[u8],
         open: &dyn Fn(&str) -> io::Result<File>,
     ) -> io::Result<()> {
-        let mut w = self.writer.lock().unwrap_or_else(|e| e.into_inner());
-        if w.is_none() {
-            *w = Some(open(&self.rel)?);
-        }
-        w.as_ref()
-            .expect("opened above")
-            .write_all_at(bytes, offset)
+        // The lock covers only the open: writes of other pieces, and an
+        // fsync, go on at the same time.
+        let w = {
+            let mut w = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+            if w.is_none() {
+                *w = Some(Arc::new(open(&self.rel)?));
+            }
+            Arc::clone(w.as_ref().expect("opened above"))
+        };
+        w.write_all_at(bytes, offset)
     }
 
     /// Makes the written pieces durable, then records them as filled.
@@ -166,11 +169,15 @@ impl LaidFile {
     }
 
     pub fn commit(&self, pieces: &[u64]) -> io::Result<()> {
-        {
-            let w = self.writer.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some(f) = w.as_ref() {
-                f.sync_data()?;
-            }
+        // Not under the lock: an fsync waits on the disk, and the writes
+        // of the pieces readers wait for must not wait behind it.
+        let w = self
+            .writer
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        if let Some(f) = w {
+            f.sync_data()?;
         }
         self.fill().set(pieces)
     }
