@@ -66,8 +66,22 @@ pub(crate) struct PieceStats {
     pub forged: AtomicU64,
 }
 
+/// A verified piece as the memory LRU keeps it: its bytes, weighed as the
+/// buffer they keep alive (a slice of a chunk keeps the whole chunk).
+#[derive(Clone)]
+struct Piece {
+    bytes: Bytes,
+    weight: u64,
+}
+
+impl crate::reader::Weigh for Piece {
+    fn weight(&self) -> u64 {
+        self.weight
+    }
+}
+
 struct State {
-    memory: Lru<PieceKey, Bytes>,
+    memory: Lru<PieceKey, Piece>,
     inflight: HashMap<PieceKey, SharedPiece>,
 }
 
@@ -82,9 +96,10 @@ struct State {
 /// default), the chunk read-ahead window runs up to
 /// [`crate::reader::ReadAhead::BYTES`] ahead, a piece straddling a cut needs
 /// the chunks on both sides, and small random reads in one chunk reuse it
-/// for its other pieces. Pieces are copies (1 MiB each, counted exactly),
-/// never slices that would keep a whole chunk alive. A format 1 mount has
-/// no pieces: chunks get it all.
+/// for its other pieces. A piece that straddles a cut is a copy; one inside
+/// a chunk is a slice of it (no copy), counted as the whole chunk it keeps
+/// alive ([`Piece`]), so the budget holds however pieces and chunks are
+/// evicted. A format 1 mount has no pieces: chunks get it all.
 pub(crate) fn split_memory(total: u64, verifiable: bool) -> (u64, u64) {
     if verifiable {
         let pieces = total / 4;
@@ -215,9 +230,9 @@ impl FileReader {
     fn piece(self: &Arc<Self>, ino: u64, index: u64) -> SharedPiece {
         let key = (ino, index);
         let mut st = self.state();
-        if let Some(b) = st.memory.get(&key) {
+        if let Some(p) = st.memory.get(&key) {
             self.stats.hits.fetch_add(1, Ordering::Relaxed);
-            return future::ready(Ok(b)).boxed().shared();
+            return future::ready(Ok(p.bytes)).boxed().shared();
         }
         if let Some(f) = st.inflight.get(&key) {
             self.stats.joined.fetch_add(1, Ordering::Relaxed);
@@ -235,10 +250,10 @@ impl FileReader {
             let result = me.assemble(key).await;
             let mut st = me.state();
             st.inflight.remove(&key);
-            if let Ok(b) = &result {
-                st.memory.insert(key, b.clone());
-            }
-            result
+            result.map(|p| {
+                st.memory.insert(key, p.clone());
+                p.bytes
+            })
         });
         async move {
             task.await
@@ -249,7 +264,7 @@ impl FileReader {
     }
 
     /// Assembles and verifies one piece; see the module documentation.
-    async fn assemble(self: &Arc<Self>, (ino, index): PieceKey) -> Result<Bytes, ReadError> {
+    async fn assemble(self: &Arc<Self>, (ino, index): PieceKey) -> Result<Piece, ReadError> {
         let inodes = Arc::clone(&self.inodes);
         let Some(file) = inodes.file(ino) else {
             return Err(ReadError::Stopped(format!("inode {ino} is not a file")));
@@ -296,22 +311,44 @@ impl FileReader {
         index: u64,
         list: &[ChunkRef],
         parts: &[Fetched],
-    ) -> Option<Bytes> {
+    ) -> Option<Piece> {
         let inodes = Arc::clone(&self.inodes);
         let list = list.to_vec();
         let parts: Vec<Bytes> = parts.iter().map(|f| f.bytes.clone()).collect();
         let checked = tokio::task::spawn_blocking(move || {
             let file = inodes.file(ino)?;
             let range = piece_range(file.size, index);
-            let bytes = join(&list, &parts, &range)?;
-            verify_piece(file.size, file.blake3, file.pieces, index, &bytes).then_some(bytes)
+            let piece = assemble(&list, &parts, &range)?;
+            verify_piece(file.size, file.blake3, file.pieces, index, &piece.bytes).then_some(piece)
         })
         .await
         .ok()
         .flatten()?;
         self.stats.verified.fetch_add(1, Ordering::Relaxed);
-        Some(sealvol_client::buffers::into_bytes(checked))
+        Some(checked)
     }
+}
+
+/// Bytes `range` of a file from its chunks `list` (bytes `parts`) that
+/// cover it: a slice of the chunk when one holds it all (half the pieces,
+/// at the default 2 MiB chunks; no copy), else a copy. `None` when a chunk
+/// is shorter than its length says.
+fn assemble(list: &[ChunkRef], parts: &[Bytes], range: &Range<u64>) -> Option<Piece> {
+    if let ([c], [bytes]) = (list, parts) {
+        let from = usize::try_from(range.start.checked_sub(c.offset)?).ok()?;
+        let to = usize::try_from(range.end.checked_sub(c.offset)?).ok()?;
+        // A chunk shorter than its length says holds no such range.
+        bytes.get(from..to)?;
+        return Some(Piece {
+            bytes: bytes.slice(from..to),
+            weight: bytes.len() as u64,
+        });
+    }
+    let bytes = join(list, parts, range)?;
+    Some(Piece {
+        weight: bytes.len() as u64,
+        bytes: sealvol_client::buffers::into_bytes(bytes),
+    })
 }
 
 /// Bytes `range` of a file from its chunks `list` that cover it; `None`
