@@ -176,7 +176,8 @@ impl Ask {
 /// {"ref":"bdn:ns/vol@b3:<hex>"|null,"id":"sync-<16 hex>","state":"READY",
 ///  "source":"hf://…","dest":{"name":"ns/vol","tag":"prod"|null},
 ///  "include":[…],"exclude":[…],"secret":"NAME"|null,
-///  "progress":{"files_done":N,"files_total":N,"bytes_done":N,"bytes_total":N,"bytes_stored":N},
+///  "progress":{"files_done":N,"files_total":N,"bytes_done":N,"bytes_total":N,"bytes_stored":N,
+///               "files_reused":N,"bytes_reused":N},
 ///  "attempts":N,"retries":N,"retrying":"…"|null,"created_at":T,"started_at":T,"finished_at":T,
 ///  "version":{"digest":"b3:…","index_digest":"sha256:…"}|null,
 ///  "error":{"code":"…","message":"…"}|null}
@@ -299,10 +300,11 @@ fn start(args: StartArgs) -> anyhow::Result<()> {
                 }
                 let p = &job.progress;
                 eprintln!(
-                    "{} files, {} ({} new) from {} into {}",
+                    "{} files, {} ({} new, {} unchanged since an earlier sync, not read) from {} into {}",
                     p.files_total,
                     human(p.bytes_total),
                     human(p.bytes_stored),
+                    human(p.bytes_reused),
                     job.source,
                     out.dest
                 );
@@ -495,6 +497,14 @@ fn describe_text(out: &JobOut) -> String {
     rows.extend([
         ("progress", progress_text(&job.progress)),
         ("stored", human(job.progress.bytes_stored)),
+        (
+            "reused",
+            format!(
+                "{} files, {} (unchanged since an earlier sync, not read)",
+                job.progress.files_reused,
+                human(job.progress.bytes_reused)
+            ),
+        ),
         ("attempts", job.attempts.to_string()),
         ("retries", job.retries.to_string()),
         ("created", or_dash(&job.created_at)),
@@ -708,7 +718,8 @@ mod tests {
                 "dest": {"name": "weights/qwen3-8b", "tag": "prod"},
                 "include": ["*.safetensors", "*.json"], "exclude": [], "secret": "hf-token",
                 "progress": {"files_done": 3, "files_total": 7, "bytes_done": 1_288_490_189u64,
-                             "bytes_total": 16_428_249_907u64, "bytes_stored": 838_860_800u64},
+                             "bytes_total": 16_428_249_907u64, "bytes_stored": 838_860_800u64,
+                             "files_reused": 2, "bytes_reused": 419_430_400u64},
                 "attempts": 1, "retrying": "hf://Qwen/Qwen3-8B: HTTP 503, retrying in 4s",
                 "created_at": "2026-12-02T18:40:00Z", "started_at": "2026-12-02T18:40:01Z",
                 "finished_at": null, "version": null, "error": null
@@ -751,6 +762,7 @@ mod tests {
              secret:   hf-token\n\
              progress: 3/7 files, 1.2 GiB of 15.3 GiB\n\
              stored:   800.0 MiB\n\
+             reused:   2 files, 400.0 MiB (unchanged since an earlier sync, not read)\n\
              attempts: 1\n\
              retries:  0\n\
              created:  2026-12-02T18:40:00Z\n\

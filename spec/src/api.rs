@@ -449,6 +449,10 @@ pub struct SyncProgress {
     pub bytes_total: u64,
     /// Chunk bytes this job wrote (those the registry did not hold yet).
     pub bytes_stored: u64,
+    /// Files (and their bytes) taken from an earlier job's record without
+    /// reading them (SPEC.md §8.5); counted in `files_done`/`bytes_done`.
+    pub files_reused: u64,
+    pub bytes_reused: u64,
 }
 
 /// `version`: what a `READY` job sealed.

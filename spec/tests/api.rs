@@ -117,6 +117,8 @@ fn ready_job() -> SyncJob {
             bytes_done: 16_400_000_000,
             bytes_total: 16_400_000_000,
             bytes_stored: 16_000_000_000,
+            files_reused: 2,
+            bytes_reused: 400_000_000,
         },
         attempts: 1,
         retries: 0,
@@ -141,7 +143,8 @@ fn ready_job_json() -> Value {
         "dest": {"name": "weights/qwen3-8b", "tag": "prod"},
         "include": ["*.safetensors", "*.json"], "exclude": [], "secret": "hf-token",
         "progress": {"files_done": 7, "files_total": 7, "bytes_done": 16_400_000_000u64,
-                     "bytes_total": 16_400_000_000u64, "bytes_stored": 16_000_000_000u64},
+                     "bytes_total": 16_400_000_000u64, "bytes_stored": 16_000_000_000u64,
+                     "files_reused": 2, "bytes_reused": 400_000_000u64},
         "attempts": 1, "retries": 0, "retrying": null,
         "created_at": "2026-12-02T18:40:00Z", "started_at": "2026-12-02T18:40:01Z",
         "finished_at": "2026-12-02T18:52:13Z",
@@ -305,7 +308,7 @@ fn sync_bodies_are_the_spec_json() {
         "pinned_source": null, "dest": {"name": "ns/vol", "tag": null},
         "include": [], "exclude": [], "secret": null,
         "progress": {"files_done": 0, "files_total": 0, "bytes_done": 0,
-                     "bytes_total": 0, "bytes_stored": 0},
+                     "bytes_total": 0, "bytes_stored": 0, "files_reused": 0, "bytes_reused": 0},
         "attempts": 1, "retries": 0, "retrying": null,
         "created_at": "2026-12-02T18:40:00Z", "started_at": null,
         "finished_at": "2026-12-02T18:40:02Z", "version": null,
@@ -399,13 +402,16 @@ fn answers_of_earlier_registries_still_read() {
     for gone in ["pinned_source", "retries", "retrying"] {
         old.as_object_mut().unwrap().remove(gone);
     }
-    old["progress"]
-        .as_object_mut()
-        .unwrap()
-        .remove("bytes_stored");
+    for gone in ["bytes_stored", "files_reused", "bytes_reused"] {
+        old["progress"].as_object_mut().unwrap().remove(gone);
+    }
     let job: SyncJob = serde_json::from_value(old).unwrap();
     assert_eq!((job.retries, job.pinned_source), (0, None));
     assert_eq!(job.progress.bytes_stored, 0);
+    assert_eq!(
+        (job.progress.files_reused, job.progress.bytes_reused),
+        (0, 0)
+    );
 }
 
 #[test]

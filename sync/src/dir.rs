@@ -89,10 +89,31 @@ fn walk(uri: &str, root: &Path) -> Result<Vec<Object>, SyncError> {
             checksum: None,
             mismatch_hint: None,
             version: Some(stamp(&m)),
+            identity: identity(&m, std::time::SystemTime::now()),
             mode: m.permissions().mode() & sealvol_spec::tree::MAX_MODE,
         });
     }
     Ok(out)
+}
+
+/// A file changed this close before it was listed may change again within
+/// the same timestamp tick, its stamp unchanged: `push`'s racy rule.
+const RACY_NS: i128 = 100_000_000;
+
+/// The file's identity across jobs (SPEC.md §8.5): device, inode, size,
+/// and modification and change times in nanoseconds. A write changes the
+/// times, and a file replaced by another has another inode or change time;
+/// `None` for a file changed within [`RACY_NS`] of `listed`.
+fn identity(m: &std::fs::Metadata, listed: std::time::SystemTime) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let ns = |s: i64, n: i64| i128::from(s) * 1_000_000_000 + i128::from(n);
+    let (mtime, ctime) = (ns(m.mtime(), m.mtime_nsec()), ns(m.ctime(), m.ctime_nsec()));
+    let now = listed
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i128)
+        .unwrap_or(0);
+    (now - mtime.max(ctime) >= RACY_NS)
+        .then(|| format!("file:{}:{}:{}:{mtime}:{ctime}", m.dev(), m.ino(), m.len()))
 }
 
 /// The file's content version: size and modification time.
@@ -117,6 +138,11 @@ impl Source for DirSource {
                     format!("{}: listing the folder failed: {e}", self.uri),
                 )
             })?
+    }
+
+    /// Identities name device and inode numbers: unique on this host.
+    fn reuse_scope(&self) -> Option<String> {
+        Some("dir".into())
     }
 
     async fn open(&self, object: &Object) -> Result<ByteStream, SyncError> {
@@ -201,5 +227,29 @@ mod tests {
         let listed = src.list().await.unwrap();
         let e = src.open(&listed[0]).await.err().unwrap();
         assert_eq!(e.kind, ErrorKind::Denied, "{}", e.message);
+    }
+
+    #[test]
+    fn a_file_is_named_by_its_stamp_unless_it_changed_just_before_the_listing() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("w.bin");
+        std::fs::write(&path, b"weights").unwrap();
+        let m = std::fs::metadata(&path).unwrap();
+        let changed = m.modified().unwrap();
+        let ms = std::time::Duration::from_millis;
+        assert_eq!(
+            identity(&m, changed + ms(50)),
+            None,
+            "racy: changed 50 ms before"
+        );
+        let id = identity(&m, changed + ms(500)).expect("an identity");
+        assert!(id.starts_with("file:") && id.contains(":7:"), "{id}");
+        // A write a timestamp tick later changes it, however little it
+        // changes (within one tick is the racy case above).
+        std::thread::sleep(ms(20));
+        std::fs::write(&path, b"weightz").unwrap();
+        let later = std::fs::metadata(&path).unwrap();
+        let id2 = identity(&later, later.modified().unwrap() + ms(500));
+        assert!(id2.is_some() && id2 != Some(id), "{id2:?}");
     }
 }

@@ -291,6 +291,9 @@ impl GcsSource {
             size,
             checksum,
             mismatch_hint: None,
+            // A generation is the object's version id: every write makes a
+            // new one, so it names the bytes even with `?checksum=none`.
+            identity: Some(serde_json::json!(["generation", generation, size, o.name]).to_string()),
             version: Some(generation.to_string()),
             mode: crate::FILE_MODE,
         })
@@ -324,6 +327,10 @@ fn answered_another_object(headers: &reqwest::header::HeaderMap, object: &Object
 impl Source for GcsSource {
     fn uri(&self) -> &str {
         &self.uri
+    }
+
+    fn reuse_scope(&self) -> Option<String> {
+        Some(format!("gs://{}@{}", self.bucket, self.endpoint))
     }
 
     async fn list(&self) -> Result<Vec<Object>, SyncError> {
@@ -502,6 +509,7 @@ mod tests {
             ])),
             mismatch_hint: None,
             version: Some("17".into()),
+            identity: None,
             mode: crate::FILE_MODE,
         };
         let headers = |pairs: &[(&'static str, &'static str)]| {

@@ -191,6 +191,10 @@ struct TreeEntry {
     path: String,
     #[serde(default)]
     size: u64,
+    /// The git blob id (SHA-1 of the blob): of the LFS pointer for an LFS
+    /// file.
+    #[serde(default)]
+    oid: Option<String>,
     #[serde(default)]
     lfs: Option<LfsInfo>,
 }
@@ -396,6 +400,16 @@ impl HfSource {
             }
             None => (e.size, None),
         };
+        // Content hashes the Hub computes: the LFS SHA-256 (which the read
+        // checks), else the git blob id. The same file in a later commit,
+        // or another repository on this endpoint, has the same identity.
+        let identity = match (&checksum, &e.oid) {
+            (Some(c), _) => Some(format!("{c}:{size}")),
+            (None, Some(oid)) if oid.len() == 40 && oid.bytes().all(|b| b.is_ascii_hexdigit()) => {
+                Some(format!("git:{}:{size}", oid.to_ascii_lowercase()))
+            }
+            _ => None,
+        };
         Ok(Object {
             path: tree_path(&self.uri, &e.path, &e.path)?,
             key: e.path,
@@ -403,6 +417,7 @@ impl HfSource {
             checksum,
             mismatch_hint: None,
             version: Some(commit.to_string()),
+            identity,
             mode: crate::FILE_MODE,
         })
     }
@@ -412,6 +427,11 @@ impl HfSource {
 impl Source for HfSource {
     fn uri(&self) -> &str {
         &self.uri
+    }
+
+    /// Content hashes, computed by the Hub at this endpoint.
+    fn reuse_scope(&self) -> Option<String> {
+        Some(format!("hf@{}", self.endpoint))
     }
 
     fn pinned(&self, listed: &[Object]) -> Option<String> {
@@ -496,6 +516,7 @@ mod tests {
             size: 1,
             checksum: None,
             version: v.map(str::to_string),
+            identity: None,
             mode: crate::FILE_MODE,
             mismatch_hint: None,
         };

@@ -184,6 +184,16 @@ pub struct Object {
     /// list digest): a resumed job reuses a file done before only when its
     /// listing gives the same path, size and version.
     pub version: Option<String>,
+    /// What names this object's content across listings and jobs (SPEC.md
+    /// §8.5): a content hash the read checks (`sha256:` of a Hub LFS file,
+    /// the chunk list of an `oci` file), or a value the source changes
+    /// whenever the content changes, with the key it belongs to (an ETag,
+    /// a generation, a folder file's inode and times). A later job whose
+    /// listing gives the same identity, within the same
+    /// [`crate::Source::reuse_scope`], takes the file sealed before without
+    /// reading a byte. `None` when the source vouches for nothing that
+    /// strong: the file is always read.
+    pub identity: Option<String>,
     /// Permission bits (SPEC.md §2.1).
     pub mode: u32,
 }

@@ -627,6 +627,12 @@ impl Source for OciSource {
         &self.uri
     }
 
+    /// Files are named by their BLAKE3, which the read checks: the same
+    /// file on any registry is the same bytes.
+    fn reuse_scope(&self) -> Option<String> {
+        Some("oci".into())
+    }
+
     async fn list(&self) -> Result<Vec<Object>, SyncError> {
         let (digest, tree) = self.inner.load().await?;
         let version = digest.to_string();
@@ -644,6 +650,7 @@ impl Source for OciSource {
                     checksum: Some(Checksum::Blake3(blake3.0)),
                     mismatch_hint: Some(MISMATCH_HINT),
                     version: Some(version.clone()),
+                    identity: Some(format!("{blake3}:{size}")),
                     mode: e.mode,
                 }),
                 EntryData::Dir | EntryData::Symlink { .. } => None,

@@ -375,6 +375,7 @@ mod tests {
             checksum,
             mismatch_hint: None,
             version: None,
+            identity: None,
             mode: crate::FILE_MODE,
         }
     }

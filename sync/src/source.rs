@@ -26,6 +26,13 @@ pub trait Source: Send + Sync {
     fn pinned(&self, _listed: &[Object]) -> Option<String> {
         None
     }
+    /// Where this source's [`Object::identity`] values are unique: its
+    /// endpoint and bucket (or repository host, or folder). Identities are
+    /// only compared within one scope, so a source at another endpoint
+    /// cannot name, and so take, what this one sealed. `None`: no reuse.
+    fn reuse_scope(&self) -> Option<String> {
+        None
+    }
 }
 
 /// What a source needs besides its URI.

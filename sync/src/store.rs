@@ -33,6 +33,10 @@ pub struct StoreSource {
     /// The role whose credentials sign the requests, when they come from
     /// workload identity: a refusal names it.
     role: Option<String>,
+    /// Where ETags are unique ([`Source::reuse_scope`]): the scheme, the
+    /// endpoint and the bucket (account and container); `None` with
+    /// `?checksum=none` (SPEC.md §8.5).
+    scope: Option<String>,
 }
 
 /// What a checksum mismatch of an S3 object adds: the ETag may not be an
@@ -130,6 +134,8 @@ impl StoreSource {
             opts.net.check_url(uri, &e)?;
         }
         let mut role = None;
+        // The endpoint requests go to, as the builders below pick it.
+        let endpoint: String;
         let (store, prefix): (Arc<dyn ObjectStore>, String) = match scheme {
             "azure" => {
                 let (container, prefix) = match p.path.split_once('/') {
@@ -141,6 +147,14 @@ impl StoreSource {
                         "names no container; use azure://ACCOUNT/CONTAINER/PREFIX".into(),
                     ));
                 }
+                let emulator = std::env::var("AZURITE_BLOB_STORAGE_URL").ok();
+                endpoint = format!(
+                    "{}/{container}",
+                    (p.endpoint.clone().or(emulator)).unwrap_or_else(|| format!(
+                        "https://{}.blob.core.windows.net",
+                        p.authority
+                    ))
+                );
                 let mut b = object_store::azure::MicrosoftAzureBuilder::from_env()
                     .with_account(&p.authority)
                     .with_container_name(container)
@@ -185,6 +199,10 @@ impl StoreSource {
                 {
                     b = b.with_region("us-east-1");
                 }
+                let from_env = std::env::var("AWS_ENDPOINT_URL").or(std::env::var("AWS_ENDPOINT"));
+                endpoint = (p.endpoint.clone().or(default_endpoint.clone()))
+                    .or(from_env.ok())
+                    .unwrap_or_else(|| "aws".into());
                 if let Some(e) = p.endpoint.clone().or(default_endpoint) {
                     b = b
                         .with_endpoint(&e)
@@ -224,6 +242,9 @@ impl StoreSource {
             prefix,
             etag_is_md5: scheme != "azure" && p.verify_checksums,
             role,
+            scope: p
+                .verify_checksums
+                .then(|| format!("{scheme}://{}@{endpoint}", p.authority)),
         })
     }
 
@@ -421,17 +442,29 @@ impl Source for StoreSource {
                 .and_then(|t| hex::decode(t).ok())
                 .and_then(|b| <[u8; 16]>::try_from(b).ok())
                 .map(Checksum::Md5);
+            // An ETag changes whenever the object is written with other
+            // bytes (an MD5, a multipart digest, or a fresh value per
+            // write); the key and size bind it to this object.
+            let identity = etag
+                .as_deref()
+                .filter(|_| self.scope.is_some())
+                .map(|t| serde_json::json!(["etag", t, m.size, key]).to_string());
             out.push(Object {
                 path: tree_path(&self.uri, &key, rel)?,
                 key,
                 size: m.size,
                 mismatch_hint: checksum.map(|_| ETAG_HINT),
                 checksum,
+                identity,
                 version: etag,
                 mode: crate::FILE_MODE,
             });
         }
         Ok(out)
+    }
+
+    fn reuse_scope(&self) -> Option<String> {
+        self.scope.clone()
     }
 
     async fn open(&self, object: &Object) -> Result<ByteStream, SyncError> {

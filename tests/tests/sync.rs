@@ -961,3 +961,255 @@ fn a_sync_keeps_the_chunking_of_the_volumes_head() {
     let new = mirror.fetch_ref("local/new", "head").tree;
     assert_eq!(new.params(), ChunkingParams::default());
 }
+
+/// Writes a file of the source: (path, bytes).
+type Put<'a> = Box<dyn Fn(&str, &[u8]) + 'a>;
+
+/// What a source holds for the reuse scenario, and what it read so far.
+struct Seeded<'a> {
+    /// `sync start --source`.
+    source: String,
+    put: Put<'a>,
+    delete: Box<dyn Fn(&str) + 'a>,
+    /// The paths whose bytes the source served so far, one per read;
+    /// `None` where the source keeps no count (a folder).
+    reads: Box<dyn Fn() -> Option<Vec<String>> + 'a>,
+}
+
+/// SPEC.md §8.5 on one source: a re-sync of an unchanged source reads no
+/// file and ends at the same version; after a file changes (its size
+/// kept), another is added, one is deleted and one renamed, the next sync
+/// reads only what changed and seals exactly the new contents.
+fn unchanged_files_are_not_read_again(
+    reg: &Registry,
+    src: &Seeded,
+    dest: &str,
+    extra: &[&str],
+) -> Value {
+    let mut files: Vec<(&str, Vec<u8>)> = model_files();
+    for (path, bytes) in &files {
+        (src.put)(path, bytes);
+    }
+    // A file changed within 100 ms of a listing is not trusted (§8.5).
+    std::thread::sleep(Duration::from_millis(300));
+    let first = reg.sync_ready(&src.source, dest, extra);
+    assert_eq!(progress(&first, "files_reused"), 0, "{first}");
+    let read_first = (src.reads)();
+    if let Some(r) = &read_first {
+        // The empty file has no bytes to read.
+        for (path, bytes) in files.iter().filter(|(_, b)| !b.is_empty()) {
+            assert!(
+                r.iter().any(|p| p.ends_with(path)),
+                "{path} ({} bytes) was not read by the first sync: {r:?}",
+                bytes.len()
+            );
+        }
+    }
+
+    let again = reg.sync_ready(&src.source, dest, extra);
+    assert_eq!(digest(&again), digest(&first), "{again}");
+    assert_eq!(
+        progress(&again, "files_reused"),
+        files.len() as u64,
+        "{again}"
+    );
+    assert_eq!(
+        progress(&again, "bytes_reused"),
+        progress(&again, "bytes_total"),
+        "{again}"
+    );
+    assert_eq!(progress(&again, "bytes_stored"), 0, "{again}");
+    assert_eq!(
+        (src.reads)(),
+        read_first,
+        "an unchanged re-sync read file data"
+    );
+
+    // One file changes with its size kept, one is added, one deleted, one
+    // renamed.
+    let changed = "model-00002-of-00002.safetensors";
+    let at = files.iter().position(|(p, _)| *p == changed).unwrap();
+    let mut bytes = files[at].1.clone();
+    bytes[MIB] ^= 0xff;
+    (src.put)(changed, &bytes);
+    files[at].1 = bytes;
+    (src.put)("added.bin", &noise(MIB + 7, 21));
+    files.push(("added.bin", noise(MIB + 7, 21)));
+    (src.delete)("tokenizer/tokenizer.json");
+    files.retain(|(p, _)| *p != "tokenizer/tokenizer.json");
+    let config = files.iter().position(|(p, _)| *p == "config.json").unwrap();
+    let (_, config_bytes) = files.remove(config);
+    (src.delete)("config.json");
+    (src.put)("conf/config.json", &config_bytes);
+    files.push(("conf/config.json", config_bytes));
+    std::thread::sleep(Duration::from_millis(300));
+    let before = (src.reads)();
+    let third = reg.sync_ready(&src.source, dest, extra);
+    assert_ne!(digest(&third), digest(&first), "{third}");
+    let pulled = reg.pull(
+        third["ref"].as_str().unwrap(),
+        &format!("{}-3", dest.replace(['/', ':'], "-")),
+    );
+    if src.source.starts_with("dir://") {
+        assert_same_tree(Path::new(src.source.trim_start_matches("dir://")), &pulled);
+    } else {
+        assert_files(&pulled, &as_refs(&files));
+    }
+    // The unchanged shard and the empty file, at least, were taken unread.
+    assert!(progress(&third, "files_reused") >= 2, "{third}");
+    assert_eq!(
+        progress(&third, "files_total"),
+        files.len() as u64,
+        "{third}"
+    );
+    if let (Some(before), Some(after)) = (before, (src.reads)()) {
+        let new: Vec<&String> = after[before.len()..].iter().collect();
+        assert!(
+            new.iter().any(|p| p.ends_with(changed))
+                && new.iter().any(|p| p.ends_with("added.bin")),
+            "the changed and the added file were not read: {new:?}"
+        );
+        for p in &new {
+            assert!(
+                [changed, "added.bin", "conf/config.json"]
+                    .iter()
+                    .any(|c| p.ends_with(c)),
+                "{p} did not change, yet was read again: {new:?}"
+            );
+        }
+    }
+    third
+}
+
+/// The keys moto served `GET`s of object bytes for, under `bucket/`.
+fn moto_reads(moto: &Moto, bucket: &str) -> Vec<String> {
+    let needle = format!("\"GET /{bucket}/");
+    moto.log()
+        .lines()
+        .filter_map(|l| {
+            l.split(&needle)
+                .nth(1)?
+                .split([' ', '?'])
+                .next()
+                .map(str::to_string)
+        })
+        .collect()
+}
+
+#[test]
+fn s3_resync_reads_only_changed_objects() {
+    let moto = Moto::start();
+    moto.create_bucket("ckpt");
+    let reg = Registry::start(&[
+        ("AWS_ENDPOINT_URL", moto.url()),
+        ("AWS_REGION", "us-east-1"),
+    ]);
+    reg.set_secret("moto", "k:s", &["s3://ckpt"]);
+    let src = Seeded {
+        source: "s3://ckpt/run-42".into(),
+        put: Box::new(|p, b| moto.put("ckpt", &format!("run-42/{p}"), b)),
+        delete: Box::new(|p| moto.delete("ckpt", &format!("run-42/{p}"))),
+        reads: Box::new(|| Some(moto_reads(&moto, "ckpt"))),
+    };
+    unchanged_files_are_not_read_again(&reg, &src, "ckpt/run-42:latest", &["--secret", "moto"]);
+
+    // `?checksum=none`: ETags are not trusted across jobs (§8.5), so each
+    // sync reads every object again.
+    let before = moto_reads(&moto, "ckpt").len();
+    let source = "s3://ckpt/run-42?checksum=none";
+    let job = reg.sync_ready(source, "ckpt/nosum", &["--secret", "moto"]);
+    let job2 = reg.sync_ready(source, "ckpt/nosum", &["--secret", "moto"]);
+    assert_eq!(digest(&job2), digest(&job), "{job2}");
+    assert_eq!(progress(&job2, "files_reused"), 0, "{job2}");
+    let non_empty = 4; // model_files() less the empty one, as changed above
+    assert!(
+        moto_reads(&moto, "ckpt").len() - before >= 2 * non_empty,
+        "checksum=none objects were not read again"
+    );
+}
+
+#[test]
+fn hf_new_revision_downloads_only_changed_files() {
+    let hub_root = tempfile::tempdir().unwrap();
+    let hub = HfHub::start(hub_root.path(), None, 0);
+    let reg = Registry::start(&[("HF_ENDPOINT", hub.url())]);
+    let repo = hub_root.path().join("models/org/ckpt");
+    let src = Seeded {
+        source: "hf://org/ckpt".into(),
+        put: Box::new(|p, b| write(&repo.join(p), b, 0o644)),
+        delete: Box::new(|p| std::fs::remove_file(repo.join(p)).unwrap()),
+        reads: Box::new(|| Some(hub.downloads())),
+    };
+    unchanged_files_are_not_read_again(&reg, &src, "hf/ckpt:main", &[]);
+}
+
+#[test]
+fn gcs_resync_reads_only_changed_objects() {
+    let gcs = GcsEmulator::start();
+    gcs.create_bucket("ckpts");
+    // Counts the registry's requests: the emulator logs none of its own.
+    let proxy = sealvol_tests::FlipProxy::start_counting(gcs.url().trim_start_matches("http://"));
+    let reg = Registry::start(&[("STORAGE_EMULATOR_HOST", &format!("http://{}", proxy.addr()))]);
+    let src = Seeded {
+        source: "gs://ckpts/step".into(),
+        put: Box::new(|p, b| gcs.put("ckpts", &format!("step/{p}"), b)),
+        delete: Box::new(|p| gcs.delete("ckpts", &format!("step/{p}"))),
+        reads: Box::new(|| {
+            Some(
+                proxy
+                    .requests()
+                    .iter()
+                    .filter(|r| r.starts_with("GET ") && r.contains("alt=media"))
+                    .map(|r| {
+                        let target = r.split(['?', ' ']).nth(1).unwrap_or_default();
+                        percent_decode(target)
+                    })
+                    .collect(),
+            )
+        }),
+    };
+    unchanged_files_are_not_read_again(&reg, &src, "gcs/step", &[]);
+}
+
+fn percent_decode(s: &str) -> String {
+    percent_encoding::percent_decode_str(s)
+        .decode_utf8_lossy()
+        .into_owned()
+}
+
+#[test]
+fn dir_resync_takes_unchanged_files_unread() {
+    let sb = Sandbox::new();
+    let root = sb.path().join("src");
+    std::fs::create_dir_all(&root).unwrap();
+    let config = format!("{CONFIG}\nsync_dir_roots = [{:?}]", s(&root));
+    let reg = Registry::start_config(Box::leak(config.into_boxed_str()), &[]);
+    let src = Seeded {
+        source: format!("dir://{}", s(&root)),
+        put: Box::new(|p, b| write(&root.join(p), b, 0o644)),
+        delete: Box::new(|p| std::fs::remove_file(root.join(p)).unwrap()),
+        reads: Box::new(|| None),
+    };
+    let job = unchanged_files_are_not_read_again(&reg, &src, "local/ckpt", &[]);
+
+    // The chunks go (removed here as a sweep would remove them): records
+    // naming them are not taken, and every file is read again.
+    let hex = digest(&job)[3..].to_string();
+    let blobs = reg.sb.path().join("registry/blobs/sha256");
+    for (d, _) in sealvol_tests::chunk_blobs(&reg.host(), "local/ckpt", &format!("b3-{hex}")) {
+        let h = d.trim_start_matches("sha256:");
+        std::fs::remove_file(blobs.join(&h[..2]).join(h)).unwrap();
+    }
+    let again = reg.sync_ready(&src.source, "local/ckpt", &[]);
+    assert_eq!(digest(&again), digest(&job), "{again}");
+    // Only the empty file, which has no chunk, is taken.
+    assert_eq!(progress(&again, "files_reused"), 1, "{again}");
+    assert_eq!(progress(&again, "bytes_reused"), 0, "{again}");
+    assert_eq!(
+        progress(&again, "bytes_stored"),
+        progress(&again, "bytes_total"),
+        "{again}"
+    );
+    let pulled = reg.pull(again["ref"].as_str().unwrap(), "after-gc");
+    assert_same_tree(&root, &pulled);
+}

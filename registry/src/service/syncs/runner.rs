@@ -22,7 +22,7 @@ use crate::state::app::App;
 use crate::state::syncs::Running;
 use crate::store::meta::secrets;
 use crate::store::meta::syncs::{
-    FileDone, JobError, SyncDest, SyncJob, SyncProgress, SyncState, SyncedVersion,
+    FileDone, JobError, ReuseKey, SyncDest, SyncJob, SyncProgress, SyncState, SyncedVersion,
 };
 
 /// Objects of one job read at once: enough to keep a slow source's
@@ -553,6 +553,9 @@ async fn execute(
         .map_err(internal)?;
     let mut results: HashMap<String, FileDone> = HashMap::new();
     let mut todo = Vec::new();
+    // Paths taken from an earlier job's records, not this job's.
+    let mut reused: HashSet<String> = HashSet::new();
+    let scope = source.reuse_scope();
     {
         let _sweep = app.sweep.read().await;
         let mark = crate::service::links::sweep_mark(app)
@@ -573,18 +576,65 @@ async fn execute(
                 _ => todo.push(o.clone()),
             }
         }
-        let reused: BTreeSet<(String, u64)> = results
+        // Files an earlier job sealed, listed again with the same
+        // identity (SPEC.md §8.5): taken without reading them.
+        let wanted: Vec<(usize, ReuseKey)> = todo
+            .iter()
+            .enumerate()
+            .filter_map(|(i, o)| Some((i, reuse_key(&scope, o, params)?)))
+            .collect();
+        if !wanted.is_empty() {
+            let keys: Vec<ReuseKey> = wanted.iter().map(|(_, k)| k.clone()).collect();
+            let found = app
+                .meta(move |m| m.reusable_files(&keys))
+                .await
+                .map_err(internal)?;
+            let mut taken = HashSet::new();
+            for (at, (i, k)) in wanted.iter().enumerate() {
+                let (Some(f), o) = (found.get(&at), &todo[*i]) else {
+                    continue;
+                };
+                if f.size != o.size || f.chunks.iter().any(|c| c.length > params.max) {
+                    continue;
+                }
+                if !all_stored(app, f).await? {
+                    // Its chunks were collected: read the file again.
+                    let k = k.clone();
+                    app.meta(move |m| m.forget_reusable(&k))
+                        .await
+                        .map_err(internal)?;
+                    continue;
+                }
+                let f = FileDone {
+                    version: o.version.clone(),
+                    mode: o.mode,
+                    ..f.clone()
+                };
+                progress.files_done += 1;
+                progress.bytes_done += f.size;
+                progress.files_reused += 1;
+                progress.bytes_reused += f.size;
+                reused.insert(o.path.clone());
+                results.insert(o.path.clone(), f);
+                taken.insert(*i);
+            }
+            todo = (todo.into_iter().enumerate())
+                .filter(|(i, _)| !taken.contains(i))
+                .map(|(_, o)| o)
+                .collect();
+        }
+        let linked: BTreeSet<(String, u64)> = results
             .values()
             .flat_map(|f| f.chunks.iter())
             .map(|c| (c.sha256.to_string(), u64::from(c.length)))
             .collect();
-        if !reused.is_empty() {
+        if !linked.is_empty() {
             let digests: Vec<Sha256Digest> = results
                 .values()
                 .flat_map(|f| f.chunks.iter().map(|c| c.sha256))
                 .collect();
             let (repo, now) = (job.dest.name.clone(), app.now());
-            app.meta(move |m| m.link_blobs(&repo, &reused.into_iter().collect::<Vec<_>>(), now))
+            app.meta(move |m| m.link_blobs(&repo, &linked.into_iter().collect::<Vec<_>>(), now))
                 .await
                 .map_err(internal)?;
             // A sweep on another replica may have taken some meanwhile:
@@ -603,6 +653,10 @@ async fn execute(
                         let f = results.remove(&o.path).expect("a result");
                         progress.files_done -= 1;
                         progress.bytes_done -= f.size;
+                        if reused.remove(&o.path) {
+                            progress.files_reused -= 1;
+                            progress.bytes_reused -= f.size;
+                        }
                         todo.push(o.clone());
                     }
                 }
@@ -636,7 +690,7 @@ async fn execute(
     let shared = Mutex::new((progress, results));
     stream::iter(todo)
         .map(|o| {
-            let (source, sink, shared) = (Arc::clone(&source), Arc::clone(&sink), &shared);
+            let (source, sink, shared, scope) = (Arc::clone(&source), Arc::clone(&sink), &shared, &scope);
             async move {
                 let mut copies = 0;
                 let (file, digests) = loop {
@@ -691,7 +745,8 @@ async fn execute(
                     s.0
                 };
                 let (id, path) = (job.id.clone(), o.path.clone());
-                app.meta(move |m| m.sync_file_done(&id, &path, &file, &p))
+                let reuse = reuse_key(scope, &o, params);
+                app.meta(move |m| m.sync_file_done(&id, &path, &file, &p, reuse.as_ref()))
                     .await
                     .map_err(internal)?;
                 Ok::<_, SyncError>(())
@@ -735,6 +790,16 @@ async fn chunking_for(app: &Arc<App>, repo: &str) -> ChunkingParams {
         }
     };
     of_head.await.unwrap_or_default()
+}
+
+/// Where a file of a source in `scope` is recorded for later jobs (SPEC.md
+/// §8.5), when the source names its content.
+fn reuse_key(scope: &Option<String>, o: &Object, chunking: ChunkingParams) -> Option<ReuseKey> {
+    Some(ReuseKey {
+        chunking,
+        scope: scope.clone()?,
+        identity: o.identity.clone()?,
+    })
 }
 
 /// Whether every chunk of a file recorded as done is still stored.
@@ -1042,6 +1107,7 @@ mod tests {
             size: 1,
             checksum: None,
             version: None,
+            identity: None,
             mode: 0o644,
             mismatch_hint: None,
         };

@@ -85,6 +85,10 @@ tables! {
     /// `id NUL path` -> [`super::syncs::FileDone`] JSON, marked with
     /// [`super::syncs::FILE_RECORD`].
     SYNC_FILES: Bytes = "sync_files";
+    /// `chunking NUL scope NUL identity` -> [`super::syncs::FileDone`] JSON:
+    /// a file some job sealed, found again by what its source said it was
+    /// (SPEC.md §8.5; [`super::syncs::ReuseKey`]).
+    SYNC_REUSE: Bytes = "sync_reuse";
     /// `name` -> [`super::secrets::StoredSecret`] JSON: the value sealed,
     /// and its binding.
     SECRETS: Bytes = "secrets.v2";
@@ -153,6 +157,7 @@ mod tests {
                 "volume_chunks",
                 "sync_jobs",
                 "sync_files",
+                "sync_reuse",
                 "secrets.v2",
                 "api_keys",
                 "claims",

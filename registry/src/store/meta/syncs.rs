@@ -1,6 +1,7 @@
 //! Sync jobs and secrets as the registry stores them (SPEC.md §8): one row
 //! per job, one row per file a running job has finished (so a restart
-//! re-reads only the rest), one row per secret, sealed and bound
+//! re-reads only the rest), one row per file by its source identity (so a
+//! later job takes it unread, §8.5), one row per secret, sealed and bound
 //! ([`crate::store::meta::secrets`]). Each state change is one transaction;
 //! [`crate::service::syncs::runner`] runs the jobs.
 
@@ -8,13 +9,15 @@ use std::collections::HashMap;
 
 use crate::store::meta::engine::{Bytes, ReadableTable, WriteTransaction};
 use sealvol_spec::chain::{self, PieceCv};
-use sealvol_spec::{api, B3Digest, ChunkRef};
+use sealvol_spec::{api, B3Digest, ChunkRef, ChunkingParams};
 use serde::{Deserialize, Serialize};
 
 use crate::clock::rfc3339;
 use crate::store::meta::db::MetaStore;
 use crate::store::meta::error::Result;
-use crate::store::meta::schema::{key, prefix, PLAINTEXT_SECRETS, SECRETS, SYNC_FILES, SYNC_JOBS};
+use crate::store::meta::schema::{
+    key, prefix, PLAINTEXT_SECRETS, SECRETS, SYNC_FILES, SYNC_JOBS, SYNC_REUSE,
+};
 use crate::store::meta::secrets::{SecretKey, StoredSecret};
 
 // A stored job holds these as the API writes them; the storage format is
@@ -110,6 +113,28 @@ pub struct FileDone {
     pub chunks: Vec<ChunkRef>,
     /// Chaining values of the file's 1 MiB pieces (SPEC.md §2.5).
     pub pieces: Vec<PieceCv>,
+}
+
+/// Where a sealed file is found again by a later job (SPEC.md §8.5): the
+/// chunking it was cut with (another volume's parameters cut other chunks,
+/// and so another version digest), the source's scope and the file's
+/// identity there.
+#[derive(Clone, Debug)]
+pub struct ReuseKey {
+    pub chunking: ChunkingParams,
+    pub scope: String,
+    pub identity: String,
+}
+
+impl ReuseKey {
+    fn key(&self) -> String {
+        let c = self.chunking;
+        key(&[
+            &format!("{}.{}.{}", c.min, c.avg, c.max),
+            &self.scope,
+            &self.identity,
+        ])
+    }
 }
 
 /// A [`FileDone`] as stored, record version [`FILE_RECORD`].
@@ -347,13 +372,15 @@ impl MetaStore {
         Ok(running.len())
     }
 
-    /// Records a finished file and the job's progress together.
+    /// Records a finished file and the job's progress together, and, under
+    /// `reuse`, for later jobs.
     pub fn sync_file_done(
         &self,
         id: &str,
         path: &str,
         file: &FileDone,
         progress: &SyncProgress,
+        reuse: Option<&ReuseKey>,
     ) -> Result<()> {
         let tx = self.db.begin_write()?;
         let Some(mut job) = get_job(&tx.open_table(SYNC_JOBS)?, id)? else {
@@ -362,10 +389,39 @@ impl MetaStore {
         if job.state != SyncState::Running {
             return Ok(());
         }
+        let record = file.encode()?;
         tx.open_table(SYNC_FILES)?
-            .insert(key(&[id, path]).as_str(), file.encode()?.as_slice())?;
+            .insert(key(&[id, path]).as_str(), record.as_slice())?;
+        if let Some(r) = reuse {
+            tx.open_table(SYNC_REUSE)?
+                .insert(r.key().as_str(), record.as_slice())?;
+        }
         job.progress = *progress;
         put_job(&tx, &job)?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// The records of files earlier jobs sealed under `keys`, by index in
+    /// `keys`. Records of another release or damaged are left out.
+    pub fn reusable_files(&self, keys: &[ReuseKey]) -> Result<HashMap<usize, FileDone>> {
+        let tx = self.db.begin_read()?;
+        let table = tx.open_table(SYNC_REUSE)?;
+        let mut out = HashMap::new();
+        for (i, k) in keys.iter().enumerate() {
+            if let Some(v) = table.get(k.key().as_str())? {
+                if let Some(f) = FileDone::decode(v.value()) {
+                    out.insert(i, f);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Forgets a record whose chunks are no longer all stored.
+    pub fn forget_reusable(&self, key: &ReuseKey) -> Result<()> {
+        let tx = self.db.begin_write()?;
+        tx.open_table(SYNC_REUSE)?.remove(key.key().as_str())?;
         tx.commit()?;
         Ok(())
     }
@@ -511,7 +567,11 @@ mod tests {
         });
         let job: SyncJob = serde_json::from_value(stored.clone()).unwrap();
         assert_eq!(job.state, SyncState::Ready);
-        assert_eq!(serde_json::to_value(&job).unwrap(), stored);
+        // Written back as it was, with the counters added since at zero.
+        let mut written = stored.clone();
+        written["progress"]["files_reused"] = json!(0);
+        written["progress"]["bytes_reused"] = json!(0);
+        assert_eq!(serde_json::to_value(&job).unwrap(), written);
         let view = serde_json::to_value(job.view()).unwrap();
         assert_eq!(view["created_at"], "2026-12-02T00:00:00Z");
         assert_eq!(view["finished_at"], "2026-12-02T00:00:13Z");
