@@ -14,8 +14,9 @@
 //! reads at local-disk speed without asking this process. The kernel
 //! serves those bytes unseen, so only files nobody but root could have
 //! changed since they were checked qualify: the layout folder is root's,
-//! mode 0700, and a piece is recorded only after it was verified, written
-//! and fsynced. Registering a backing file needs CAP_SYS_ADMIN anyway, so
+//! mode 0700, and a piece counts once this mount verified and wrote it, or
+//! an earlier mount recorded it (only after it was verified, written and
+//! fsynced). Registering a backing file needs CAP_SYS_ADMIN anyway, so
 //! only mounts run as root keep a layout; others keep chunks in the chunk
 //! cache as before, and serve every read themselves.
 
@@ -103,13 +104,16 @@ impl FilledFiles {
     }
 
     /// File `ino`, open read-only to hand to the kernel, when passthrough
-    /// is on and every piece of it is recorded as filled.
+    /// is on and every piece of it is written. Written is enough for this
+    /// mount: the verified bytes are in the page cache, where the kernel
+    /// reads them; only later mounts need them durable (recorded), and on
+    /// a disk slower than the network that can be seconds later.
     pub fn whole(&self, ino: u64) -> Option<File> {
         if !self.passthrough.load(Ordering::Relaxed) {
             return None;
         }
         let f = &self.layout.files[*self.by_ino.get(&ino)?];
-        if f.size == 0 || !f.full() {
+        if f.size == 0 || !f.missing(0, f.size).is_empty() {
             return None;
         }
         File::open(&f.path).ok()
