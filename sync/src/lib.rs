@@ -185,8 +185,9 @@ pub struct Object {
     /// listing gives the same path, size and version.
     pub version: Option<String>,
     /// What names this object's content across listings and jobs (SPEC.md
-    /// §8.5): a content hash the read checks (`sha256:` of a Hub LFS file,
-    /// the chunk list of an `oci` file), or a value the source changes
+    /// §8.5): a content hash (`sha256:` of a Hub LFS file and the BLAKE3
+    /// of an `oci` file, which the read checks; a Hub git blob id), or a
+    /// value the source changes
     /// whenever the content changes, with the key it belongs to (an ETag,
     /// a generation, a folder file's inode and times). A later job whose
     /// listing gives the same identity, within the same

@@ -1213,3 +1213,31 @@ fn dir_resync_takes_unchanged_files_unread() {
     let pulled = reg.pull(again["ref"].as_str().unwrap(), "after-gc");
     assert_same_tree(&root, &pulled);
 }
+
+#[test]
+fn azure_resync_reads_only_changed_blobs() {
+    let azurite = Azurite::start();
+    azurite.create_container("ckpt");
+    // Counts the registry's requests: azurite runs silent.
+    let proxy =
+        sealvol_tests::FlipProxy::start_counting(azurite.url().trim_start_matches("http://"));
+    let url = format!("http://{}", proxy.addr());
+    let reg = Registry::start(&[("AZURITE_BLOB_STORAGE_URL", &url)]);
+    let blobs = format!("GET /{AZURITE_ACCOUNT}/ckpt/");
+    let src = Seeded {
+        source: format!("azure://{AZURITE_ACCOUNT}/ckpt/run"),
+        put: Box::new(|p, b| azurite.put("ckpt", &format!("run/{p}"), b)),
+        delete: Box::new(|p| azurite.delete("ckpt", &format!("run/{p}"))),
+        reads: Box::new(|| {
+            Some(
+                proxy
+                    .requests()
+                    .iter()
+                    .filter_map(|r| r.strip_prefix(&blobs))
+                    .map(|target| percent_decode(target.split('?').next().unwrap_or_default()))
+                    .collect(),
+            )
+        }),
+    };
+    unchanged_files_are_not_read_again(&reg, &src, "azure/run", &[]);
+}
