@@ -1421,6 +1421,19 @@ impl Moto {
         send_ok(&self.daemon, req, &format!("create bucket {bucket}"));
     }
 
+    /// Turns versioning on for `bucket`: overwrites and deletes then keep
+    /// the earlier versions (a delete leaves a delete marker).
+    pub fn enable_versioning(&self, bucket: &str) {
+        let body = "<VersioningConfiguration xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\"><Status>Enabled</Status></VersioningConfiguration>";
+        let req = self
+            .client
+            .put(format!("{}/{bucket}?versioning", self.url))
+            .header("authorization", Self::AUTH)
+            .header("content-type", "application/xml")
+            .body(body);
+        send_ok(&self.daemon, req, &format!("enable versioning on {bucket}"));
+    }
+
     /// Stores `bytes` as `bucket/key` in one part (its ETag is the MD5).
     pub fn put(&self, bucket: &str, key: &str, bytes: &[u8]) {
         // A content type, or moto's web framework reads the body as a form.

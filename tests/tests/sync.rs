@@ -1098,8 +1098,21 @@ fn moto_reads(moto: &Moto, bucket: &str) -> Vec<String> {
 
 #[test]
 fn s3_resync_reads_only_changed_objects() {
+    s3_resync(false);
+}
+
+#[test]
+fn s3_resync_of_a_versioned_bucket_reads_only_changed_objects() {
+    s3_resync(true);
+}
+
+/// The reuse scenario on moto, with the bucket's versioning on or off.
+fn s3_resync(versioning: bool) {
     let moto = Moto::start();
     moto.create_bucket("ckpt");
+    if versioning {
+        moto.enable_versioning("ckpt");
+    }
     let reg = Registry::start(&[
         ("AWS_ENDPOINT_URL", moto.url()),
         ("AWS_REGION", "us-east-1"),
