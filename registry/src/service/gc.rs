@@ -318,6 +318,7 @@ async fn sweep_holding(
     // link (pinned under the sweep's read lock, so the set is complete
     // now); other replicas' jobs check theirs afterwards (`App::settle`).
     let pinned = app.syncs.pinned();
+    let mut deleted = HashSet::new();
     for b in stored {
         let digest = b.digest.to_string();
         if live.contains(&digest) || pinned.contains(&digest) {
@@ -335,11 +336,19 @@ async fn sweep_holding(
                 .delete(&b.digest)
                 .await
                 .map_err(|e| (e.into(), true))?;
+            deleted.insert(digest);
         }
         report.blobs_deleted += 1;
         report.bytes_reclaimed += b.size;
     }
     drop(_exclusive);
+    // Sync records naming deleted chunks could never be taken again
+    // (SPEC.md §8.5): they go with the chunks.
+    if !deleted.is_empty() {
+        app.meta(move |m| m.forget_reusable_naming(&deleted))
+            .await
+            .map_err(|e| (e, true))?;
+    }
     tracing::info!(
         dry_run,
         versions_purged = report.versions_purged,

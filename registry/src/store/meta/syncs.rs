@@ -5,7 +5,7 @@
 //! ([`crate::store::meta::secrets`]). Each state change is one transaction;
 //! [`crate::service::syncs::runner`] runs the jobs.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use crate::store::meta::engine::{Bytes, ReadableTable, WriteTransaction};
 use sealvol_spec::chain::{self, PieceCv};
@@ -426,6 +426,31 @@ impl MetaStore {
         Ok(())
     }
 
+    /// Forgets every record that names a blob in `gone` (garbage
+    /// collection deleted them), or that no longer decodes; how many went.
+    pub fn forget_reusable_naming(&self, gone: &HashSet<String>) -> Result<u64> {
+        let tx = self.db.begin_write()?;
+        let doomed: Vec<String> = {
+            let table = tx.open_table(SYNC_REUSE)?;
+            let mut doomed = Vec::new();
+            for row in table.iter()? {
+                let (k, v) = row?;
+                let keep = FileDone::decode(v.value()).is_some_and(|f| {
+                    !f.chunks
+                        .iter()
+                        .any(|c| gone.contains(&c.sha256.to_string()))
+                });
+                if !keep {
+                    doomed.push(k.value().to_string());
+                }
+            }
+            doomed
+        };
+        tx.open_table(SYNC_REUSE)?.remove_many(&doomed)?;
+        tx.commit()?;
+        Ok(doomed.len() as u64)
+    }
+
     /// The files a job finished before, by path. Records of another
     /// version ([`FILE_RECORD`]) are left out: those files are read again.
     pub fn sync_files(&self, id: &str) -> Result<HashMap<String, FileDone>> {
@@ -631,6 +656,74 @@ mod tests {
         // Opening again finds nothing left to seal.
         let m = MetaStore::open_sealing_secrets(&path, &key).unwrap();
         assert_eq!(m.secrets().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn reuse_records_are_found_by_key_and_forgotten_with_their_chunks() {
+        let (_dir, m) = MetaStore::temporary();
+        let job = m
+            .create_sync(SyncJob {
+                id: "sync-0000000000000001".into(),
+                seq: 0,
+                state: SyncState::Running,
+                source: "s3://b/p".into(),
+                pinned_source: None,
+                dest: SyncDest {
+                    name: "n/v".into(),
+                    tag: None,
+                },
+                include: vec![],
+                exclude: vec![],
+                secret: None,
+                by_admin: false,
+                progress: SyncProgress::default(),
+                attempts: 1,
+                retries: 0,
+                retrying: None,
+                created_at: 0,
+                started_at: None,
+                finished_at: None,
+                version: None,
+                error: None,
+                lease: None,
+            })
+            .unwrap();
+        let reuse = |identity: &str| ReuseKey {
+            chunking: ChunkingParams::default(),
+            scope: "s3://b@aws".into(),
+            identity: identity.into(),
+        };
+        let (a, b) = (done(b"first file's bytes"), done(b"the second file"));
+        for (path, f) in [("a", &a), ("b", &b)] {
+            m.sync_file_done(
+                &job.id,
+                path,
+                f,
+                &SyncProgress::default(),
+                Some(&reuse(path)),
+            )
+            .unwrap();
+        }
+        let other_chunking = ReuseKey {
+            chunking: ChunkingParams {
+                min: 1024,
+                avg: 4096,
+                max: 16384,
+            },
+            ..reuse("a")
+        };
+        let found = m
+            .reusable_files(&[reuse("a"), reuse("b"), reuse("c"), other_chunking])
+            .unwrap();
+        assert_eq!(found.len(), 2);
+        assert_eq!((&found[&0], &found[&1]), (&a, &b));
+        // A sweep deleted one of b's chunks: only b's record goes.
+        let gone: HashSet<String> = [b.chunks[0].sha256.to_string()].into();
+        assert_eq!(m.forget_reusable_naming(&gone).unwrap(), 1);
+        let found = m.reusable_files(&[reuse("a"), reuse("b")]).unwrap();
+        assert_eq!(found.keys().collect::<Vec<_>>(), [&0]);
+        m.forget_reusable(&reuse("a")).unwrap();
+        assert!(m.reusable_files(&[reuse("a")]).unwrap().is_empty());
     }
 
     #[test]
