@@ -1167,27 +1167,26 @@ fn gcs_resync_reads_only_changed_objects() {
         source: "gs://ckpts/step".into(),
         put: Box::new(|p, b| gcs.put("ckpts", &format!("step/{p}"), b)),
         delete: Box::new(|p| gcs.delete("ckpts", &format!("step/{p}"))),
-        reads: Box::new(|| {
-            Some(
-                proxy
-                    .requests()
-                    .iter()
-                    .filter(|r| r.starts_with("GET ") && r.contains("alt=media"))
-                    .map(|r| {
-                        let target = r.split(['?', ' ']).nth(1).unwrap_or_default();
-                        percent_decode(target)
-                    })
-                    .collect(),
-            )
-        }),
+        reads: Box::new(|| Some(proxy_reads(&proxy, "GET /download/storage/v1/b/ckpts/o/"))),
     };
     unchanged_files_are_not_read_again(&reg, &src, "gcs/step", &[]);
 }
 
-fn percent_decode(s: &str) -> String {
-    percent_encoding::percent_decode_str(s)
-        .decode_utf8_lossy()
-        .into_owned()
+/// The object names a counting proxy saw fetched: the targets of the
+/// requests that start with `prefix` (`METHOD /PATH-PREFIX`), without their
+/// query, percent-decoded.
+fn proxy_reads(proxy: &sealvol_tests::FlipProxy, prefix: &str) -> Vec<String> {
+    proxy
+        .requests()
+        .iter()
+        .filter_map(|r| r.strip_prefix(prefix))
+        .map(|rest| {
+            let name = rest.split('?').next().unwrap_or_default();
+            percent_encoding::percent_decode_str(name)
+                .decode_utf8_lossy()
+                .into_owned()
+        })
+        .collect()
 }
 
 #[test]
@@ -1241,16 +1240,7 @@ fn azure_resync_reads_only_changed_blobs() {
         source: format!("azure://{AZURITE_ACCOUNT}/ckpt/run"),
         put: Box::new(|p, b| azurite.put("ckpt", &format!("run/{p}"), b)),
         delete: Box::new(|p| azurite.delete("ckpt", &format!("run/{p}"))),
-        reads: Box::new(|| {
-            Some(
-                proxy
-                    .requests()
-                    .iter()
-                    .filter_map(|r| r.strip_prefix(&blobs))
-                    .map(|target| percent_decode(target.split('?').next().unwrap_or_default()))
-                    .collect(),
-            )
-        }),
+        reads: Box::new(|| Some(proxy_reads(&proxy, &blobs))),
     };
     unchanged_files_are_not_read_again(&reg, &src, "azure/run", &[]);
 }
