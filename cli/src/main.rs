@@ -15,6 +15,7 @@ mod mount;
 mod output;
 mod progress;
 mod record;
+mod schedule;
 mod sync;
 mod verify;
 mod volume;
@@ -43,7 +44,8 @@ enum Command {
         /// gc_grace_seconds, gc_interval_seconds, claim_ttl_seconds, upload_ttl_seconds,
         /// sync_workers, sync_dir_roots, sync_endpoints, secrets_key_file, allow_plain_http,
         /// allow_anonymous_writes, test_clock, upstream, upstream_credentials_file,
-        /// tag_ttl_seconds, cache_size, sync_lease_seconds; tables [tls], [auth], [storage],
+        /// tag_ttl_seconds, cache_size, sync_lease_seconds,
+        /// sync_schedule_min_seconds; tables [tls], [auth], [storage],
         /// [metadata], [http] with read_header_timeout_seconds (10), idle_timeout_seconds (60),
         /// max_connections (4096))
         #[arg(long, value_name = "FILE")]

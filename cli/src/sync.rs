@@ -48,10 +48,84 @@ pub enum SyncAction {
         #[command(flatten)]
         ask: Ask,
     },
+    /// Schedules on the registry that start a sync every interval, such as a training run's checkpoints
+    Schedule {
+        #[command(subcommand)]
+        action: ScheduleAction,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum ScheduleAction {
+    /// Store a schedule that syncs SOURCE into DEST now and then every interval; an unchanged source seals nothing new
+    Create(ScheduleArgs),
+    /// List schedules with their next and last runs
+    List {
+        /// Only schedules into this volume (and tag, when given); its registry is the one asked
+        #[arg(long, value_name = "REF")]
+        dest: Option<String>,
+        #[command(flatten)]
+        ask: Ask,
+    },
+    /// Show a schedule and its last run
+    Describe {
+        #[arg(value_name = "ID")]
+        id: String,
+        #[command(flatten)]
+        ask: Ask,
+    },
+    /// Start no more runs until resumed (a running job goes on)
+    Pause {
+        #[arg(value_name = "ID")]
+        id: String,
+        #[command(flatten)]
+        ask: Ask,
+    },
+    /// Run again: once now, then every interval
+    Resume {
+        #[arg(value_name = "ID")]
+        id: String,
+        #[command(flatten)]
+        ask: Ask,
+    },
+    /// Delete a schedule; the jobs it started stay listed, and a running one goes on
+    Delete {
+        #[arg(value_name = "ID")]
+        id: String,
+        #[command(flatten)]
+        ask: Ask,
+    },
+}
+
+#[derive(clap::Args)]
+pub struct ScheduleArgs {
+    #[command(flatten)]
+    pub(crate) sync: SourceArgs,
+    /// How often: 10m, 1h, 1d (from 1m unless the registry allows less, to 30d)
+    #[arg(long, value_name = "DURATION")]
+    pub(crate) every: String,
+    #[command(flatten)]
+    pub(crate) conn: Conn,
+    #[arg(long, value_enum, default_value_t = Output::Text)]
+    pub(crate) output: Output,
 }
 
 #[derive(clap::Args)]
 pub struct StartArgs {
+    #[command(flatten)]
+    sync: SourceArgs,
+    /// Follow the job until it ends; Ctrl+C stops waiting, not the job
+    #[arg(long)]
+    wait: bool,
+    #[command(flatten)]
+    conn: Conn,
+    #[arg(long, value_enum, default_value_t = Output::Text)]
+    output: Output,
+}
+
+/// What a sync copies, and where to: a job's and a schedule's flags.
+#[derive(clap::Args)]
+pub struct SourceArgs {
     /// hf://ORG/REPO[@REV], hf://datasets/ORG/REPO[@REV], s3://BUCKET[/PREFIX],
     /// r2://…, cw://…, gs://BUCKET[/PREFIX], azure://ACCOUNT/CONTAINER[/PREFIX],
     /// dir:///PATH (on the registry's host), oci://HOST[:PORT]/REPO[:TAG|@DIGEST]
@@ -70,13 +144,21 @@ pub struct StartArgs {
     /// Read the source with this secret, stored with `sealvol secret set NAME`
     #[arg(long, value_name = "NAME")]
     secret: Option<String>,
-    /// Follow the job until it ends; Ctrl+C stops waiting, not the job
-    #[arg(long)]
-    wait: bool,
-    #[command(flatten)]
-    conn: Conn,
-    #[arg(long, value_enum, default_value_t = Output::Text)]
-    output: Output,
+}
+
+impl SourceArgs {
+    /// The request, and the destination's ref.
+    pub(crate) fn request(self) -> anyhow::Result<(SyncRequest, VolumeRef)> {
+        let vref = parse_ref(&self.dest)?;
+        let request = SyncRequest {
+            source: self.source,
+            dest: SyncDest::from_ref(&vref)?,
+            include: self.includes,
+            exclude: self.excludes,
+            secret: self.secret.as_deref().map(str::parse).transpose()?,
+        };
+        Ok((request, vref))
+    }
 }
 
 #[derive(Subcommand)]
@@ -217,6 +299,7 @@ pub fn run(action: SyncAction) -> anyhow::Result<()> {
         SyncAction::Describe { id, ask } => describe(&id, &ask),
         SyncAction::List { dest, ask } => list(dest.as_deref(), &ask),
         SyncAction::Cancel { id, ask } => cancel(&id, &ask),
+        SyncAction::Schedule { action } => crate::schedule::run(action),
     }
 }
 
@@ -231,23 +314,12 @@ pub fn run_secret(action: SecretAction) -> anyhow::Result<()> {
 
 fn start(args: StartArgs) -> anyhow::Result<()> {
     let StartArgs {
-        source,
-        dest,
-        includes: include,
-        excludes: exclude,
-        secret,
+        sync: what,
         wait,
         conn,
         output,
     } = args;
-    let vref = parse_ref(&dest)?;
-    let request = SyncRequest {
-        source,
-        dest: SyncDest::from_ref(&vref)?,
-        include,
-        exclude,
-        secret: secret.as_deref().map(str::parse).transpose()?,
-    };
+    let (request, vref) = what.request()?;
     let remote = connect(&vref, &conn)?;
     let rt = runtime()?;
     let job = rt.block_on(sync::start_sync(&remote, &request))?;
@@ -399,7 +471,12 @@ fn describe(id: &str, ask: &Ask) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn list(dest: Option<&str>, ask: &Ask) -> anyhow::Result<()> {
+/// The registry a listing asks, a connection to it, and the destination
+/// `--dest` names (whose registry wins when `--registry` agrees).
+pub(crate) fn listing(
+    dest: Option<&str>,
+    ask: &Ask,
+) -> anyhow::Result<(String, Remote, Option<SyncDest>)> {
     let (registry, dest) = match dest {
         Some(d) => {
             let vref = parse_ref(d)?;
@@ -416,6 +493,11 @@ fn list(dest: Option<&str>, ask: &Ask) -> anyhow::Result<()> {
         None => (ask.registry(), None),
     };
     let remote = Remote::connect(&registry, ask.conn.insecure)?;
+    Ok((registry, remote, dest))
+}
+
+fn list(dest: Option<&str>, ask: &Ask) -> anyhow::Result<()> {
+    let (registry, remote, dest) = listing(dest, ask)?;
     let mut jobs = runtime()?.block_on(sync::list_syncs(
         &remote,
         dest.as_ref().map(|d| d.name.as_str()),
@@ -548,20 +630,24 @@ fn table(jobs: &[JobOut]) -> String {
             j.job.created_at.clone().unwrap_or_else(|| "-".into()),
         ]);
     }
-    let mut widths = [0usize; 6];
-    for row in &rows {
+    columns(&rows)
+}
+
+/// Rows under their header, each column as wide as its widest cell plus
+/// two spaces; the last column unpadded.
+pub(crate) fn columns<const N: usize>(rows: &[[String; N]]) -> String {
+    let mut widths = [0usize; N];
+    for row in rows {
         for (w, cell) in widths.iter_mut().zip(row) {
             *w = (*w).max(cell.chars().count());
         }
     }
     let mut text = String::new();
-    for row in &rows {
+    for row in rows {
         let mut line = String::new();
         for (i, cell) in row.iter().enumerate() {
-            if i + 1 == row.len() {
-                line.push_str(cell);
-            } else {
-                line.push_str(cell);
+            line.push_str(cell);
+            if i + 1 < row.len() {
                 let pad = widths[i] - cell.chars().count() + 2;
                 line.push_str(&" ".repeat(pad));
             }

@@ -58,8 +58,8 @@ pub const SECRET_MAX_BYTES: usize = 64 * 1024;
 
 /// The bodies of SPEC.md §8, one definition shared with the registry.
 pub use sealvol_spec::api::{
-    Canceled, JobError, RequestError, SecretName, SyncDest, SyncJob, SyncProgress, SyncRequest,
-    SyncState, SyncedVersion,
+    Canceled, JobError, RequestError, ScheduleChanged, ScheduleRequest, SecretName, SyncDest,
+    SyncJob, SyncProgress, SyncRequest, SyncSchedule, SyncState, SyncedVersion,
 };
 
 impl From<RequestError> for Error {
@@ -223,6 +223,90 @@ pub async fn wait(
     }
 }
 
+/// `POST /api/v1/schedules` (SPEC.md §8.6): stores a schedule that starts
+/// `request.sync` every `request.every`, the first run at once.
+pub async fn create_schedule(
+    remote: &Remote,
+    request: &ScheduleRequest,
+) -> Result<SyncSchedule, Error> {
+    // The registry decides the shortest interval; the syntax is checked here.
+    wire::every_seconds(&request.every, 1)?;
+    let mut ctx = Ctx::new(remote, Op::Schedule).await?;
+    ctx.secret = request.sync.secret.as_ref().map(|s| s.to_string());
+    ctx.dest = dest_ref(remote, &request.sync.dest);
+    let body = api::to_body(request);
+    let bytes = send(
+        remote,
+        &ctx,
+        Method::POST,
+        "/schedules",
+        Some(&request.sync.dest.name),
+        Some(&body),
+    )
+    .await?;
+    decode(&ctx, &bytes)
+}
+
+/// `GET /api/v1/schedules[?dest=NAME]`: oldest first, each with its last
+/// job.
+pub async fn list_schedules(
+    remote: &Remote,
+    dest: Option<&str>,
+) -> Result<Vec<SyncSchedule>, Error> {
+    let ctx = Ctx::new(remote, Op::ListSchedules).await?;
+    let path = match dest {
+        Some(name) => format!("/schedules?dest={}", segment(name)),
+        None => "/schedules".to_string(),
+    };
+    let a: wire::ScheduleList = get(remote, &ctx, &path, None).await?;
+    Ok(a.schedules)
+}
+
+/// `GET /api/v1/schedules/ID`.
+pub async fn schedule(remote: &Remote, id: &str) -> Result<SyncSchedule, Error> {
+    check_schedule_id(id)?;
+    let mut ctx = Ctx::new(remote, Op::GetSchedule).await?;
+    ctx.id = id.to_string();
+    get(remote, &ctx, &schedule_path(id), None).await
+}
+
+/// `POST /api/v1/schedules/ID/pause` (`paused`) or `…/resume`: whether
+/// it changed, and the schedule as it now is. A resumed schedule runs at
+/// once.
+pub async fn pause_schedule(
+    remote: &Remote,
+    id: &str,
+    paused: bool,
+) -> Result<ScheduleChanged, Error> {
+    check_schedule_id(id)?;
+    let op = if paused { Op::Pause } else { Op::Resume };
+    let mut ctx = Ctx::new(remote, op).await?;
+    ctx.id = id.to_string();
+    let verb = if paused { "pause" } else { "resume" };
+    let path = format!("{}/{verb}", schedule_path(id));
+    let bytes = send(remote, &ctx, Method::POST, &path, None, None).await?;
+    decode(&ctx, &bytes)
+}
+
+/// `DELETE /api/v1/schedules/ID`: no more runs (a running job goes on).
+pub async fn delete_schedule(remote: &Remote, id: &str) -> Result<(), Error> {
+    check_schedule_id(id)?;
+    let mut ctx = Ctx::new(remote, Op::DeleteSchedule).await?;
+    ctx.id = id.to_string();
+    send(remote, &ctx, Method::DELETE, &schedule_path(id), None, None).await?;
+    Ok(())
+}
+
+/// Checks a schedule id a user typed before it goes into a URL, as
+/// [`check_sync_id`] does for jobs.
+pub fn check_schedule_id(id: &str) -> Result<(), Error> {
+    check_sync_id(id).map_err(|_| {
+        Error::Usage(format!(
+            "{id:?} is not a schedule id (sched-<16 hex>); `sealvol sync schedule list` shows them"
+        ))
+    })
+}
+
 /// Where a secret may be used (SPEC.md §8.3): the sources it may be sent
 /// to, and globs of the destinations whose pushers may use it (none: any).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -330,6 +414,12 @@ enum Op {
     SetSecret,
     ListSecrets,
     DeleteSecret,
+    Schedule,
+    ListSchedules,
+    GetSchedule,
+    Pause,
+    Resume,
+    DeleteSchedule,
 }
 
 impl Op {
@@ -338,6 +428,12 @@ impl Op {
         match self {
             Op::Start | Op::Get | Op::List | Op::Cancel => "sync jobs",
             Op::SetSecret | Op::ListSecrets | Op::DeleteSecret => "secrets for sync jobs",
+            Op::Schedule
+            | Op::ListSchedules
+            | Op::GetSchedule
+            | Op::Pause
+            | Op::Resume
+            | Op::DeleteSchedule => "sync schedules",
         }
     }
 
@@ -351,6 +447,12 @@ impl Op {
             Op::SetSecret => "storing a secret",
             Op::ListSecrets => "listing secrets",
             Op::DeleteSecret => "deleting a secret",
+            Op::Schedule => "making a sync schedule",
+            Op::ListSchedules => "listing sync schedules",
+            Op::GetSchedule => "reading a sync schedule",
+            Op::Pause => "pausing a sync schedule",
+            Op::Resume => "resuming a sync schedule",
+            Op::DeleteSchedule => "deleting a sync schedule",
         }
     }
 }
@@ -427,7 +529,12 @@ fn failure(ctx: &Ctx, status: u16, body: &[u8]) -> Error {
             "sync {} not found on registry {registry}",
             ctx.id
         )),
-        Some(ErrorCode::SecretUnknown) if ctx.op == Op::Start => Error::NotFound(format!(
+        Some(ErrorCode::ScheduleUnknown) => Error::NotFound(format!(
+            "schedule {} not found on registry {registry}; `sealvol sync schedule list{}` shows them",
+            ctx.id,
+            registry_flag(registry)
+        )),
+        Some(ErrorCode::SecretUnknown) if matches!(ctx.op, Op::Start | Op::Schedule) => Error::NotFound(format!(
             "secret {secret} not found on registry {registry}; store it first with `sealvol secret set {secret}{}` (the value on standard input)",
             registry_flag(registry)
         )),
@@ -439,6 +546,7 @@ fn failure(ctx: &Ctx, status: u16, body: &[u8]) -> Error {
         Some(ErrorCode::Invalid | ErrorCode::NameInvalid | ErrorCode::TagReserved) => {
             let what = match ctx.op {
                 Op::Start => format!("the sync into {}", ctx.dest),
+                Op::Schedule => format!("the sync schedule into {}", ctx.dest),
                 Op::SetSecret | Op::DeleteSecret => format!("secret {secret}"),
                 op => op.doing().to_string(),
             };
@@ -472,6 +580,10 @@ fn failure(ctx: &Ctx, status: u16, body: &[u8]) -> Error {
 
 fn job_path(id: &str) -> String {
     format!("/syncs/{}", segment(id))
+}
+
+fn schedule_path(id: &str) -> String {
+    format!("/schedules/{}", segment(id))
 }
 
 fn secret_path(name: &SecretName) -> String {

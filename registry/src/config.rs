@@ -56,6 +56,8 @@ pub struct Config {
     /// renews it: a replica that dies leaves its jobs to the others after
     /// this.
     pub sync_lease_seconds: u64,
+    /// The shortest interval a sync schedule may have (SPEC.md §8.6).
+    pub sync_schedule_min_seconds: u64,
     /// Folders `dir://` sync sources may read; empty: none.
     pub sync_dir_roots: Vec<PathBuf>,
     /// Endpoints (`http(s)://host[:port]`) a source's `?endpoint=` may
@@ -143,6 +145,7 @@ impl Default for Config {
             test_clock: false,
             sync_workers: 2,
             sync_lease_seconds: crate::state::syncs::DEFAULT_LEASE_SECONDS,
+            sync_schedule_min_seconds: sealvol_spec::api::ScheduleRequest::MIN_EVERY,
             sync_dir_roots: Vec::new(),
             sync_endpoints: Vec::new(),
             secrets_key_file: None,

@@ -23,6 +23,7 @@ pub(crate) fn default_status(code: Code) -> StatusCode {
         | Code::PathUnknown
         | Code::SyncUnknown
         | Code::SecretUnknown
+        | Code::ScheduleUnknown
         | Code::KeyUnknown => StatusCode::NOT_FOUND,
         Code::BlobUploadInvalid
         | Code::DigestInvalid

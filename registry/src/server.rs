@@ -352,6 +352,10 @@ pub async fn serve(config: Config, ready: impl FnOnce(SocketAddr)) -> Result<(),
         config.sync_lease_seconds.max(1),
         std::sync::atomic::Ordering::Relaxed,
     );
+    (app.syncs.schedule_min_seconds).store(
+        config.sync_schedule_min_seconds.max(1),
+        std::sync::atomic::Ordering::Relaxed,
+    );
     let prometheus = PrometheusBuilder::new()
         .install_recorder()
         .map_err(|e| ServeError::Serve(e.to_string()))?;
@@ -411,6 +415,12 @@ pub async fn serve(config: Config, ready: impl FnOnce(SocketAddr)) -> Result<(),
         None => config.sync_workers.max(1),
     };
     let workers = crate::service::syncs::runner::spawn_workers(Arc::clone(&app), sync_workers);
+    // Schedules start jobs only where jobs run.
+    let schedules = (sync_workers > 0).then(|| {
+        tokio::spawn(crate::service::syncs::schedules::run_schedules(Arc::clone(
+            &app,
+        )))
+    });
     let router = router(Arc::clone(&app), auth, &config, prometheus);
     let served = serve_connections(listener, tls, router, &config.http, stop).await;
     if let Some(c) = collector {
@@ -419,6 +429,10 @@ pub async fn serve(config: Config, ready: impl FnOnce(SocketAddr)) -> Result<(),
     }
     upload_expiry.abort();
     let _ = upload_expiry.await;
+    if let Some(s) = schedules {
+        s.abort();
+        let _ = s.await;
+    }
     // A job stopped here is queued again at the next start and resumes
     // from its last finished file.
     for w in workers {

@@ -524,6 +524,10 @@ pub struct SyncJob {
     /// Set when `FAILED`.
     #[serde(default)]
     pub error: Option<JobError>,
+    /// The schedule that started the job (SPEC.md §8.6); `null` for a job
+    /// a caller started.
+    #[serde(default)]
+    pub schedule: Option<String>,
 }
 
 /// The body of `POST /api/v1/syncs`.
@@ -551,6 +555,102 @@ pub struct SyncList {
 pub struct Canceled {
     pub changed: bool,
     pub sync: SyncJob,
+}
+
+/// The body of `POST /api/v1/schedules` (SPEC.md §8.6): a sync request
+/// and how often to run it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScheduleRequest {
+    #[serde(flatten)]
+    pub sync: SyncRequest,
+    /// A duration as `10m`, `1h 30m` or `1d`: from 1 minute (unless the
+    /// registry allows less) to 30 days.
+    pub every: String,
+}
+
+impl ScheduleRequest {
+    /// The shortest interval a registry allows unless its admin says
+    /// otherwise: a schedule that lists its source more often costs the
+    /// source more than a checkpoint is worth.
+    pub const MIN_EVERY: u64 = 60;
+    /// The longest: 30 days.
+    pub const MAX_EVERY: u64 = 30 * 86_400;
+}
+
+/// `every` (`10m`, `1h 30m`, `1d`) in whole seconds, at least `min` and at
+/// most [`ScheduleRequest::MAX_EVERY`].
+pub fn every_seconds(every: &str, min: u64) -> Result<u64, RequestError> {
+    let d = humantime::parse_duration(every.trim()).map_err(|e| {
+        RequestError(format!(
+            "every {every:?} is not a duration ({e}); write it as 10m, 1h or 1d"
+        ))
+    })?;
+    let secs = d.as_secs();
+    let max = ScheduleRequest::MAX_EVERY;
+    if d.subsec_nanos() != 0 || secs < min.max(1) || secs > max {
+        return Err(RequestError(format!(
+            "every {every}: a schedule runs every {} to {}, in whole seconds",
+            every_text(min.max(1)),
+            every_text(max)
+        )));
+    }
+    Ok(secs)
+}
+
+/// `secs` as `every` is written back: `10m`, `1h 30m`.
+pub fn every_text(secs: u64) -> String {
+    humantime::format_duration(std::time::Duration::from_secs(secs))
+        .to_string()
+        .replace(' ', "")
+}
+
+/// `SyncSchedule`: a schedule as the API shows it (SPEC.md §8.6).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SyncSchedule {
+    /// `sched-<16 hex>`.
+    pub id: String,
+    pub source: String,
+    pub dest: SyncDest,
+    #[serde(default)]
+    pub include: Vec<String>,
+    #[serde(default)]
+    pub exclude: Vec<String>,
+    #[serde(default)]
+    pub secret: Option<String>,
+    /// The interval as the registry writes it (`10m`).
+    pub every: String,
+    pub every_seconds: u64,
+    /// A paused schedule starts no job until resumed.
+    #[serde(default)]
+    pub paused: bool,
+    #[serde(default)]
+    pub created_at: Option<String>,
+    /// When it next starts a job; `null` while paused.
+    #[serde(default)]
+    pub next_run_at: Option<String>,
+    /// Jobs it started.
+    #[serde(default)]
+    pub runs: u64,
+    /// Times it was due while its last job still ran, and so started none.
+    #[serde(default)]
+    pub skipped: u64,
+    /// The last job it started, as it is now.
+    #[serde(default)]
+    pub last_run: Option<SyncJob>,
+}
+
+/// `GET /api/v1/schedules`: oldest first.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScheduleList {
+    pub schedules: Vec<SyncSchedule>,
+}
+
+/// `POST /api/v1/schedules/ID/pause` and `…/resume`: whether the schedule
+/// changed, and the schedule as it is now.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScheduleChanged {
+    pub changed: bool,
+    pub schedule: SyncSchedule,
 }
 
 /// A secret's name: 1–64 of `[A-Za-z0-9._-]`, other than `.` and `..`
@@ -741,16 +841,17 @@ pub enum ErrorCode {
     PushInProgress,
     NotDeleted,
     RetentionExpired,
-    // Sync jobs and secrets (SPEC.md §8.3).
+    // Sync jobs, secrets and schedules (SPEC.md §8.3, §8.6).
     SyncUnknown,
     SecretUnknown,
+    ScheduleUnknown,
     // API keys (SPEC.md §7.5).
     KeyUnknown,
 }
 
 impl ErrorCode {
     /// Every code, for parsing and tests.
-    pub const ALL: [ErrorCode; 27] = [
+    pub const ALL: [ErrorCode; 28] = [
         ErrorCode::BlobUnknown,
         ErrorCode::BlobUploadInvalid,
         ErrorCode::BlobUploadUnknown,
@@ -777,6 +878,7 @@ impl ErrorCode {
         ErrorCode::RetentionExpired,
         ErrorCode::SyncUnknown,
         ErrorCode::SecretUnknown,
+        ErrorCode::ScheduleUnknown,
         ErrorCode::KeyUnknown,
     ];
 
@@ -809,6 +911,7 @@ impl ErrorCode {
             ErrorCode::RetentionExpired => "RETENTION_EXPIRED",
             ErrorCode::SyncUnknown => "SYNC_UNKNOWN",
             ErrorCode::SecretUnknown => "SECRET_UNKNOWN",
+            ErrorCode::ScheduleUnknown => "SCHEDULE_UNKNOWN",
             ErrorCode::KeyUnknown => "KEY_UNKNOWN",
         }
     }
@@ -863,5 +966,39 @@ impl ErrorBody {
 impl ErrorItem {
     pub fn known_code(&self) -> Option<ErrorCode> {
         ErrorCode::parse(&self.code)
+    }
+}
+
+#[cfg(test)]
+mod schedule_tests {
+    use super::*;
+
+    #[test]
+    fn intervals_are_durations_within_bounds() {
+        assert_eq!(every_seconds("10m", 60).unwrap(), 600);
+        assert_eq!(every_seconds("1h 30m", 60).unwrap(), 5400);
+        assert_eq!(every_seconds(" 1d ", 60).unwrap(), 86_400);
+        assert_eq!(every_seconds("5s", 5).unwrap(), 5);
+        for bad in ["", "10", "soon", "30s", "1500ms", "31d", "-1m"] {
+            let e = every_seconds(bad, 60).unwrap_err().to_string();
+            assert!(e.contains("every"), "{bad:?}: {e}");
+        }
+        assert_eq!(every_text(600), "10m");
+        assert_eq!(every_text(5400), "1h30m");
+        assert_eq!(every_seconds(&every_text(5400), 60).unwrap(), 5400);
+    }
+
+    #[test]
+    fn a_schedule_request_is_a_sync_request_and_an_interval() {
+        let r: ScheduleRequest = serde_json::from_str(
+            r#"{"source":"s3://b/run-42","dest":{"name":"ckpt/run-42","tag":"latest"},"every":"10m"}"#,
+        )
+        .unwrap();
+        assert_eq!(r.sync.source, "s3://b/run-42");
+        assert_eq!(r.sync.dest.tag.as_deref(), Some("latest"));
+        assert_eq!(r.every, "10m");
+        let back: ScheduleRequest =
+            serde_json::from_value(serde_json::to_value(&r).unwrap()).unwrap();
+        assert_eq!(back, r);
     }
 }

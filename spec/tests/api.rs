@@ -131,6 +131,7 @@ fn ready_job() -> SyncJob {
             index_digest: shad(),
         }),
         error: None,
+        schedule: None,
     }
 }
 
@@ -149,7 +150,7 @@ fn ready_job_json() -> Value {
         "created_at": "2026-12-02T18:40:00Z", "started_at": "2026-12-02T18:40:01Z",
         "finished_at": "2026-12-02T18:52:13Z",
         "version": {"digest": b3(), "index_digest": sha()},
-        "error": null
+        "error": null, "schedule": null
     })
 }
 
@@ -302,6 +303,7 @@ fn sync_bodies_are_the_spec_json() {
             code: "SOURCE_DENIED".into(),
             message: "s3://b/p: access denied".into(),
         }),
+        schedule: Some("sched-0123456789abcdef".into()),
     };
     let failed_json = json!({
         "id": "sync-00000000000000ff", "state": "FAILED", "source": "s3://b/p",
@@ -312,7 +314,8 @@ fn sync_bodies_are_the_spec_json() {
         "attempts": 1, "retries": 0, "retrying": null,
         "created_at": "2026-12-02T18:40:00Z", "started_at": null,
         "finished_at": "2026-12-02T18:40:02Z", "version": null,
-        "error": {"code": "SOURCE_DENIED", "message": "s3://b/p: access denied"}
+        "error": {"code": "SOURCE_DENIED", "message": "s3://b/p: access denied"},
+        "schedule": "sched-0123456789abcdef"
     });
     round_trip(&failed, failed_json.clone());
     assert_eq!(
@@ -482,4 +485,67 @@ fn destinations_are_a_volume_and_maybe_a_tag() {
     }
     let digest_tag = format!("bdn:weights/qwen3-8b:b3-{}", "ab".repeat(32));
     assert!(dest(&digest_tag).is_err());
+}
+
+#[test]
+fn schedule_bodies_are_the_spec_json() {
+    let schedule = SyncSchedule {
+        id: "sched-0123456789abcdef".into(),
+        source: "s3://b/run-42/checkpoints/latest".into(),
+        dest: SyncDest {
+            name: "ckpt/run-42".into(),
+            tag: Some("latest".into()),
+        },
+        include: vec![],
+        exclude: vec![],
+        secret: None,
+        every: "10m".into(),
+        every_seconds: 600,
+        paused: false,
+        created_at: Some("2026-12-02T18:40:00Z".into()),
+        next_run_at: Some("2026-12-02T18:50:00Z".into()),
+        runs: 1,
+        skipped: 0,
+        last_run: Some(ready_job()),
+    };
+    let schedule_json = json!({
+        "id": "sched-0123456789abcdef", "source": "s3://b/run-42/checkpoints/latest",
+        "dest": {"name": "ckpt/run-42", "tag": "latest"},
+        "include": [], "exclude": [], "secret": null,
+        "every": "10m", "every_seconds": 600, "paused": false,
+        "created_at": "2026-12-02T18:40:00Z", "next_run_at": "2026-12-02T18:50:00Z",
+        "runs": 1, "skipped": 0, "last_run": ready_job_json()
+    });
+    round_trip(&schedule, schedule_json.clone());
+    round_trip(
+        &ScheduleList {
+            schedules: vec![schedule.clone()],
+        },
+        json!({"schedules": [schedule_json.clone()]}),
+    );
+    round_trip(
+        &ScheduleChanged {
+            changed: true,
+            schedule,
+        },
+        json!({"changed": true, "schedule": schedule_json}),
+    );
+    round_trip(
+        &ScheduleRequest {
+            sync: SyncRequest {
+                source: "s3://b/run-42/checkpoints/latest".into(),
+                dest: SyncDest {
+                    name: "ckpt/run-42".into(),
+                    tag: Some("latest".into()),
+                },
+                include: vec!["*.safetensors".into()],
+                exclude: vec![],
+                secret: None,
+            },
+            every: "10m".into(),
+        },
+        json!({"source": "s3://b/run-42/checkpoints/latest",
+               "dest": {"name": "ckpt/run-42", "tag": "latest"},
+               "include": ["*.safetensors"], "exclude": [], "secret": null, "every": "10m"}),
+    );
 }

@@ -23,11 +23,11 @@ pub enum Need {
     /// A listing (catalog, namespaces, volumes, sync jobs): allowed to
     /// anyone [`Need::Base`] allows, filtered to what the caller may pull.
     Listing,
-    /// A sync job by id: the handler reads the job's destination and asks
-    /// for `action` on it.
+    /// A sync job or schedule by id: the handler reads its destination and
+    /// asks for `action` on it.
     SyncJob(Action),
-    /// A new sync job: the handler asks for `push` on the body's
-    /// destination.
+    /// A new sync job or schedule: the handler asks for `push` on the
+    /// body's destination.
     NewSync,
     /// Garbage collection, secrets, API keys.
     Admin,
@@ -80,10 +80,11 @@ pub fn need(method: &Method, path: &str) -> Need {
             use Api as R;
             match r {
                 R::Root => Need::Base,
-                R::Namespaces | R::Volumes | R::Syncs if read => Need::Listing,
-                R::Syncs => Need::NewSync,
+                R::Namespaces | R::Volumes | R::Syncs | R::Schedules if read => Need::Listing,
+                R::Syncs | R::Schedules => Need::NewSync,
                 R::Sync(_) => Need::SyncJob(Pull),
-                R::SyncCancel(_) => Need::SyncJob(Push),
+                R::Schedule(_) if read => Need::SyncJob(Pull),
+                R::SyncCancel(_) | R::Schedule(_) | R::SchedulePause(_) => Need::SyncJob(Push),
                 R::Gc | R::Secrets | R::Secret(_) | R::Keys | R::Key(_) => Need::Admin,
                 R::Namespaces | R::Volumes => Need::Nothing,
                 R::WhoAmI => Need::Base,
@@ -170,6 +171,17 @@ mod tests {
         assert_eq!(n(Method::GET, "/api/v1/keys"), Need::Admin);
         assert_eq!(n(Method::POST, "/api/v1/keys"), Need::Admin);
         assert_eq!(n(Method::DELETE, "/api/v1/keys/svk_00"), Need::Admin);
+        assert_eq!(n(Method::GET, "/api/v1/schedules"), Need::Listing);
+        assert_eq!(n(Method::POST, "/api/v1/schedules"), Need::NewSync);
+        assert_eq!(n(Method::GET, "/api/v1/schedules/s"), Need::SyncJob(Pull));
+        for (m, p) in [
+            (Method::DELETE, "/api/v1/schedules/s"),
+            (Method::POST, "/api/v1/schedules/s/pause"),
+            (Method::POST, "/api/v1/schedules/s/resume"),
+        ] {
+            assert_eq!(n(m, p), Need::SyncJob(Push), "{p}");
+        }
+        assert_eq!(n(Method::POST, "/api/v1/schedules/s/run"), Need::Nothing);
         assert_eq!(n(Method::GET, "/api/v1/syncs"), Need::Listing);
         assert_eq!(n(Method::POST, "/api/v1/syncs"), Need::NewSync);
         assert_eq!(n(Method::GET, "/api/v1/syncs/j"), Need::SyncJob(Pull));

@@ -141,6 +141,22 @@ fn api_router() -> Router<Arc<App>> {
             "/api/v1/syncs/{id}/cancel",
             r(post(api::syncs::cancel_sync)),
         )
+        .route(
+            "/api/v1/schedules",
+            r(get(api::syncs::list_schedules).post(api::syncs::create_schedule)),
+        )
+        .route(
+            "/api/v1/schedules/{id}",
+            r(get(api::syncs::describe_schedule).delete(api::syncs::delete_schedule)),
+        )
+        .route(
+            "/api/v1/schedules/{id}/pause",
+            r(post(api::syncs::pause_schedule)),
+        )
+        .route(
+            "/api/v1/schedules/{id}/resume",
+            r(post(api::syncs::resume_schedule)),
+        )
         .route("/api/v1/secrets", r(get(api::admin::list_secrets)))
         .route(
             "/api/v1/secrets/{name}",

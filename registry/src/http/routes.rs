@@ -94,6 +94,10 @@ pub enum Api {
     Syncs,
     Sync(String),
     SyncCancel(String),
+    Schedules,
+    Schedule(String),
+    /// `schedules/ID/pause` and `…/resume`.
+    SchedulePause(String),
     Secrets,
     Secret(String),
     Keys,
@@ -111,6 +115,7 @@ pub fn api(path: &str) -> Option<Api> {
         "volumes" => Api::Volumes,
         "gc" => Api::Gc,
         "syncs" => Api::Syncs,
+        "schedules" => Api::Schedules,
         "secrets" => Api::Secrets,
         "keys" => Api::Keys,
         "whoami" => Api::WhoAmI,
@@ -119,6 +124,14 @@ pub fn api(path: &str) -> Option<Api> {
             match sub.split_once('/') {
                 None => Api::Sync(sub.to_string()),
                 Some((id, "cancel")) => Api::SyncCancel(id.to_string()),
+                Some(_) => return None,
+            }
+        }
+        _ if rest.starts_with("schedules/") => {
+            let sub = &rest["schedules/".len()..];
+            match sub.split_once('/') {
+                None => Api::Schedule(sub.to_string()),
+                Some((id, "pause" | "resume")) => Api::SchedulePause(id.to_string()),
                 Some(_) => return None,
             }
         }

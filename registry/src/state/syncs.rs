@@ -66,6 +66,11 @@ pub struct SyncControl {
     pub key: std::sync::OnceLock<SecretKey>,
     /// Wakes an idle worker when a job is queued.
     pub(crate) wake: Notify,
+    /// Wakes the schedule loop when a schedule is made or resumed.
+    pub(crate) schedules_changed: Notify,
+    /// The shortest interval a new schedule may have, in seconds; 0 means
+    /// the default (SPEC.md §8.6).
+    pub schedule_min_seconds: AtomicU64,
     pub(crate) running: Mutex<HashMap<String, Arc<Running>>>,
     /// Held while a job seals its version and while a cancel decides, so
     /// that a canceled job never seals and a sealed job is never canceled.
@@ -84,6 +89,13 @@ pub const DEFAULT_LEASE_SECONDS: u64 = 60;
 impl SyncControl {
     pub(crate) fn replica(&self) -> &str {
         self.replica.get().map_or("this registry", String::as_str)
+    }
+
+    pub(crate) fn schedule_min_every(&self) -> u64 {
+        match self.schedule_min_seconds.load(Ordering::Relaxed) {
+            0 => sealvol_spec::api::ScheduleRequest::MIN_EVERY,
+            n => n,
+        }
     }
 
     pub(crate) fn lease(&self) -> u64 {

@@ -343,11 +343,20 @@ async fn volume_action(app: &App, name: &str, sub: WebSub, body: Body) -> Result
     }
 }
 
-/// `GET /ui/syncs`: the caller's sync jobs, newest first.
+/// `GET /ui/syncs`: the caller's sync schedules with their last runs, then
+/// the caller's sync jobs, newest first.
 async fn syncs(State(app): State<Arc<App>>, caller: Caller) -> Response {
     let who = pages::Who::of(&caller, None);
-    match crate::service::syncs::jobs::list(&app, &caller, None).await {
-        Ok(list) => html(StatusCode::OK, pages::syncs(&who, &list.syncs)),
+    let listed = async {
+        let schedules = crate::service::syncs::schedules::list(&app, &caller, None).await?;
+        let jobs = crate::service::syncs::jobs::list(&app, &caller, None).await?;
+        Ok::<_, RegistryError>((schedules, jobs))
+    };
+    match listed.await {
+        Ok((schedules, list)) => html(
+            StatusCode::OK,
+            pages::syncs(&who, &schedules.schedules, &list.syncs),
+        ),
         Err(e) => error_page(&who, e),
     }
 }

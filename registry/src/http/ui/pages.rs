@@ -510,12 +510,40 @@ fn progress(p: &api::SyncProgress) -> Markup {
     }
 }
 
-pub(crate) fn syncs(who: &Who, jobs: &[api::SyncJob]) -> Markup {
+/// A schedule's last run, as one cell: its job, state and when it ended.
+fn last_run(s: &api::SyncSchedule) -> Markup {
+    html! {
+        @if let Some(j) = &s.last_run {
+            a href={ "/ui/syncs/" (crate::http::query::encode(&j.id)) } { (j.id) }
+            " " span class={ "state " (state_class(j.state)) } { (j.state.as_str()) }
+            @if let Some(f) = &j.finished_at { " " (f) }
+        } @else {
+            "none yet"
+        }
+    }
+}
+
+pub(crate) fn syncs(who: &Who, schedules: &[api::SyncSchedule], jobs: &[api::SyncJob]) -> Markup {
     layout(
         who,
         "Sync jobs",
         html! {
             h1 { "Sync jobs" }
+            @if !schedules.is_empty() {
+                h2 { "Schedules" }
+                table.schedules {
+                    thead { tr { th scope="col" { "Schedule" } th scope="col" { "Source" } th scope="col" { "Destination" } th scope="col" { "Every" } th scope="col" { "Next run" } th scope="col" { "Last run" } } }
+                    tbody { @for s in schedules { tr {
+                        th scope="row" { (s.id) }
+                        td { code { (s.source) } }
+                        td { a href=(volume_href(&s.dest.name)) { (s.dest.name) } @if let Some(t) = &s.dest.tag { ":" (t) } }
+                        td { (s.every) }
+                        td { @if s.paused { "paused" } @else { (s.next_run_at.as_deref().unwrap_or("")) } }
+                        td { (last_run(s)) }
+                    } } }
+                }
+                h2 { "Jobs" }
+            }
             @if !who.anonymous || !who.logins {
                 details {
                     summary { "Start a sync" }
@@ -564,6 +592,7 @@ pub(crate) fn sync(who: &Who, j: &api::SyncJob) -> Markup {
                 dl.facts {
                     dt { "Source" } dd { code { (j.source) } }
                     @if let Some(p) = &j.pinned_source { dt { "Pinned" } dd { code { (p) } } }
+                    @if let Some(s) = &j.schedule { dt { "Schedule" } dd { (s) } }
                     dt { "Destination" } dd { a href=(volume_href(&j.dest.name)) { (j.dest.name) } @if let Some(t) = &j.dest.tag { ":" (t) } }
                     dt { "Progress" } dd { (progress(&j.progress)) }
                     @if let Some(r) = &j.retrying { dt { "Retrying" } dd { (r) } }

@@ -19,7 +19,7 @@ use crate::auth::Caller;
 use crate::error::{Code, RegistryError, Result};
 use crate::state::app::App;
 use crate::store::meta::secrets;
-use crate::store::meta::syncs::{SyncJob, SyncProgress, SyncState};
+use crate::store::meta::syncs::{SyncJob, SyncState};
 use sealvol_spec::api::Action;
 
 fn invalid(why: impl Into<String>) -> RegistryError {
@@ -37,12 +37,14 @@ pub(crate) fn view(app: &App, mut job: SyncJob) -> api::SyncJob {
     job.view()
 }
 
-/// `POST /api/v1/syncs`.
-pub(crate) async fn create(
+/// Checks all a job of `caller` asking `body` can be checked for without
+/// its source: a new job's, and a new schedule's (whose jobs run with the
+/// authority checked here, SPEC.md §8.6).
+pub(crate) async fn check_request(
     app: &App,
     caller: &Caller,
-    body: api::SyncRequest,
-) -> Result<api::SyncJob> {
+    body: &api::SyncRequest,
+) -> Result<()> {
     caller.check(&body.dest.name, Action::Push)?;
     let net = app.syncs.net.read().expect("net lock").clone();
     let opts = SourceOptions {
@@ -72,7 +74,7 @@ pub(crate) async fn create(
         }
     }
     Filter::new(&body.include, &body.exclude).map_err(|e| invalid(e.to_string()))?;
-    let secret = body.secret.map(String::from);
+    let secret = body.secret.as_ref().map(|s| s.to_string());
     let stored = match &secret {
         None => None,
         Some(s) => {
@@ -98,28 +100,17 @@ pub(crate) async fn create(
             return Err(RegistryError::new(Code::Denied, why));
         }
     }
-    let job = SyncJob {
-        id: format!("sync-{}", &uuid::Uuid::new_v4().simple().to_string()[..16]),
-        seq: 0,
-        state: SyncState::Queued,
-        source: body.source,
-        pinned_source: None,
-        dest: body.dest,
-        include: body.include,
-        exclude: body.exclude,
-        secret,
-        by_admin: caller.is_admin(),
-        progress: SyncProgress::default(),
-        attempts: 0,
-        retries: 0,
-        retrying: None,
-        created_at: app.now(),
-        started_at: None,
-        finished_at: None,
-        version: None,
-        error: None,
-        lease: None,
-    };
+    Ok(())
+}
+
+/// `POST /api/v1/syncs`.
+pub(crate) async fn create(
+    app: &App,
+    caller: &Caller,
+    body: api::SyncRequest,
+) -> Result<api::SyncJob> {
+    check_request(app, caller, &body).await?;
+    let job = SyncJob::queued(body, caller.is_admin(), app.now());
     let job = app.meta(move |m| m.create_sync(job)).await?;
     app.syncs.wake.notify_one();
     Ok(job.view())

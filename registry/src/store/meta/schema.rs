@@ -92,6 +92,8 @@ tables! {
     /// `name` -> [`super::secrets::StoredSecret`] JSON: the value sealed,
     /// and its binding.
     SECRETS: Bytes = "secrets.v2";
+    /// `id` -> [`super::schedules::Schedule`] JSON.
+    SYNC_SCHEDULES: Bytes = "sync_schedules";
 
     // API keys (`keys`).
 
@@ -159,6 +161,7 @@ mod tests {
                 "sync_files",
                 "sync_reuse",
                 "secrets.v2",
+                "sync_schedules",
                 "api_keys",
                 "claims",
                 "gc_sweeps",

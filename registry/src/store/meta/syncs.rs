@@ -60,6 +60,9 @@ pub struct SyncJob {
     /// whose lease lapsed (its replica died) is taken by another.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lease: Option<Lease>,
+    /// The schedule that started it (SPEC.md §8.6).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schedule: Option<String>,
 }
 
 /// A worker's hold on a running job.
@@ -72,6 +75,34 @@ pub struct Lease {
 }
 
 impl SyncJob {
+    /// A new job, `QUEUED`, as `request` asks; `by_admin` says whether an
+    /// admin asked (SPEC.md §8.3). Its `seq` is set when it is stored.
+    pub fn queued(request: api::SyncRequest, by_admin: bool, now: u64) -> SyncJob {
+        SyncJob {
+            id: format!("sync-{}", &uuid::Uuid::new_v4().simple().to_string()[..16]),
+            seq: 0,
+            state: SyncState::Queued,
+            source: request.source,
+            pinned_source: None,
+            dest: request.dest,
+            include: request.include,
+            exclude: request.exclude,
+            secret: request.secret.map(String::from),
+            by_admin,
+            progress: SyncProgress::default(),
+            attempts: 0,
+            retries: 0,
+            retrying: None,
+            created_at: now,
+            started_at: None,
+            finished_at: None,
+            version: None,
+            error: None,
+            lease: None,
+            schedule: None,
+        }
+    }
+
     /// The job as the API shows it: times in RFC 3339, no `seq`.
     pub fn view(self) -> api::SyncJob {
         api::SyncJob {
@@ -92,6 +123,7 @@ impl SyncJob {
             finished_at: self.finished_at.map(rfc3339),
             version: self.version,
             error: self.error,
+            schedule: self.schedule,
         }
     }
 }
@@ -210,14 +242,29 @@ impl FileDone {
     }
 }
 
-fn get_job(t: &impl ReadableTable<Bytes>, id: &str) -> Result<Option<SyncJob>> {
+pub(in crate::store::meta) fn get_job(
+    t: &impl ReadableTable<Bytes>,
+    id: &str,
+) -> Result<Option<SyncJob>> {
     match t.get(id)? {
         Some(v) => Ok(Some(serde_json::from_slice(v.value())?)),
         None => Ok(None),
     }
 }
 
-fn put_job(tx: &WriteTransaction, job: &SyncJob) -> Result<()> {
+/// The `seq` of a job stored now: one past every stored job's.
+pub(in crate::store::meta) fn next_seq(tx: &WriteTransaction) -> Result<u64> {
+    let t = tx.open_table(SYNC_JOBS)?;
+    let mut max = 0;
+    for row in t.iter()? {
+        let (_, v) = row?;
+        let j: SyncJob = serde_json::from_slice(v.value())?;
+        max = max.max(j.seq);
+    }
+    Ok(max + 1)
+}
+
+pub(in crate::store::meta) fn put_job(tx: &WriteTransaction, job: &SyncJob) -> Result<()> {
     tx.open_table(SYNC_JOBS)?
         .insert(job.id.as_str(), serde_json::to_vec(job)?.as_slice())?;
     Ok(())
@@ -234,16 +281,7 @@ impl MetaStore {
     /// Stores a new job; its `seq` is set here.
     pub fn create_sync(&self, mut job: SyncJob) -> Result<SyncJob> {
         let tx = self.db.begin_write()?;
-        {
-            let t = tx.open_table(SYNC_JOBS)?;
-            let mut max = 0;
-            for row in t.iter()? {
-                let (_, v) = row?;
-                let j: SyncJob = serde_json::from_slice(v.value())?;
-                max = max.max(j.seq);
-            }
-            job.seq = max + 1;
-        }
+        job.seq = next_seq(&tx)?;
         put_job(&tx, &job)?;
         tx.commit()?;
         Ok(job)
@@ -686,6 +724,7 @@ mod tests {
                 version: None,
                 error: None,
                 lease: None,
+                schedule: None,
             })
             .unwrap();
         let reuse = |identity: &str| ReuseKey {

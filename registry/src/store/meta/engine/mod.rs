@@ -462,17 +462,24 @@ impl<V: Val> ReadOnlyTable<'_, V> {
 /// Reading a table opened either way, for helpers that serve both.
 pub trait ReadableTable<V: Val> {
     fn get(&self, key: &str) -> Result<Option<Guard<V>>>;
+    fn iter(&self) -> Result<Rows<'_, V>>;
 }
 
 impl<V: Val> ReadableTable<V> for Table<'_, V> {
     fn get(&self, key: &str) -> Result<Option<Guard<V>>> {
         Table::get(self, key)
     }
+    fn iter(&self) -> Result<Rows<'_, V>> {
+        Table::iter(self)
+    }
 }
 
 impl<V: Val> ReadableTable<V> for ReadOnlyTable<'_, V> {
     fn get(&self, key: &str) -> Result<Option<Guard<V>>> {
         ReadOnlyTable::get(self, key)
+    }
+    fn iter(&self) -> Result<Rows<'_, V>> {
+        ReadOnlyTable::iter(self)
     }
 }
 
