@@ -43,7 +43,7 @@ struct ScheduleOut {
 impl ScheduleOut {
     fn new(remote: &Remote, schedule: SyncSchedule) -> ScheduleOut {
         ScheduleOut {
-            dest_ref: sync::dest_ref(remote, &schedule.dest),
+            dest_ref: sync::dest_ref(remote, &schedule.sync.dest),
             schedule,
         }
     }
@@ -72,7 +72,7 @@ fn create(args: ScheduleArgs) -> anyhow::Result<()> {
             eprintln!(
                 "schedule {} syncs {} into {} every {}, first now. Follow it: sealvol sync schedule describe {}{}",
                 s.id,
-                s.source,
+                s.sync.source,
                 out.dest_ref,
                 s.every,
                 s.id,
@@ -90,7 +90,7 @@ fn list(dest: Option<&str>, ask: &Ask) -> anyhow::Result<()> {
         dest.as_ref().map(|d| d.name.as_str()),
     ))?;
     if let Some(tag) = dest.as_ref().and_then(|d| d.tag.as_ref()) {
-        all.retain(|s| s.dest.tag.as_ref() == Some(tag));
+        all.retain(|s| s.sync.dest.tag.as_ref() == Some(tag));
     }
     let all: Vec<ScheduleOut> = all
         .into_iter()
@@ -191,18 +191,18 @@ fn describe_text(remote: &Remote, out: &ScheduleOut) -> String {
     let s = &out.schedule;
     let mut rows: Vec<(&str, String)> = vec![
         ("id", s.id.clone()),
-        ("source", s.source.clone()),
+        ("source", s.sync.source.clone()),
         ("dest", out.dest_ref.clone()),
         ("every", s.every.clone()),
     ];
-    if !s.include.is_empty() {
-        rows.push(("include", s.include.join(" ")));
+    if !s.sync.include.is_empty() {
+        rows.push(("include", s.sync.include.join(" ")));
     }
-    if !s.exclude.is_empty() {
-        rows.push(("exclude", s.exclude.join(" ")));
+    if !s.sync.exclude.is_empty() {
+        rows.push(("exclude", s.sync.exclude.join(" ")));
     }
-    if let Some(secret) = &s.secret {
-        rows.push(("secret", secret.clone()));
+    if let Some(secret) = &s.sync.secret {
+        rows.push(("secret", secret.to_string()));
     }
     rows.extend([
         ("next run", next_run_text(s)),
@@ -239,7 +239,7 @@ fn table(all: &[ScheduleOut]) -> String {
         rows.push([
             s.id.clone(),
             s.every.clone(),
-            s.source.clone(),
+            s.sync.source.clone(),
             out.dest_ref.clone(),
             next_run_text(s),
             last,

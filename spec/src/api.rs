@@ -609,14 +609,9 @@ pub fn every_text(secs: u64) -> String {
 pub struct SyncSchedule {
     /// `sched-<16 hex>`.
     pub id: String,
-    pub source: String,
-    pub dest: SyncDest,
-    #[serde(default)]
-    pub include: Vec<String>,
-    #[serde(default)]
-    pub exclude: Vec<String>,
-    #[serde(default)]
-    pub secret: Option<String>,
+    /// What each run asks for.
+    #[serde(flatten)]
+    pub sync: SyncRequest,
     /// The interval as the registry writes it (`10m`).
     pub every: String,
     pub every_seconds: u64,

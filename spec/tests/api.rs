@@ -491,14 +491,16 @@ fn destinations_are_a_volume_and_maybe_a_tag() {
 fn schedule_bodies_are_the_spec_json() {
     let schedule = SyncSchedule {
         id: "sched-0123456789abcdef".into(),
-        source: "s3://b/run-42/checkpoints/latest".into(),
-        dest: SyncDest {
-            name: "ckpt/run-42".into(),
-            tag: Some("latest".into()),
+        sync: SyncRequest {
+            source: "s3://b/run-42/checkpoints/latest".into(),
+            dest: SyncDest {
+                name: "ckpt/run-42".into(),
+                tag: Some("latest".into()),
+            },
+            include: vec![],
+            exclude: vec![],
+            secret: None,
         },
-        include: vec![],
-        exclude: vec![],
-        secret: None,
         every: "10m".into(),
         every_seconds: 600,
         paused: false,

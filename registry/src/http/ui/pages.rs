@@ -535,8 +535,8 @@ pub(crate) fn syncs(who: &Who, schedules: &[api::SyncSchedule], jobs: &[api::Syn
                     thead { tr { th scope="col" { "Schedule" } th scope="col" { "Source" } th scope="col" { "Destination" } th scope="col" { "Every" } th scope="col" { "Next run" } th scope="col" { "Last run" } } }
                     tbody { @for s in schedules { tr {
                         th scope="row" { (s.id) }
-                        td { code { (s.source) } }
-                        td { a href=(volume_href(&s.dest.name)) { (s.dest.name) } @if let Some(t) = &s.dest.tag { ":" (t) } }
+                        td { code { (s.sync.source) } }
+                        td { a href=(volume_href(&s.sync.dest.name)) { (s.sync.dest.name) } @if let Some(t) = &s.sync.dest.tag { ":" (t) } }
                         td { (s.every) }
                         td { @if s.paused { "paused" } @else { (s.next_run_at.as_deref().unwrap_or("")) } }
                         td { (last_run(s)) }

@@ -54,7 +54,7 @@ pub(crate) async fn list(
     let all = app.meta(move |m| m.schedules(dest.as_deref())).await?;
     let schedules = all
         .into_iter()
-        .filter(|(s, _)| caller.sees(&s.dest.name))
+        .filter(|(s, _)| caller.sees(&s.sync.dest.name))
         .map(|(s, last)| view(app, s, last))
         .collect();
     Ok(api::ScheduleList { schedules })
@@ -71,7 +71,7 @@ async fn schedule_for(
     let i = id.to_string();
     let found = app.meta(move |m| m.schedule(&i)).await?;
     let found = found.ok_or_else(|| unknown_schedule(id))?;
-    caller.check(&found.0.dest.name, action)?;
+    caller.check(&found.0.sync.dest.name, action)?;
     Ok(found)
 }
 

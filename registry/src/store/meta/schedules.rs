@@ -10,7 +10,7 @@ use crate::store::meta::db::MetaStore;
 use crate::store::meta::engine::{Bytes, ReadableTable, WriteTransaction};
 use crate::store::meta::error::Result;
 use crate::store::meta::schema::{SYNC_JOBS, SYNC_SCHEDULES};
-use crate::store::meta::syncs::{get_job, next_seq, put_job, SyncDest, SyncJob};
+use crate::store::meta::syncs::{get_job, next_seq, put_job, SyncJob};
 use sealvol_spec::api;
 use serde::{Deserialize, Serialize};
 
@@ -19,11 +19,9 @@ use serde::{Deserialize, Serialize};
 pub struct Schedule {
     /// `sched-<16 hex>`.
     pub id: String,
-    pub source: String,
-    pub dest: SyncDest,
-    pub include: Vec<String>,
-    pub exclude: Vec<String>,
-    pub secret: Option<String>,
+    /// What each run asks for; checked when the schedule was made.
+    #[serde(flatten)]
+    pub sync: api::SyncRequest,
     /// Whether an admin made it: its jobs are then an admin's (SPEC.md
     /// §8.3's secret rule).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -47,11 +45,7 @@ impl Schedule {
     pub fn new(request: api::SyncRequest, every: u64, by_admin: bool, now: u64) -> Schedule {
         Schedule {
             id: format!("sched-{}", &uuid::Uuid::new_v4().simple().to_string()[..16]),
-            source: request.source,
-            dest: request.dest,
-            include: request.include,
-            exclude: request.exclude,
-            secret: request.secret.map(String::from),
+            sync: request,
             by_admin,
             every,
             paused: false,
@@ -60,18 +54,6 @@ impl Schedule {
             runs: 0,
             skipped: 0,
             last_job: None,
-        }
-    }
-
-    /// The sync request each run makes.
-    fn request(&self) -> api::SyncRequest {
-        api::SyncRequest {
-            source: self.source.clone(),
-            dest: self.dest.clone(),
-            include: self.include.clone(),
-            exclude: self.exclude.clone(),
-            // Checked when the schedule was made.
-            secret: self.secret.as_deref().and_then(|s| s.parse().ok()),
         }
     }
 
@@ -89,11 +71,7 @@ impl Schedule {
     pub fn view(self, last_run: Option<api::SyncJob>) -> api::SyncSchedule {
         api::SyncSchedule {
             id: self.id,
-            source: self.source,
-            dest: self.dest,
-            include: self.include,
-            exclude: self.exclude,
-            secret: self.secret,
+            sync: self.sync,
             every: api::every_text(self.every),
             every_seconds: self.every,
             paused: self.paused,
@@ -158,7 +136,7 @@ impl MetaStore {
         let jobs = tx.open_table(SYNC_JOBS)?;
         let mut out = Vec::new();
         for s in all(&tx.open_table(SYNC_SCHEDULES)?)? {
-            if dest.is_some_and(|d| d != s.dest.name) {
+            if dest.is_some_and(|d| d != s.sync.dest.name) {
                 continue;
             }
             let last = match &s.last_job {
@@ -236,7 +214,7 @@ impl MetaStore {
             if busy {
                 s.skipped += 1;
             } else {
-                let mut job = SyncJob::queued(s.request(), s.by_admin, now);
+                let mut job = SyncJob::queued(s.sync.clone(), s.by_admin, now);
                 job.schedule = Some(s.id.clone());
                 job.seq = next_seq(&tx)?;
                 put_job(&tx, &job)?;
@@ -255,7 +233,7 @@ impl MetaStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::meta::syncs::SyncState;
+    use crate::store::meta::syncs::{SyncDest, SyncState};
 
     fn request() -> api::SyncRequest {
         api::SyncRequest {
