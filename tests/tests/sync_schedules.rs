@@ -554,11 +554,21 @@ fn two_replicas_sharing_postgresql_start_each_run_once() {
         ),
         "sync list on replica B",
     );
-    let mut created: Vec<&str> = list["syncs"]
+    let jobs: Vec<&Value> = list["syncs"]
         .as_array()
         .unwrap()
         .iter()
         .filter(|j| j["schedule"] == id.as_str())
+        .collect();
+    // Reuse records live in the shared store too: whichever replica ran a
+    // later job, it read no file the first one had sealed.
+    for j in jobs.iter().filter(|j| j["state"] == "READY").rev().skip(1) {
+        let p = &j["progress"];
+        assert_eq!(p["files_reused"], p["files_total"], "{j}");
+        assert_eq!(p["bytes_stored"], 0, "{j}");
+    }
+    let mut created: Vec<&str> = jobs
+        .iter()
         .map(|j| j["created_at"].as_str().unwrap())
         .collect();
     created.sort();
