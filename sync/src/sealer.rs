@@ -74,8 +74,10 @@ pub async fn seal_object(
     let (to_cutter, from_reader) = mpsc::channel::<Option<Vec<Bytes>>>(8);
     let (to_writer, from_cutter) = mpsc::channel::<(Sha256Digest, Bytes)>(WRITERS);
     let expected = object.checksum;
-    let cutting =
-        tokio::task::spawn_blocking(move || cut_and_hash(from_reader, to_writer, cutter, expected));
+    let size = object.size;
+    let cutting = tokio::task::spawn_blocking(move || {
+        cut_and_hash(from_reader, to_writer, cutter, expected, size)
+    });
 
     let what = || format!("{} ({})", object.key, object.path);
     // `move`: the reader owns the sender, so the channel closes when it
@@ -250,22 +252,131 @@ enum WholeHash {
     Md5(Md5),
 }
 
+/// The hashes of the whole file: its BLAKE3 with the chain's chaining
+/// values, and the source's checksum when it gives one.
+struct Whole {
+    file: Pieces,
+    checksum: WholeHash,
+    expected: Option<Checksum>,
+}
+
+impl Whole {
+    fn new(expected: Option<Checksum>) -> Whole {
+        let checksum = match expected {
+            // The file's BLAKE3 is computed in any case.
+            None | Some(Checksum::Blake3(_)) => WholeHash::None,
+            Some(Checksum::Sha256(_)) => WholeHash::Sha256(Sha256::new()),
+            Some(Checksum::Md5(_)) => WholeHash::Md5(Md5::new()),
+        };
+        Whole {
+            file: Pieces::new(),
+            checksum,
+            expected,
+        }
+    }
+
+    fn update(&mut self, b: &[u8]) {
+        self.file.update(b);
+        match &mut self.checksum {
+            WholeHash::None => {}
+            WholeHash::Sha256(h) => h.update(b),
+            WholeHash::Md5(h) => h.update(b),
+        }
+    }
+
+    /// The file's BLAKE3, its chaining values, and the checksum to compare
+    /// with the source's.
+    fn finish(self) -> (B3Digest, Vec<PieceCv>, Option<Checksum>) {
+        let (blake3, pieces) = self.file.finish();
+        let checksum = match self.checksum {
+            WholeHash::None if matches!(self.expected, Some(Checksum::Blake3(_))) => {
+                Some(Checksum::Blake3(blake3.0))
+            }
+            WholeHash::None => None,
+            WholeHash::Sha256(h) => Some(Checksum::Sha256(h.finalize().into())),
+            WholeHash::Md5(h) => Some(Checksum::Md5(h.finalize().into())),
+        };
+        (blake3, pieces, checksum)
+    }
+}
+
+/// Objects at least this large hash the whole file on a second thread, so
+/// one large object keeps two cores busy: the whole-file hashes (MD5 is
+/// strictly serial) cost about as much as cutting and hashing the chunks.
+/// Smaller ones hash in line, where a thread would cost more than it saves.
+const WHOLE_ON_ITS_OWN_THREAD: u64 = 8 << 20;
+
+/// Where the whole-file hashes run: in line, or on their own thread fed
+/// the same buffers (shared, not copied).
+enum WholeStage {
+    Inline(Whole),
+    Thread {
+        to: std::sync::mpsc::SyncSender<Vec<Bytes>>,
+        done: std::thread::JoinHandle<(B3Digest, Vec<PieceCv>, Option<Checksum>)>,
+    },
+}
+
+impl WholeStage {
+    fn new(expected: Option<Checksum>, size: u64) -> Result<WholeStage, SyncError> {
+        let mut whole = Whole::new(expected);
+        if size < WHOLE_ON_ITS_OWN_THREAD {
+            return Ok(WholeStage::Inline(whole));
+        }
+        let (to, from) = std::sync::mpsc::sync_channel::<Vec<Bytes>>(8);
+        let done = std::thread::Builder::new()
+            .name("sealvol-hash".into())
+            .spawn(move || {
+                for batch in from {
+                    for b in &batch {
+                        whole.update(b);
+                    }
+                }
+                whole.finish()
+            })
+            .map_err(|e| {
+                SyncError::new(
+                    ErrorKind::Internal,
+                    format!("cannot start a hash thread: {e}"),
+                )
+            })?;
+        Ok(WholeStage::Thread { to, done })
+    }
+
+    fn update(&mut self, batch: &[Bytes]) {
+        match self {
+            WholeStage::Inline(w) => batch.iter().for_each(|b| w.update(b)),
+            // The thread only stops when the sender goes, so a send fails
+            // only if it panicked; `finish` reports that.
+            WholeStage::Thread { to, .. } => {
+                let _ = to.send(batch.to_vec());
+            }
+        }
+    }
+
+    fn finish(self) -> Result<(B3Digest, Vec<PieceCv>, Option<Checksum>), SyncError> {
+        match self {
+            WholeStage::Inline(w) => Ok(w.finish()),
+            WholeStage::Thread { to, done } => {
+                drop(to);
+                done.join()
+                    .map_err(|_| SyncError::new(ErrorKind::Internal, "the hash thread stopped"))
+            }
+        }
+    }
+}
+
 /// The blocking stage: cut points and every hash, in one pass over bytes
-/// that are already in memory.
+/// that are already in memory (the whole-file hashes on a thread of their
+/// own for a large object, [`WholeStage`]).
 fn cut_and_hash(
     mut input: mpsc::Receiver<Option<Vec<Bytes>>>,
     output: mpsc::Sender<(Sha256Digest, Bytes)>,
     cutter: Cutter,
     expected: Option<Checksum>,
+    size_listed: u64,
 ) -> Result<Cut, SyncError> {
     let max = cutter.params().max as usize;
-    let mut whole = match expected {
-        // The file's BLAKE3 is computed below in any case.
-        None | Some(Checksum::Blake3(_)) => WholeHash::None,
-        Some(Checksum::Sha256(_)) => WholeHash::Sha256(Sha256::new()),
-        Some(Checksum::Md5(_)) => WholeHash::Md5(Md5::new()),
-    };
-    let mut file = Pieces::new();
+    let mut whole = WholeStage::new(expected, size_listed)?;
     // One window, reused: chunks are copied out of it, so its pages stay
     // mapped (a growing shared buffer faulted in fresh pages on every cut).
     let mut buf: Vec<u8> = Vec::with_capacity(3 * max);
@@ -288,14 +399,9 @@ fn cut_and_hash(
     while !ended {
         match input.blocking_recv() {
             Some(Some(batch)) => {
+                whole.update(&batch);
                 for b in batch {
                     size += b.len() as u64;
-                    file.update(&b);
-                    match &mut whole {
-                        WholeHash::None => {}
-                        WholeHash::Sha256(h) => h.update(&b),
-                        WholeHash::Md5(h) => h.update(&b),
-                    }
                     buf.extend_from_slice(&b);
                 }
             }
@@ -315,15 +421,7 @@ fn cut_and_hash(
             buf.drain(..at);
         }
     }
-    let (blake3, pieces) = file.finish();
-    let checksum = match whole {
-        WholeHash::None if matches!(expected, Some(Checksum::Blake3(_))) => {
-            Some(Checksum::Blake3(blake3.0))
-        }
-        WholeHash::None => None,
-        WholeHash::Sha256(h) => Some(Checksum::Sha256(h.finalize().into())),
-        WholeHash::Md5(h) => Some(Checksum::Md5(h.finalize().into())),
-    };
+    let (blake3, pieces, checksum) = whole.finish()?;
     Ok(Cut {
         size,
         blake3,
@@ -483,47 +581,50 @@ mod tests {
 
     #[tokio::test]
     async fn checksums_and_sizes_are_verified() {
-        let data = noise(100_000, 5);
-        let md5: [u8; 16] = Md5::digest(&data).into();
-        let sha: [u8; 32] = Sha256::digest(&data).into();
-        let run = |o: Object| {
-            let data = data.clone();
-            async move {
-                seal_object(
-                    &o,
-                    stream(data, 4096),
-                    cutter(),
-                    Arc::new(Memory::default()),
-                    &|_| {},
-                    &GO,
-                )
+        // Small objects hash the whole file in line, large ones on a thread.
+        for len in [100_000, WHOLE_ON_ITS_OWN_THREAD as usize + 3] {
+            let data = noise(len, 5);
+            let md5: [u8; 16] = Md5::digest(&data).into();
+            let sha: [u8; 32] = Sha256::digest(&data).into();
+            let run = |o: Object| {
+                let data = data.clone();
+                async move {
+                    seal_object(
+                        &o,
+                        stream(data, 4096),
+                        cutter(),
+                        Arc::new(Memory::default()),
+                        &|_| {},
+                        &GO,
+                    )
+                    .await
+                }
+            };
+            run(object(&data, Some(Checksum::Md5(md5)))).await.unwrap();
+            run(object(&data, Some(Checksum::Sha256(sha))))
                 .await
-            }
-        };
-        run(object(&data, Some(Checksum::Md5(md5)))).await.unwrap();
-        run(object(&data, Some(Checksum::Sha256(sha))))
-            .await
-            .unwrap();
-        let b3 = B3Digest::of(&data).0;
-        run(object(&data, Some(Checksum::Blake3(b3))))
-            .await
-            .unwrap();
-        let mut bad = sha;
-        bad[0] ^= 1;
-        let e = run(object(&data, Some(Checksum::Sha256(bad))))
-            .await
-            .unwrap_err();
-        assert_eq!(e.kind, ErrorKind::Checksum);
-        assert!(e.message.contains("k/f"), "{}", e.message);
-        let e = run(object(&data, Some(Checksum::Blake3(bad))))
-            .await
-            .unwrap_err();
-        assert_eq!(e.kind, ErrorKind::Checksum);
-        assert!(e.message.contains("k/f"), "{}", e.message);
-        assert!(e.message.contains("the source says b3:"), "{}", e.message);
-        let mut short = object(&data, None);
-        short.size += 1;
-        assert_eq!(run(short).await.unwrap_err().kind, ErrorKind::Checksum);
+                .unwrap();
+            let b3 = B3Digest::of(&data).0;
+            run(object(&data, Some(Checksum::Blake3(b3))))
+                .await
+                .unwrap();
+            let mut bad = sha;
+            bad[0] ^= 1;
+            let e = run(object(&data, Some(Checksum::Sha256(bad))))
+                .await
+                .unwrap_err();
+            assert_eq!(e.kind, ErrorKind::Checksum);
+            assert!(e.message.contains("k/f"), "{}", e.message);
+            let e = run(object(&data, Some(Checksum::Blake3(bad))))
+                .await
+                .unwrap_err();
+            assert_eq!(e.kind, ErrorKind::Checksum);
+            assert!(e.message.contains("k/f"), "{}", e.message);
+            assert!(e.message.contains("the source says b3:"), "{}", e.message);
+            let mut short = object(&data, None);
+            short.size += 1;
+            assert_eq!(run(short).await.unwrap_err().kind, ErrorKind::Checksum);
+        }
     }
 
     /// A sink whose disk is full: every put fails.
