@@ -309,7 +309,7 @@ const WHOLE_ON_ITS_OWN_THREAD: u64 = 8 << 20;
 /// Where the whole-file hashes run: in line, or on their own thread fed
 /// the same buffers (shared, not copied).
 enum WholeStage {
-    Inline(Whole),
+    Inline(Box<Whole>),
     Thread {
         to: std::sync::mpsc::SyncSender<Vec<Bytes>>,
         done: std::thread::JoinHandle<(B3Digest, Vec<PieceCv>, Option<Checksum>)>,
@@ -318,7 +318,7 @@ enum WholeStage {
 
 impl WholeStage {
     fn new(expected: Option<Checksum>, size: u64) -> Result<WholeStage, SyncError> {
-        let mut whole = Whole::new(expected);
+        let mut whole = Box::new(Whole::new(expected));
         if size < WHOLE_ON_ITS_OWN_THREAD {
             return Ok(WholeStage::Inline(whole));
         }
