@@ -247,3 +247,75 @@ fn table(all: &[ScheduleOut]) -> String {
     }
     columns(&rows)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn remote() -> Remote {
+        let registry = sealvol_spec::reference::VolumeRef::default_registry();
+        Remote::connect(&registry, false).unwrap()
+    }
+
+    fn schedule(paused: bool) -> SyncSchedule {
+        serde_json::from_value(serde_json::json!({
+            "id": "sched-0123456789abcdef", "source": "s3://b/run-42/checkpoints/latest",
+            "dest": {"name": "ckpt/run-42", "tag": "latest"},
+            "include": ["*.safetensors"], "exclude": [], "secret": null,
+            "every": "10m", "every_seconds": 600, "paused": paused,
+            "created_at": "2026-12-02T18:40:00Z",
+            "next_run_at": if paused { None } else { Some("2026-12-02T18:50:00Z") },
+            "runs": 3, "skipped": 1,
+            "last_run": {
+                "id": "sync-00000000000000aa", "state": "READY", "source": "s3://b/run-42/checkpoints/latest",
+                "dest": {"name": "ckpt/run-42", "tag": "latest"},
+                "created_at": "2026-12-02T18:40:00Z", "finished_at": "2026-12-02T18:41:00Z",
+                "version": {"digest": format!("b3:{}", "ab".repeat(32)),
+                            "index_digest": format!("sha256:{}", "cd".repeat(32))},
+                "schedule": "sched-0123456789abcdef"
+            }
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn describe_prints_aligned_lines_with_the_last_run() {
+        let r = remote();
+        let text = describe_text(&r, &ScheduleOut::new(&r, schedule(false)));
+        assert_eq!(
+            text,
+            format!(
+                "id:       sched-0123456789abcdef\n\
+                 source:   s3://b/run-42/checkpoints/latest\n\
+                 dest:     bdn:ckpt/run-42:latest\n\
+                 every:    10m\n\
+                 include:  *.safetensors\n\
+                 next run: 2026-12-02T18:50:00Z\n\
+                 runs:     3 started, 1 skipped while the last still ran\n\
+                 last run: sync-00000000000000aa READY bdn:ckpt/run-42@b3:{} at 2026-12-02T18:41:00Z\n\
+                 created:  2026-12-02T18:40:00Z\n",
+                "ab".repeat(32)
+            )
+        );
+        let text = describe_text(&r, &ScheduleOut::new(&r, schedule(true)));
+        assert!(text.contains("\nnext run: paused\n"), "{text}");
+    }
+
+    #[test]
+    fn list_is_a_table_with_next_and_last_runs() {
+        let r = remote();
+        let text = table(&[
+            ScheduleOut::new(&r, schedule(false)),
+            ScheduleOut::new(&r, schedule(true)),
+        ]);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 3, "{text}");
+        assert!(
+            lines[0].starts_with("ID  ") && lines[0].ends_with("LAST RUN"),
+            "{text}"
+        );
+        assert!(lines[1].contains("2026-12-02T18:50:00Z"), "{text}");
+        assert!(lines[2].contains(" paused "), "{text}");
+        assert!(lines[1].ends_with("sync-00000000000000aa READY"), "{text}");
+    }
+}

@@ -576,6 +576,9 @@ fn describe_text(out: &JobOut) -> String {
     if let Some(s) = &job.secret {
         rows.push(("secret", s.clone()));
     }
+    if let Some(s) = &job.schedule {
+        rows.push(("schedule", s.clone()));
+    }
     rows.extend([
         ("progress", progress_text(&job.progress)),
         ("stored", human(job.progress.bytes_stored)),
@@ -878,6 +881,13 @@ mod tests {
         let text = describe_text(&failed);
         assert!(
             text.ends_with("error:    SOURCE_DENIED: hf://Qwen/Qwen3-8B: gated repository\n"),
+            "{text}"
+        );
+        let mut scheduled = ready();
+        scheduled.job.schedule = Some("sched-0123456789abcdef".into());
+        let text = describe_text(&scheduled);
+        assert!(
+            text.contains("\nschedule: sched-0123456789abcdef\n"),
             "{text}"
         );
     }
