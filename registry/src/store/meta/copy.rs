@@ -7,16 +7,19 @@ use crate::store::meta::engine::copy_rows;
 use crate::store::meta::error::MetaError;
 use crate::store::meta::schema::{
     API_KEYS, BLOB_LINKS, HIDDEN, LINK_TIMES, MANIFESTS, REFERRERS, REPOS, SECRETS, SYNC_FILES,
-    SYNC_JOBS, TAGS, TAG_EXPIRY, VERSIONS, VERSION_OF_INDEX, VOLUMES, VOLUME_CHUNKS,
+    SYNC_JOBS, SYNC_REUSE, SYNC_SCHEDULES, TAGS, TAG_EXPIRY, VERSIONS, VERSION_OF_INDEX, VOLUMES,
+    VOLUME_CHUNKS,
 };
 
 impl MetaStore {
-    /// Whether the store holds no repository, volume, job, key or secret.
+    /// Whether the store holds no repository, volume, job, schedule, key or
+    /// secret.
     pub fn is_empty(&self) -> Result<bool, MetaError> {
         let tx = self.db.begin_read()?;
         Ok(tx.open_table(REPOS)?.is_empty()?
             && tx.open_table(VOLUMES)?.is_empty()?
             && tx.open_table(SYNC_JOBS)?.is_empty()?
+            && tx.open_table(SYNC_SCHEDULES)?.is_empty()?
             && tx.open_table(API_KEYS)?.is_empty()?
             && tx.open_table(SECRETS)?.is_empty()?)
     }
@@ -41,6 +44,9 @@ impl MetaStore {
         n += copy_rows(&r, &w, VOLUME_CHUNKS)?;
         n += copy_rows(&r, &w, SYNC_JOBS)?;
         n += copy_rows(&r, &w, SYNC_FILES)?;
+        // Reuse records name chunks the migrated blob store holds too.
+        n += copy_rows(&r, &w, SYNC_REUSE)?;
+        n += copy_rows(&r, &w, SYNC_SCHEDULES)?;
         n += copy_rows(&r, &w, API_KEYS)?;
         w.commit()?;
         Ok(n)

@@ -325,4 +325,15 @@ mod tests {
         assert!(!m.delete_schedule(&s.id).unwrap());
         assert!(m.schedules(None).unwrap().is_empty());
     }
+
+    #[test]
+    fn a_migration_copies_schedules() {
+        let (_a, from) = MetaStore::temporary();
+        let (_b, to) = MetaStore::temporary();
+        let s = Schedule::new(request(), 60, false, 0);
+        from.create_schedule(&s).unwrap();
+        assert!(!from.is_empty().unwrap());
+        from.copy_into(&to).unwrap();
+        assert_eq!(to.schedule(&s.id).unwrap().unwrap().0, s);
+    }
 }
