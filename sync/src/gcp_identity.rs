@@ -270,7 +270,7 @@ impl ExternalAccount {
     pub fn identity(&self) -> String {
         let file = self.credentials_file.display();
         match &self.service_account {
-            Some(sa) => format!("service account {sa} (workload identity, {file})"),
+            Some(sa) => format!("service account {sa} ({file})"),
             None => format!("external account {} ({file})", self.audience),
         }
     }
