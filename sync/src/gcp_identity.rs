@@ -440,7 +440,7 @@ impl ExternalAccountProvider {
     /// An access token: the kept one until its refresh time, else a new
     /// one, its exchange made through clients that `net` governs. When a
     /// refresh fails while the kept token outlives the next try, that one
-    /// is used and the refresh tried again [`RETRY_REFRESH`] later.
+    /// is used and the refresh tried again `RETRY_REFRESH` (30 s) later.
     pub async fn token(&self, net: &NetPolicy) -> Result<Arc<str>, SyncError> {
         let mut cache = self.cache.lock().await;
         let now = Instant::now();
