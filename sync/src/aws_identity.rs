@@ -16,7 +16,7 @@
 //! HTTPS to STS, so it cannot be tested against an STS on loopback, and it
 //! takes no HTTP client from us. Not here: when workload identity applies
 //! to a job (that is [`crate::store`]'s decision), and GCS, whose
-//! federation `gs://` does not support.
+//! federation is [`crate::gcp_identity`]'s.
 //!
 //! The token is a credential: it goes only into the body of the request to
 //! STS, never into a message, a log line or a URL.

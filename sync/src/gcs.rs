@@ -10,26 +10,33 @@
 //! The endpoint is `?endpoint=` in the URI, else `STORAGE_EMULATOR_HOST`
 //! (the variable the Google client libraries read), else
 //! `https://storage.googleapis.com`. A secret is an OAuth 2 access token
-//! (`Authorization: Bearer`); without one, requests are anonymous, which
-//! public buckets and the emulator accept. `?region=` is accepted, as on any
-//! object-store URI, and ignored: GCS requests name no region.
+//! (`Authorization: Bearer`). Without one, a job uses workload identity
+//! when `GOOGLE_APPLICATION_CREDENTIALS` names an `external_account` file
+//! whose subject token is a file ([`crate::gcp_identity`]: the token
+//! exchange, its cache and its refusals); else requests are anonymous,
+//! which public buckets and the emulator accept. `?region=` is accepted,
+//! as on any object-store URI, and ignored: GCS requests name no region.
 //! `?checksum=none` leaves the listing's `md5Hash` unchecked (sizes still
 //! are).
 //!
-//! Not supported: workload identity federation, or any of the host's
-//! Google credentials (`GOOGLE_APPLICATION_CREDENTIALS`). Getting a token
-//! that way is an STS exchange nothing here can test; a refused request
-//! without a secret says so, and that a stored access token is the way.
+//! Not supported: the host's other Google credentials (`authorized_user`,
+//! `service_account` keys, external accounts whose token comes from a URL,
+//! a program or AWS). A refused request without a secret names what the
+//! file holds and says it is not used.
 //!
 //! Each object is listed with its generation and read with
 //! `ifGenerationMatch`, so an object overwritten mid-job fails it with
 //! `SOURCE_CHANGED` instead of mixing two contents.
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
 use base64::Engine as _;
 use serde::Deserialize;
 
+use crate::gcp_identity::{ExternalAccountProvider, HostCredentials};
 use crate::http::{self, bearer_token, endpoint_url, segment};
+use crate::net::NetPolicy;
 use crate::source::tree_path;
 use crate::store::parse_uri;
 use crate::{ByteStream, Checksum, ErrorKind, Object, Source, SourceOptions, SyncError};
@@ -50,10 +57,14 @@ pub struct GcsSource {
     http: reqwest::Client,
     /// False with `?checksum=none`: `md5Hash` is not checked.
     verify_checksums: bool,
-    /// The `type` of the host's Google credentials file, when
-    /// `GOOGLE_APPLICATION_CREDENTIALS` names one: a refusal says they are
-    /// not used.
-    host_credentials: Option<String>,
+    /// Where tokens come from without a secret: workload identity, when
+    /// the host's credentials file configures it.
+    identity: Option<Arc<ExternalAccountProvider>>,
+    /// What the host's credentials file holds when it is not used (its
+    /// `type`, or why it cannot be read): a refusal says so.
+    unused_credentials: Option<String>,
+    /// Where the token exchange may connect: the job's policy.
+    net: NetPolicy,
 }
 
 /// A bucket name as GCS allows it: 3 to 222 of lower-case letters, digits,
@@ -78,23 +89,6 @@ fn emulator_endpoint(raw: &str) -> String {
     } else {
         format!("http://{raw}")
     }
-}
-
-/// The `type` of the credentials file `GOOGLE_APPLICATION_CREDENTIALS`
-/// names (`external_account` for workload identity federation), or
-/// `unreadable`; `None` when the variable is not set.
-fn host_credentials() -> Option<String> {
-    let file = std::env::var_os("GOOGLE_APPLICATION_CREDENTIALS").filter(|f| !f.is_empty())?;
-    #[derive(Deserialize)]
-    struct Kind {
-        r#type: String,
-    }
-    // Only the type is read; the file is the host's, of a few KiB.
-    let kind = std::fs::read(file)
-        .ok()
-        .and_then(|b| serde_json::from_slice::<Kind>(&b).ok())
-        .map_or_else(|| "unreadable".to_string(), |k| k.r#type);
-    Some(kind)
 }
 
 /// A JSON API number: documented as a string (`"size": "123"`), though
@@ -156,15 +150,30 @@ impl GcsSource {
             )?,
             _ => DEFAULT_ENDPOINT.to_string(),
         };
+        let token = bearer_token(uri, opts.secret.as_deref())?;
+        // The host's credentials only for a job without a secret: a job
+        // with one never depends on the host's file.
+        let host = match token {
+            Some(_) => HostCredentials::None,
+            None => crate::gcp_identity::from_env_once()
+                .map_err(|e| SyncError::new(e.kind, format!("{uri}: {}", e.message)))?,
+        };
+        let (identity, unused_credentials) = match host {
+            HostCredentials::None => (None, None),
+            HostCredentials::External(p) => (Some(p), None),
+            HostCredentials::Unsupported(kind) => (None, Some(kind)),
+        };
         Ok(GcsSource {
             uri: uri.to_string(),
             bucket: p.authority,
             prefix: p.path,
             endpoint,
-            token: bearer_token(uri, opts.secret.as_deref())?,
+            token,
             http: http::client(uri, &opts.net)?,
             verify_checksums: p.verify_checksums,
-            host_credentials: host_credentials(),
+            identity,
+            unused_credentials,
+            net: opts.net.clone(),
         })
     }
 
@@ -217,8 +226,21 @@ impl GcsSource {
         })
     }
 
+    /// The token a request carries: the secret, else one of workload
+    /// identity (kept, or exchanged now), else none.
+    async fn bearer(&self, what: &str) -> Result<Option<Arc<str>>, SyncError> {
+        match (&self.token, &self.identity) {
+            (Some(t), _) => Ok(Some(Arc::from(t.as_str()))),
+            (None, Some(p)) => p.token(&self.net).await.map(Some).map_err(|e| {
+                SyncError::new(e.kind, format!("{}: {what}: {}", self.uri, e.message))
+            }),
+            (None, None) => Ok(None),
+        }
+    }
+
     async fn send(&self, url: url::Url, what: &str) -> Result<reqwest::Response, SyncError> {
-        let req = http::get(&self.http, url, self.token.as_deref());
+        let token = self.bearer(what).await?;
+        let req = http::get(&self.http, url, token.as_deref());
         http::send(req, &self.uri, what, |r| {
             self.status_error(what, r.status, &r.reason())
         })
@@ -244,8 +266,15 @@ impl GcsSource {
                 ErrorKind::Denied,
                 if self.token.is_some() {
                     format!("{uri}: {what}: access denied{reason}; the access token secret expired or lacks storage.objects.list/get")
-                } else if let Some(kind) = &self.host_credentials {
-                    format!("{uri}: {what}: access denied{reason}; the registry's Google credentials (GOOGLE_APPLICATION_CREDENTIALS, {kind}) are not used: workload identity is not supported for gs://, store an OAuth 2 access token as a secret and name it in the job")
+                } else if let Some(p) = &self.identity {
+                    // The exchange worked: the bucket refuses the identity.
+                    format!(
+                        "{uri}: {what}: access denied{reason} to {}; check the bucket's IAM: it needs storage.objects.list and storage.objects.get on gs://{} (roles/storage.objectViewer)",
+                        p.account().identity(),
+                        self.bucket
+                    )
+                } else if let Some(kind) = &self.unused_credentials {
+                    format!("{uri}: {what}: access denied{reason}; the registry's Google credentials (GOOGLE_APPLICATION_CREDENTIALS, {kind}) are not used: gs:// workload identity takes only an external_account whose credential_source is a file; store an OAuth 2 access token as a secret and name it in the job")
                 } else {
                     format!("{uri}: {what}: access denied{reason}; set a secret holding an OAuth 2 access token")
                 },
@@ -564,11 +593,11 @@ mod tests {
     #[test]
     fn a_refusal_says_host_credentials_are_not_used() {
         let mut s = source("gs://bkt/p?endpoint=http://h:1");
-        s.host_credentials = Some("external_account".into());
+        s.unused_credentials = Some("authorized_user".into());
         let e = s.status_error("listing", 401, "Anonymous caller");
         assert_eq!(e.kind, ErrorKind::Denied);
         assert!(
-            e.message.contains("external_account") && e.message.contains("not supported"),
+            e.message.contains("authorized_user") && e.message.contains("not used"),
             "{}",
             e.message
         );
@@ -576,6 +605,30 @@ mod tests {
         // With a secret, the secret is what to check.
         s.token = Some("ya29.x".into());
         let e = s.status_error("listing", 403, "");
-        assert!(!e.message.contains("not supported"), "{}", e.message);
+        assert!(!e.message.contains("not used"), "{}", e.message);
+    }
+
+    #[test]
+    fn a_bucket_refusing_the_identity_names_it() {
+        let mut s = source("gs://bkt/p?endpoint=http://h:1");
+        let sa = "reader@proj.iam.gserviceaccount.com";
+        s.identity = Some(Arc::new(ExternalAccountProvider::new(
+            crate::gcp_identity::ExternalAccount {
+                credentials_file: "/etc/gcp/creds.json".into(),
+                audience: "//iam.googleapis.com/projects/1/locations/global/workloadIdentityPools/p/providers/k".into(),
+                subject_token_type: "urn:ietf:params:oauth:token-type:jwt".into(),
+                token_url: "https://sts.googleapis.com/v1/token".into(),
+                impersonation_url: Some(format!("https://iamcredentials.googleapis.com/v1/projects/-/serviceAccounts/{sa}:generateAccessToken")),
+                service_account: Some(sa.into()),
+                impersonation_lifetime: 3600,
+                subject_file: "/var/run/token".into(),
+                format: crate::gcp_identity::SubjectFormat::Text,
+            },
+        )));
+        let e = s.status_error("listing", 403, "Forbidden");
+        assert_eq!(e.kind, ErrorKind::Denied);
+        assert!(e.message.contains(sa), "{}", e.message);
+        assert!(e.message.contains("IAM"), "{}", e.message);
+        assert!(e.message.contains("gs://bkt"), "{}", e.message);
     }
 }

@@ -75,6 +75,28 @@ pub(crate) fn client(uri: &str, net: &NetPolicy) -> Result<reqwest::Client, Sync
         })
 }
 
+/// The client of a token exchange: as [`client`], but it follows no
+/// redirect. A token endpoint has no reason to send one, and following it
+/// would carry the credential in the request's body to wherever it points.
+pub(crate) fn exchange_client(what: &str, net: &NetPolicy) -> Result<reqwest::Client, SyncError> {
+    reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(10))
+        .read_timeout(Duration::from_secs(60))
+        .user_agent(concat!("sealvol/", env!("CARGO_PKG_VERSION")))
+        .dns_resolver(Arc::new(net.guard()))
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .map_err(|e| {
+            SyncError::new(
+                ErrorKind::Internal,
+                format!(
+                    "{what}: cannot make an HTTP client: {}",
+                    first_line(&error_chain(&e.without_url()))
+                ),
+            )
+        })
+}
+
 /// A GET of `url`, with the bearer token when there is one.
 pub(crate) fn get(
     http: &reqwest::Client,
@@ -164,7 +186,7 @@ pub(crate) async fn body(
 
 /// Reads the body of `resp` until it ends or holds more than `cap` bytes;
 /// the bytes read (at most `cap`), and whether there were more.
-async fn read_up_to(
+pub(crate) async fn read_up_to(
     resp: &mut reqwest::Response,
     cap: usize,
 ) -> Result<(Bytes, bool), reqwest::Error> {

@@ -56,6 +56,7 @@ use futures_util::stream::BoxStream;
 
 pub mod aws_identity;
 pub mod dir;
+pub mod gcp_identity;
 pub mod gcs;
 pub mod hf;
 mod http;

@@ -2,7 +2,9 @@
 //! options every object-store URI takes (`?endpoint=`, `?region=`,
 //! `?checksum=none`, SPEC.md §8.1). An `s3://`, `r2://` or `cw://` job
 //! without a secret uses workload identity when the registry's
-//! environment configures it ([`crate::aws_identity`]).
+//! environment configures it ([`crate::aws_identity`]); an `azure://` job
+//! without one uses Azure's federated tokens ([`AzureIdentity`]), which
+//! `object_store` exchanges itself.
 //!
 //! Not the `gs://` source: that one has its own module, since
 //! `object_store` reads GCS through its XML API, which the GCS emulators do
@@ -33,6 +35,9 @@ pub struct StoreSource {
     /// The role whose credentials sign the requests, when they come from
     /// workload identity: a refusal names it.
     role: Option<String>,
+    /// The Azure application whose tokens authorize the requests, when
+    /// they come from a federated token: a refusal names it.
+    azure_identity: Option<AzureIdentity>,
     /// Where ETags are unique ([`Source::reuse_scope`]): the scheme, the
     /// endpoint and the bucket (account and container); `None` with
     /// `?checksum=none` (SPEC.md §8.5).
@@ -110,6 +115,133 @@ fn env_endpoints() -> Vec<String> {
     .collect()
 }
 
+/// Azure workload identity (SPEC.md §8.1), as the Azure SDKs and the AKS
+/// webhook configure it: `AZURE_FEDERATED_TOKEN_FILE` (a projected
+/// service-account token), `AZURE_CLIENT_ID`, `AZURE_TENANT_ID`, and
+/// `AZURE_AUTHORITY_HOST` (default `https://login.microsoftonline.com`).
+/// `object_store` does the exchange (a client-credentials grant with the
+/// token as `client_assertion` at `AUTHORITY/TENANT/oauth2/v2.0/token`),
+/// reads the file anew for each, and keeps the token until 5 minutes
+/// before it expires; its requests go through the job's client, so the
+/// resolver of SPEC.md §8.4 checks the authority's addresses. What is
+/// ours: when it applies, the check of an authority that is an IP literal
+/// or plain HTTP, and what a refusal says.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AzureIdentity {
+    pub token_file: String,
+    pub client_id: String,
+    pub tenant_id: String,
+    /// Without a trailing `/`: `object_store` appends `/TENANT/…`, and the
+    /// AKS webhook sets it with one.
+    pub authority_host: String,
+}
+
+impl AzureIdentity {
+    /// The settings from `var` (the environment); `None` unless all of the
+    /// file, the client and the tenant are set.
+    pub fn from_vars(
+        var: impl Fn(&str) -> Option<String>,
+    ) -> Result<Option<AzureIdentity>, SyncError> {
+        let var = |k: &str| {
+            var(k)
+                .map(|v| v.trim().to_string())
+                .filter(|v| !v.is_empty())
+        };
+        let (Some(token_file), Some(client_id), Some(tenant_id)) = (
+            var("AZURE_FEDERATED_TOKEN_FILE"),
+            var("AZURE_CLIENT_ID"),
+            var("AZURE_TENANT_ID"),
+        ) else {
+            return Ok(None);
+        };
+        let authority_host = var("AZURE_AUTHORITY_HOST")
+            .unwrap_or_else(|| "https://login.microsoftonline.com".to_string())
+            .trim_end_matches('/')
+            .to_string();
+        let url = url::Url::parse(&authority_host).ok();
+        let loopback = url
+            .as_ref()
+            .and_then(|u| u.host_str())
+            .is_some_and(sealvol_spec::reference::is_loopback_host);
+        match url.as_ref().map(|u| u.scheme()) {
+            Some("https") => {}
+            Some("http") if loopback => {}
+            _ => {
+                return Err(SyncError::new(
+                    ErrorKind::InvalidSource,
+                    format!("Azure workload identity: AZURE_AUTHORITY_HOST {authority_host:?} must be an https:// URL (plain http:// only to a loopback address)"),
+                ))
+            }
+        }
+        Ok(Some(AzureIdentity {
+            token_file,
+            client_id,
+            tenant_id,
+            authority_host,
+        }))
+    }
+
+    /// Who the tokens speak for, for messages.
+    fn name(&self) -> String {
+        format!(
+            "client {} in tenant {} (Azure workload identity)",
+            self.client_id, self.tenant_id
+        )
+    }
+
+    /// What `e`, an error getting a token, means for the job, if it is
+    /// one: a refused exchange is `SOURCE_DENIED`, naming the client and
+    /// tenant; an unreachable or failing endpoint is worth retrying. The
+    /// text of the answer is not repeated: it could echo the assertion.
+    fn token_error(&self, uri: &str, what: &str, e: &object_store::Error) -> Option<SyncError> {
+        let text = error_chain(e);
+        let fail = |kind, why: String| {
+            Some(SyncError::new(
+                kind,
+                format!("{uri}: {what}: {}: {why}", self.name()),
+            ))
+        };
+        if text.contains("Error reading federated token file") {
+            return fail(
+                ErrorKind::Denied,
+                format!(
+                    "cannot read the federated token file {} (AZURE_FEDERATED_TOKEN_FILE)",
+                    self.token_file
+                ),
+            );
+        }
+        if text.contains("Error getting token response body") {
+            return fail(
+                ErrorKind::InvalidSource,
+                format!(
+                    "the token endpoint {} answered no token",
+                    self.authority_host
+                ),
+            );
+        }
+        if !text.contains("Error performing token request") {
+            return None;
+        }
+        match status_in(&format!("{e:?}")) {
+            Some(s @ (408 | 429 | 500..=599)) => fail(
+                ErrorKind::Transient,
+                format!("the token endpoint {} answered HTTP {s}", self.authority_host),
+            ),
+            Some(s) => fail(
+                ErrorKind::Denied,
+                format!(
+                    "the token exchange at {} was refused (HTTP {s}); check the application's federated credential (issuer and subject of the token) and the tenant",
+                    self.authority_host
+                ),
+            ),
+            None => fail(
+                ErrorKind::Transient,
+                format!("the token endpoint {} is unreachable", self.authority_host),
+            ),
+        }
+    }
+}
+
 /// Retries inside `object_store` are few and short: the job retries a
 /// whole object with its own backoff and reports it.
 fn retry() -> RetryConfig {
@@ -134,6 +266,7 @@ impl StoreSource {
             opts.net.check_url(uri, &e)?;
         }
         let mut role = None;
+        let mut azure_identity = None;
         // The endpoint requests go to, as the builders below pick it.
         let endpoint: String;
         let (store, prefix): (Arc<dyn ObjectStore>, String) = match scheme {
@@ -170,6 +303,19 @@ impl StoreSource {
                 }
                 if let Some(key) = &opts.secret {
                     b = b.with_access_key(key.trim());
+                } else if let Some(id) = azure_workload_identity(&b)? {
+                    // An IP literal resolves nothing: checked here (names
+                    // by the resolver).
+                    opts.net.check_url(uri, &id.authority_host)?;
+                    if id.authority_host.starts_with("http://") {
+                        b = b.with_allow_http(true);
+                    }
+                    b = b
+                        .with_federated_token_file(&id.token_file)
+                        .with_client_id(&id.client_id)
+                        .with_tenant_id(&id.tenant_id)
+                        .with_authority_host(&id.authority_host);
+                    azure_identity = Some(id);
                 }
                 (Arc::new(b.build().map_err(built)?), prefix)
             }
@@ -242,6 +388,7 @@ impl StoreSource {
             prefix,
             etag_is_md5: scheme != "azure" && p.verify_checksums,
             role,
+            azure_identity,
             scope: p
                 .verify_checksums
                 .then(|| format!("{scheme}://{}@{endpoint}", p.authority)),
@@ -257,6 +404,26 @@ impl StoreSource {
     }
 
     fn classify(&self, what: &str, e: object_store::Error) -> SyncError {
+        if let Some(id) = &self.azure_identity {
+            if let Some(err) = id.token_error(&self.uri, what, &e) {
+                if refused_in(&e).is_none() {
+                    return err;
+                }
+            }
+            let err = classify(&self.uri, what, e);
+            if err.kind != ErrorKind::Denied {
+                return err;
+            }
+            // The exchange worked: the account refuses the application.
+            return SyncError::new(
+                ErrorKind::Denied,
+                format!(
+                    "{}: {what}: access denied to {}; check its role assignment on the container (Storage Blob Data Reader)",
+                    self.uri,
+                    id.name()
+                ),
+            );
+        }
         let from_provider = credentials_cause(&e).is_some();
         match (classify(&self.uri, what, e), &self.role) {
             // The store refused the role's credentials: its policy, not
@@ -282,6 +449,24 @@ fn workload_identity() -> Result<Option<Arc<crate::aws_identity::WebIdentityProv
         return Ok(None);
     }
     crate::aws_identity::from_env_once()
+}
+
+/// Azure workload identity for a job with no secret, when the registry's
+/// environment configures it and `b` (the builder `from_env` made) holds
+/// no credential that `object_store` would take first (an account key, a
+/// bearer token), nor points at the emulator, which takes only its key.
+fn azure_workload_identity(
+    b: &object_store::azure::MicrosoftAzureBuilder,
+) -> Result<Option<AzureIdentity>, SyncError> {
+    use object_store::azure::AzureConfigKey as K;
+    if [K::AccessKey, K::Token, K::SasKey]
+        .iter()
+        .any(|k| b.get_config_value(k).is_some())
+        || std::env::var_os("AZURITE_BLOB_STORAGE_URL").is_some()
+    {
+        return Ok(None);
+    }
+    AzureIdentity::from_vars(|k| std::env::var(k).ok())
 }
 
 /// The error a credential provider of ours failed with, when `e` is one:
@@ -642,6 +827,128 @@ mod tests {
         ));
         assert_eq!(e.kind, ErrorKind::Denied);
         assert!(e.message.contains("no credentials"), "{}", e.message);
+    }
+
+    fn vars(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let map: std::collections::HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        move |k| map.get(k).cloned()
+    }
+
+    #[test]
+    fn azure_workload_identity_comes_from_the_sdk_variables() {
+        let all = [
+            (
+                "AZURE_FEDERATED_TOKEN_FILE",
+                "/var/run/secrets/azure/tokens/azure-identity-token",
+            ),
+            ("AZURE_CLIENT_ID", "client-1"),
+            ("AZURE_TENANT_ID", "tenant-1"),
+        ];
+        for missing in 0..all.len() {
+            let some: Vec<_> = all
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| *i != missing)
+                .map(|(_, p)| *p)
+                .collect();
+            assert_eq!(AzureIdentity::from_vars(vars(&some)).unwrap(), None);
+        }
+        let id = AzureIdentity::from_vars(vars(&all)).unwrap().unwrap();
+        assert_eq!(id.authority_host, "https://login.microsoftonline.com");
+        assert_eq!(id.client_id, "client-1");
+        // The AKS webhook's trailing `/` is dropped: object_store appends
+        // `/TENANT/oauth2/v2.0/token`.
+        let mut with = all.to_vec();
+        with.push(("AZURE_AUTHORITY_HOST", "https://login.microsoftonline.us/"));
+        let id = AzureIdentity::from_vars(vars(&with)).unwrap().unwrap();
+        assert_eq!(id.authority_host, "https://login.microsoftonline.us");
+        for (host, ok) in [
+            ("http://127.0.0.1:9/", true),
+            ("http://localhost:9", true),
+            ("http://login.example.com", false),
+            ("login.microsoftonline.com", false),
+        ] {
+            let mut with = all.to_vec();
+            with.push(("AZURE_AUTHORITY_HOST", host));
+            let got = AzureIdentity::from_vars(vars(&with));
+            assert_eq!(got.is_ok(), ok, "{host}");
+            if let Err(e) = got {
+                assert_eq!(e.kind, ErrorKind::InvalidSource);
+                assert!(e.message.contains("AZURE_AUTHORITY_HOST"), "{}", e.message);
+            }
+        }
+    }
+
+    #[test]
+    fn azure_token_errors_are_denied_or_retried_and_name_the_client() {
+        let id = AzureIdentity {
+            token_file: "/t".into(),
+            client_id: "client-1".into(),
+            tenant_id: "tenant-1".into(),
+            authority_host: "https://login.microsoftonline.com".into(),
+        };
+        let generic = |text: &str| object_store::Error::Generic {
+            store: "MicrosoftAzure",
+            source: Box::new(std::io::Error::other(text.to_string())),
+        };
+        let assertion = "eyJhbGciOiJSUzI1NiJ9.assertion.sig";
+        let e = id
+            .token_error(
+                "azure://a/c",
+                "listing",
+                &generic(&format!("Error performing token request: Error performing POST https://login.microsoftonline.com/tenant-1/oauth2/v2.0/token in 1ms - Status {{ status: 400, body: Some(\"bad assertion {assertion}\") }}")),
+            )
+            .unwrap();
+        assert_eq!(e.kind, ErrorKind::Denied, "{}", e.message);
+        assert!(
+            e.message.contains("client-1") && e.message.contains("tenant-1"),
+            "{}",
+            e.message
+        );
+        assert!(e.message.contains("HTTP 400"), "{}", e.message);
+        assert!(!e.message.contains(assertion), "{}", e.message);
+        let e = id
+            .token_error(
+                "azure://a/c",
+                "listing",
+                &generic("Error performing token request: Status { status: 503, body: None }"),
+            )
+            .unwrap();
+        assert_eq!(e.kind, ErrorKind::Transient, "{}", e.message);
+        let e = id
+            .token_error(
+                "azure://a/c",
+                "listing",
+                &generic(
+                    "Error performing token request: error sending request: connection refused",
+                ),
+            )
+            .unwrap();
+        assert_eq!(e.kind, ErrorKind::Transient, "{}", e.message);
+        let e = id
+            .token_error(
+                "azure://a/c",
+                "listing",
+                &generic("Error reading federated token file "),
+            )
+            .unwrap();
+        assert_eq!(e.kind, ErrorKind::Denied, "{}", e.message);
+        assert!(
+            e.message.contains("AZURE_FEDERATED_TOKEN_FILE"),
+            "{}",
+            e.message
+        );
+        // Not a token error: the caller decides.
+        assert!(id
+            .token_error(
+                "azure://a/c",
+                "listing",
+                &generic("Status { status: 403, body: None }")
+            )
+            .is_none());
     }
 
     #[test]

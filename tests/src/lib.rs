@@ -504,6 +504,10 @@ pub fn htpasswd_line(user: &str, password: &str) -> String {
     line
 }
 
+/// Requests a proxy forwarded, as `METHOD TARGET`, each with its
+/// `Authorization` header.
+type Authorized = Arc<std::sync::Mutex<Vec<(String, Option<String>)>>>;
+
 /// A loopback HTTP/1.1 reverse proxy to a registry that corrupts blobs: the
 /// body of every successful `GET /v2/<name>/blobs/sha256:<hex>` reaches the
 /// client with its middle byte flipped (xor 0xff), length unchanged.
@@ -517,6 +521,7 @@ pub struct FlipProxy {
     flipped: Arc<AtomicUsize>,
     failed: Arc<AtomicUsize>,
     seen: Arc<std::sync::Mutex<Vec<String>>>,
+    authorized: Authorized,
     stop: Arc<AtomicBool>,
     accept: Option<std::thread::JoinHandle<()>>,
 }
@@ -562,6 +567,7 @@ impl FlipProxy {
         let flipped = Arc::new(AtomicUsize::new(0));
         let failed = Arc::new(AtomicUsize::new(0));
         let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let authorized = Arc::new(std::sync::Mutex::new(Vec::new()));
         let stop = Arc::new(AtomicBool::new(false));
         let proxy = Arc::new(Proxy {
             upstream: upstream.to_string(),
@@ -571,6 +577,7 @@ impl FlipProxy {
             fail_first,
             failed: failed.clone(),
             seen: seen.clone(),
+            authorized: authorized.clone(),
         });
         let stopping = stop.clone();
         // The blocking client lives on the proxy's own threads, never on the
@@ -596,6 +603,7 @@ impl FlipProxy {
             flipped,
             failed,
             seen,
+            authorized,
             stop,
             accept: Some(accept),
         }
@@ -619,6 +627,13 @@ impl FlipProxy {
     /// The requests forwarded so far, as `METHOD TARGET`.
     pub fn requests(&self) -> Vec<String> {
         self.seen.lock().expect("requests seen").clone()
+    }
+
+    /// The requests forwarded so far, as `METHOD TARGET`, each with its
+    /// `Authorization` header: what a server that ignores credentials
+    /// (the GCS emulator) would have been shown.
+    pub fn requests_with_authorization(&self) -> Vec<(String, Option<String>)> {
+        self.authorized.lock().expect("requests seen").clone()
     }
 }
 
@@ -644,6 +659,8 @@ struct Proxy {
     failed: Arc<AtomicUsize>,
     /// Every request forwarded, as `METHOD TARGET`.
     seen: Arc<std::sync::Mutex<Vec<String>>>,
+    /// The same, each with its `Authorization` header.
+    authorized: Authorized,
 }
 
 /// A request as read from the client.
@@ -681,6 +698,15 @@ impl Proxy {
             .lock()
             .expect("requests seen")
             .push(format!("{} {}", req.method, req.target));
+        let authorization = req
+            .headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case("authorization"))
+            .map(|(_, v)| v.clone());
+        self.authorized
+            .lock()
+            .expect("requests seen")
+            .push((format!("{} {}", req.method, req.target), authorization));
         if req.target.contains("/blobs/")
             && self
                 .failed
@@ -1629,6 +1655,24 @@ impl Azurite {
             &[],
         );
         send_ok(&self.daemon, req, &format!("create container {container}"));
+    }
+
+    /// A container whose blobs anyone may list and read (public access
+    /// `container`): for a test whose requests carry credentials azurite
+    /// cannot check (an OAuth token over plain HTTP).
+    pub fn create_public_container(&self, container: &str) {
+        let req = self.signed(
+            reqwest::Method::PUT,
+            container,
+            &[("restype", "container")],
+            &[("x-ms-blob-public-access", "container")],
+            &[],
+        );
+        send_ok(
+            &self.daemon,
+            req,
+            &format!("create public container {container}"),
+        );
     }
 
     /// Stores `bytes` as the block blob `container/name`.
