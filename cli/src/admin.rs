@@ -6,9 +6,9 @@ use clap::Subcommand;
 use sealvol_client::keys;
 use sealvol_spec::api::{Action, ApiKeyRequest};
 
+use crate::ask::Ask;
 use crate::expiry::parse_expiry_or_never;
 use crate::output::Output;
-use crate::sync::Ask;
 use crate::volume::{print_json, runtime};
 
 #[derive(Subcommand)]

@@ -9,6 +9,7 @@ use clap::{Parser, Subcommand};
 use sealvol_client::{CacheDir, ReadMode, SealOptions};
 
 mod admin;
+mod ask;
 mod expiry;
 mod lifecycle;
 mod mount;

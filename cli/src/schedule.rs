@@ -8,9 +8,66 @@ use sealvol_client::sync::{self, registry_flag, ScheduleRequest, SyncSchedule};
 use sealvol_client::Remote;
 use serde::Serialize;
 
-use crate::output::Output;
-use crate::sync::{columns, listing, Ask, ScheduleAction, ScheduleArgs};
-use crate::volume::{connect, print_json, runtime};
+use clap::Subcommand;
+
+use crate::ask::{listing, Ask, SourceArgs};
+use crate::output::{columns, Output};
+use crate::volume::{connect, print_json, runtime, Conn};
+
+#[derive(Subcommand)]
+pub enum ScheduleAction {
+    /// Store a schedule that syncs SOURCE into DEST now and then every interval; an unchanged source seals nothing new
+    Create(ScheduleArgs),
+    /// List schedules with their next and last runs
+    List {
+        /// Only schedules into this volume (and tag, when given); its registry is the one asked
+        #[arg(long, value_name = "REF")]
+        dest: Option<String>,
+        #[command(flatten)]
+        ask: Ask,
+    },
+    /// Show a schedule and its last run
+    Describe {
+        #[arg(value_name = "ID")]
+        id: String,
+        #[command(flatten)]
+        ask: Ask,
+    },
+    /// Start no more runs until resumed (a running job goes on)
+    Pause {
+        #[arg(value_name = "ID")]
+        id: String,
+        #[command(flatten)]
+        ask: Ask,
+    },
+    /// Run again: once now, then every interval
+    Resume {
+        #[arg(value_name = "ID")]
+        id: String,
+        #[command(flatten)]
+        ask: Ask,
+    },
+    /// Delete a schedule; the jobs it started stay listed, and a running one goes on
+    Delete {
+        #[arg(value_name = "ID")]
+        id: String,
+        #[command(flatten)]
+        ask: Ask,
+    },
+}
+
+#[derive(clap::Args)]
+pub struct ScheduleArgs {
+    #[command(flatten)]
+    pub(crate) sync: SourceArgs,
+    /// How often: 10m, 1h, 1d (from 1m unless the registry allows less, to 30d)
+    #[arg(long, value_name = "DURATION")]
+    pub(crate) every: String,
+    #[command(flatten)]
+    pub(crate) conn: Conn,
+    #[arg(long, value_enum, default_value_t = Output::Text)]
+    pub(crate) output: Output,
+}
 
 pub fn run(action: ScheduleAction) -> anyhow::Result<()> {
     match action {

@@ -12,15 +12,13 @@ use std::io::{IsTerminal as _, Read as _};
 use anyhow::bail;
 use clap::Subcommand;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use sealvol_client::sync::{
-    self, registry_flag, SecretName, SyncDest, SyncJob, SyncProgress, SyncRequest, SyncState,
-};
+use sealvol_client::sync::{self, registry_flag, SecretName, SyncJob, SyncProgress, SyncState};
 use sealvol_client::Remote;
-use sealvol_spec::reference::VolumeRef;
 use serde::Serialize;
 
-use crate::output::Output;
-use crate::volume::{connect, human, parse_ref, print_json, read_hidden_line, runtime, Conn};
+use crate::ask::{listing, Ask, SourceArgs};
+use crate::output::{columns, Output};
+use crate::volume::{connect, human, print_json, read_hidden_line, runtime, Conn};
 
 #[derive(Subcommand)]
 pub enum SyncAction {
@@ -51,63 +49,8 @@ pub enum SyncAction {
     /// Schedules on the registry that start a sync every interval, such as a training run's checkpoints
     Schedule {
         #[command(subcommand)]
-        action: ScheduleAction,
+        action: crate::schedule::ScheduleAction,
     },
-}
-
-#[derive(Subcommand)]
-pub enum ScheduleAction {
-    /// Store a schedule that syncs SOURCE into DEST now and then every interval; an unchanged source seals nothing new
-    Create(ScheduleArgs),
-    /// List schedules with their next and last runs
-    List {
-        /// Only schedules into this volume (and tag, when given); its registry is the one asked
-        #[arg(long, value_name = "REF")]
-        dest: Option<String>,
-        #[command(flatten)]
-        ask: Ask,
-    },
-    /// Show a schedule and its last run
-    Describe {
-        #[arg(value_name = "ID")]
-        id: String,
-        #[command(flatten)]
-        ask: Ask,
-    },
-    /// Start no more runs until resumed (a running job goes on)
-    Pause {
-        #[arg(value_name = "ID")]
-        id: String,
-        #[command(flatten)]
-        ask: Ask,
-    },
-    /// Run again: once now, then every interval
-    Resume {
-        #[arg(value_name = "ID")]
-        id: String,
-        #[command(flatten)]
-        ask: Ask,
-    },
-    /// Delete a schedule; the jobs it started stay listed, and a running one goes on
-    Delete {
-        #[arg(value_name = "ID")]
-        id: String,
-        #[command(flatten)]
-        ask: Ask,
-    },
-}
-
-#[derive(clap::Args)]
-pub struct ScheduleArgs {
-    #[command(flatten)]
-    pub(crate) sync: SourceArgs,
-    /// How often: 10m, 1h, 1d (from 1m unless the registry allows less, to 30d)
-    #[arg(long, value_name = "DURATION")]
-    pub(crate) every: String,
-    #[command(flatten)]
-    pub(crate) conn: Conn,
-    #[arg(long, value_enum, default_value_t = Output::Text)]
-    pub(crate) output: Output,
 }
 
 #[derive(clap::Args)]
@@ -121,44 +64,6 @@ pub struct StartArgs {
     conn: Conn,
     #[arg(long, value_enum, default_value_t = Output::Text)]
     output: Output,
-}
-
-/// What a sync copies, and where to: a job's and a schedule's flags.
-#[derive(clap::Args)]
-pub struct SourceArgs {
-    /// hf://ORG/REPO[@REV], hf://datasets/ORG/REPO[@REV], s3://BUCKET[/PREFIX],
-    /// r2://…, cw://…, gs://BUCKET[/PREFIX], azure://ACCOUNT/CONTAINER[/PREFIX],
-    /// dir:///PATH (on the registry's host), oci://HOST[:PORT]/REPO[:TAG|@DIGEST]
-    #[arg(long, value_name = "URI")]
-    source: String,
-    /// The volume, and a tag to move: bdn:ns/vol[:tag] or host[:port]/ns/vol[:tag];
-    /// the job runs on that registry
-    #[arg(long, value_name = "REF")]
-    dest: String,
-    /// Only copy paths matching this glob (repeatable; `*` crosses `/`)
-    #[arg(long = "include", value_name = "GLOB")]
-    includes: Vec<String>,
-    /// Leave out paths matching this glob (repeatable; wins over --include)
-    #[arg(long = "exclude", value_name = "GLOB")]
-    excludes: Vec<String>,
-    /// Read the source with this secret, stored with `sealvol secret set NAME`
-    #[arg(long, value_name = "NAME")]
-    secret: Option<String>,
-}
-
-impl SourceArgs {
-    /// The request, and the destination's ref.
-    pub(crate) fn request(self) -> anyhow::Result<(SyncRequest, VolumeRef)> {
-        let vref = parse_ref(&self.dest)?;
-        let request = SyncRequest {
-            source: self.source,
-            dest: SyncDest::from_ref(&vref)?,
-            include: self.includes,
-            exclude: self.excludes,
-            secret: self.secret.as_deref().map(str::parse).transpose()?,
-        };
-        Ok((request, vref))
-    }
 }
 
 #[derive(Subcommand)]
@@ -213,40 +118,6 @@ impl Binding {
             for_sources: self.for_sources.clone(),
             dest: self.dest.clone(),
         }
-    }
-}
-
-/// The flags of a command that asks one registry: which one, how to reach
-/// it, how to print the answer.
-#[derive(clap::Args)]
-pub struct Ask {
-    /// host[:port] (default: the default registry)
-    #[arg(long, value_name = "HOST")]
-    registry: Option<String>,
-    #[command(flatten)]
-    conn: Conn,
-    #[arg(long, value_enum, default_value_t = Output::Text)]
-    output: Output,
-}
-
-impl Ask {
-    /// The registry `--registry` names, or the default one.
-    fn registry(&self) -> String {
-        self.registry
-            .clone()
-            .unwrap_or_else(VolumeRef::default_registry)
-    }
-
-    /// How to print the answer.
-    pub fn output(&self) -> Output {
-        self.output
-    }
-
-    /// The registry asked, and a connection to it.
-    pub fn connect(&self) -> anyhow::Result<(String, Remote)> {
-        let registry = self.registry();
-        let remote = Remote::connect(&registry, self.conn.insecure)?;
-        Ok((registry, remote))
     }
 }
 
@@ -464,36 +335,11 @@ fn describe(id: &str, ask: &Ask) -> anyhow::Result<()> {
     let (_, remote) = ask.connect()?;
     let job = runtime()?.block_on(sync::sync_job(&remote, id))?;
     let out = JobOut::new(&remote, job);
-    match ask.output {
+    match ask.output() {
         Output::Json => print_json(&out)?,
         Output::Text => print!("{}", describe_text(&out)),
     }
     Ok(())
-}
-
-/// The registry a listing asks, a connection to it, and the destination
-/// `--dest` names (whose registry wins when `--registry` agrees).
-pub(crate) fn listing(
-    dest: Option<&str>,
-    ask: &Ask,
-) -> anyhow::Result<(String, Remote, Option<SyncDest>)> {
-    let (registry, dest) = match dest {
-        Some(d) => {
-            let vref = parse_ref(d)?;
-            let dest = SyncDest::from_ref(&vref)?;
-            let registry = match (vref.registry, &ask.registry) {
-                (Some(a), Some(b)) if a != *b => {
-                    bail!("--dest {d} is on registry {a}, not {b}; give one of them")
-                }
-                (Some(a), _) => a,
-                (None, _) => ask.registry(),
-            };
-            (registry, Some(dest))
-        }
-        None => (ask.registry(), None),
-    };
-    let remote = Remote::connect(&registry, ask.conn.insecure)?;
-    Ok((registry, remote, dest))
 }
 
 fn list(dest: Option<&str>, ask: &Ask) -> anyhow::Result<()> {
@@ -507,7 +353,7 @@ fn list(dest: Option<&str>, ask: &Ask) -> anyhow::Result<()> {
         jobs.retain(|j| j.dest.tag.as_ref() == Some(tag));
     }
     let jobs: Vec<JobOut> = jobs.into_iter().map(|j| JobOut::new(&remote, j)).collect();
-    match ask.output {
+    match ask.output() {
         Output::Json => {
             #[derive(Serialize)]
             struct Out {
@@ -535,7 +381,7 @@ fn cancel(id: &str, ask: &Ask) -> anyhow::Result<()> {
         changed: c.changed,
         sync: JobOut::new(&remote, c.sync),
     };
-    match ask.output {
+    match ask.output() {
         Output::Json => print_json(&out)?,
         Output::Text if out.changed => println!("canceled sync {id}"),
         Output::Text => println!("sync {id} already {}; nothing changed", out.sync.job.state),
@@ -636,31 +482,6 @@ fn table(jobs: &[JobOut]) -> String {
     columns(&rows)
 }
 
-/// Rows under their header, each column as wide as its widest cell plus
-/// two spaces; the last column unpadded.
-pub(crate) fn columns<const N: usize>(rows: &[[String; N]]) -> String {
-    let mut widths = [0usize; N];
-    for row in rows {
-        for (w, cell) in widths.iter_mut().zip(row) {
-            *w = (*w).max(cell.chars().count());
-        }
-    }
-    let mut text = String::new();
-    for row in rows {
-        let mut line = String::new();
-        for (i, cell) in row.iter().enumerate() {
-            line.push_str(cell);
-            if i + 1 < row.len() {
-                let pad = widths[i] - cell.chars().count() + 2;
-                line.push_str(&" ".repeat(pad));
-            }
-        }
-        text.push_str(line.trim_end());
-        text.push('\n');
-    }
-    text
-}
-
 /// The secret's value from standard input: everything piped in, or one
 /// line typed without echo on a terminal; one trailing newline removed.
 fn read_secret(name: &SecretName) -> anyhow::Result<Vec<u8>> {
@@ -731,7 +552,7 @@ fn secret_stored(
     ask: &Ask,
     done: &str,
 ) -> anyhow::Result<()> {
-    match ask.output {
+    match ask.output() {
         Output::Json => print_json(&serde_json::json!({
             "secret": name.as_str(),
             "registry": registry,
@@ -752,7 +573,7 @@ fn secret_stored(
 fn secret_list(ask: &Ask) -> anyhow::Result<()> {
     let (registry, remote) = ask.connect()?;
     let secrets = runtime()?.block_on(sync::list_secrets(&remote))?;
-    match ask.output {
+    match ask.output() {
         Output::Json => print_json(&serde_json::json!({ "secrets": secrets }))?,
         Output::Text if secrets.is_empty() => eprintln!("no secrets on registry {registry}"),
         Output::Text => {
@@ -778,7 +599,7 @@ fn secret_rm(name: &str, ask: &Ask) -> anyhow::Result<()> {
     let name: SecretName = name.parse()?;
     let (registry, remote) = ask.connect()?;
     runtime()?.block_on(sync::delete_secret(&remote, &name))?;
-    match ask.output {
+    match ask.output() {
         Output::Json => print_json(&serde_json::json!({
             "deleted": name.as_str(),
             "registry": registry,
