@@ -65,7 +65,7 @@ fn model(dir: &Path, seed: u64) -> BTreeMap<String, Vec<u8>> {
         "__metadata__": {"format": "np"},
     })
     .to_string();
-    while header.len() % 8 != 0 {
+    while !header.len().is_multiple_of(8) {
         header.push(' ');
     }
     let mut safetensors = (header.len() as u64).to_le_bytes().to_vec();
