@@ -69,6 +69,9 @@ pub struct ChunkRef {
 /// Empty when `end <= offset`.
 pub fn chunks_covering(chunks: &[ChunkRef], offset: u64, end: u64) -> std::ops::Range<usize> {
     let first = chunks.partition_point(|c| c.offset + u64::from(c.length) <= offset);
+    if end <= offset {
+        return first..first;
+    }
     let last = chunks.partition_point(|c| c.offset < end);
     first..last.max(first)
 }
