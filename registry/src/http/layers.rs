@@ -373,6 +373,27 @@ mod tests {
     use super::*;
 
     #[test]
+    fn an_api_key_line_as_a_bearer_token_is_read_as_basic_credentials() {
+        let of = |v: &str| {
+            let mut h = HeaderMap::new();
+            h.insert(header::AUTHORIZATION, HeaderValue::from_str(v).unwrap());
+            credentials(&h, false)
+        };
+        match of("Bearer svk_0123:s3cr:et") {
+            Credentials::Basic { user, password } => {
+                assert_eq!((user.as_str(), password.as_str()), ("svk_0123", "s3cr:et"))
+            }
+            other => panic!("{other:?}"),
+        }
+        // A JWT, or a line of no key, stays a bearer token.
+        assert!(matches!(
+            of("Bearer eyJhbGciOi.x.y"),
+            Credentials::Bearer(_)
+        ));
+        assert!(matches!(of("bearer alice:pw"), Credentials::Bearer(_)));
+    }
+
+    #[test]
     fn limits_by_endpoint() {
         assert_eq!(limit("/api/v1/volumes/w/a"), Some(MAX_API_BODY));
         assert_eq!(limit("/api/v1"), Some(MAX_API_BODY));
