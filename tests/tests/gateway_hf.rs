@@ -612,6 +612,21 @@ fn ranges_and_errors_over_plain_http() {
         let body: Value = r.json().unwrap();
         assert!(body["error"].is_string(), "{method} {path}: {body}");
     }
+    // No such volume, by a digest or a commit id too; a name of three
+    // components, which no Hub repository id can be.
+    for path in [
+        format!("/weights/none/resolve/{sha}/config.json"),
+        format!("/weights/none/resolve/{v1}/config.json"),
+        "/api/models/w%2Fa/b/revision/main".to_string(),
+    ] {
+        let r = get(&path, None);
+        assert_eq!(r.status(), 404, "{path}");
+        assert_eq!(
+            header(&r, "x-error-code").as_deref(),
+            Some("RepoNotFound"),
+            "{path}"
+        );
+    }
     // A missing file names the commit, so the client remembers it is absent.
     let r = get("/weights/qwen3-8b/resolve/main/nope.bin", None);
     assert_eq!(header(&r, "x-repo-commit"), Some(sha));

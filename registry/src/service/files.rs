@@ -95,35 +95,47 @@ pub async fn resolve(app: &App, repo: &str, selector: &Selector) -> Result<Resol
             Selector::Digest(d) => d.to_string(),
         },
     };
-    let volume = volumes::get(app, repo).await.map_err(|e| {
+    // The store's refusals, as this module names them.
+    let refused = |e: RegistryError| {
         if e.is(Code::VolumeUnknown) || e.is(Code::NameUnknown) {
             FileError::VolumeUnknown(repo.to_string())
+        } else if e.is(Code::VersionUnknown) {
+            unknown()
         } else {
             FileError::Registry(e)
         }
-    })?;
-    let digest = match selector {
-        Selector::Head => volume.head.as_ref().map(|h| h.digest).ok_or_else(unknown)?,
-        Selector::Tag(t) => (volume.tags.iter().find(|i| i.tag == t.as_str()))
-            .map(|i| i.digest)
-            .ok_or_else(unknown)?,
-        Selector::Digest(DigestSelector::B3(d)) => *d,
+    };
+    let version = match selector {
+        Selector::Head | Selector::Tag(_) => {
+            let volume = volumes::get(app, repo).await.map_err(refused)?;
+            let digest = match selector {
+                Selector::Tag(t) => {
+                    (volume.tags.iter().find(|i| i.tag == t.as_str())).map(|i| i.digest)
+                }
+                _ => volume.head.as_ref().map(|h| h.digest),
+            }
+            .ok_or_else(unknown)?;
+            volumes::version(app, repo, &digest.to_string())
+                .await
+                .map_err(refused)?
+        }
+        Selector::Digest(DigestSelector::B3(d)) => volumes::version(app, repo, &d.to_string())
+            .await
+            .map_err(refused)?,
         // A prefix (SPEC.md §1.3; the Hub gateway's commit ids are 40 hex
         // digits of one) names one alive version, never a guess.
         Selector::Digest(d) => {
-            let alive = volumes::versions(app, repo, false).await?;
-            d.resolve(alive.iter().map(|v| &v.digest))
-                .map_err(|_| unknown())?
+            let alive = volumes::versions(app, repo, false).await.map_err(refused)?;
+            let digest = d
+                .resolve(alive.iter().map(|v| &v.digest))
+                .map_err(|_| unknown())?;
+            (alive.into_iter().find(|v| v.digest == digest)).ok_or_else(unknown)?
         }
-    };
-    let version = match volumes::version(app, repo, &digest.to_string()).await {
-        Ok(v) => v,
-        Err(e) if e.is(Code::VersionUnknown) => return Err(unknown()),
-        Err(e) => return Err(e.into()),
     };
     if version.lifecycle != Lifecycle::Alive {
         return Err(unknown());
     }
+    let digest = version.digest;
     let tree = trees::tree_of(app, repo, &digest.to_string()).await?;
     Ok(Resolved {
         digest,
