@@ -496,6 +496,31 @@ mod tests {
     }
 
     #[test]
+    fn a_format_1_file_larger_than_a_piece_is_refused_not_served_unchecked() {
+        use sealvol_spec::tree::{encode_entries, Entry};
+        use sealvol_spec::TreeFormat;
+        let file_entry = |path: &str, len: usize| Entry {
+            path: path.into(),
+            mode: 0o644,
+            data: EntryData::file_of(&data(len, 1), &[]),
+        };
+        let v2 = TreeIndex::new(
+            Default::default(),
+            vec![file_entry("big", MIB + 1), file_entry("small", MIB)],
+        )
+        .unwrap();
+        let bytes = encode_entries(TreeFormat::V1, v2.params(), v2.entries(), &|_, _| {
+            B3Digest::of(b"a per-chunk hash no reader checks any more")
+        });
+        let v1 = TreeIndex::decode(&bytes).unwrap();
+        assert!(!v1.is_verifiable());
+        assert!(matches!(file(&v1, "big"), Err(FileError::Unverifiable(_))));
+        // One piece: checked against its BLAKE3, which the digest covers.
+        assert_eq!(file(&v1, "small").unwrap().size, MIB as u64);
+        assert_eq!(file(&v2, "big").unwrap().size, MIB as u64 + 1);
+    }
+
+    #[test]
     fn directories_and_symlinks_are_not_files() {
         use sealvol_spec::tree::Entry;
         let tree = TreeIndex::new(
