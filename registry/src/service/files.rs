@@ -5,7 +5,7 @@
 //! A request names a volume and a version (a [`Selector`]: `head`, a tag,
 //! a version digest or a prefix of one, such as the 40-hex commit id the
 //! Hub gateway hands out);
-//! [`resolve`] finds the alive version and its tree index, [`file`] one
+//! [`resolve`] finds the alive version and its tree index, [`file()`] one
 //! file entry of it, and [`open`] streams any byte range of that file. The
 //! range is served piece by piece: each 1 MiB piece that overlaps it is
 //! read from the chunk blobs that cover it (only the bytes of the piece,
