@@ -25,7 +25,11 @@ VENV="${SEALVOL_VENV:-$sealvol_root/.venv}"
 # comes with it) and gcp-storage-emulator (GCS) from the venv, azurite
 # (Azure Blob) from npm into .deps/azurite. Azurite 3.35.0 is the newest
 # whose package.json accepts Debian 12's nodejs 18 (3.36 wants node >= 21).
-PIP_PACKAGES=(blake3==1.0.11 oras==0.2.43 bcrypt==5.0.0 "moto[server]==5.2.5" gcp-storage-emulator==2026.7.19)
+# The Hugging Face Hub gateway's tests download with the real client
+# (huggingface_hub) and load what it got with tokenizers and safetensors
+# (whose numpy reader needs numpy; 2.4 is the newest for Python 3.11).
+PIP_PACKAGES=(blake3==1.0.11 oras==0.2.43 bcrypt==5.0.0 "moto[server]==5.2.5" gcp-storage-emulator==2026.7.19
+  huggingface_hub==2.4.0 tokenizers==0.23.3 safetensors==0.8.0 numpy==2.4.6)
 AZURITE_VERSION=3.35.0
 AZURITE_DIR=$sealvol_root/.deps/azurite
 # The web view's browser tests: playwright-core drives Debian's chromium

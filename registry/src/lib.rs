@@ -2,8 +2,9 @@
 //! the embedded default that `sealvol serve` runs. It speaks the
 //! distribution spec to any OCI client (`/v2`), serves the volume API
 //! (`/api/v1`: versions, tags, deletes restorable for a retention window,
-//! push claims, stats, API keys, sync jobs, garbage collection) and a web
-//! view (`/ui`), and keeps blobs once for every repository. It is not a
+//! push claims, stats, API keys, sync jobs, garbage collection), a web
+//! view (`/ui`) and the files of sealed versions over the Hugging Face Hub
+//! API (`/hf`), and keeps blobs once for every repository. It is not a
 //! client (that is `sealvol-client`) and not a cache of chunks on a node
 //! (that is the snapshotter); its pull-through mode caches another
 //! registry.
@@ -47,6 +48,7 @@
 //! | keys | `http::api::admin` | `service::keys` | | `store::meta::keys` |
 //! | garbage collection | `http::api::admin` | `service::gc` | | `store::meta::gc` |
 //! | pull-through cache | `http::oci` | `service::pull_through` | `state::upstream` | |
+//! | files of versions (gateways) | `http::hf` | `service::files` | `state::trees` | `store::blobs` |
 //! | auth | `http::layers`, `http::token`, `http::access` | | | `store::meta::keys` |
 //!
 //! Every path is parsed once, in [`http::routes`]; [`http::access`] says

@@ -666,12 +666,9 @@ impl ChunkReader {
     }
 }
 
-/// The indexes of the chunks that hold bytes `offset..end` (`end > offset`).
-pub(crate) fn touched(chunks: &[ChunkRef], offset: u64, end: u64) -> Range<usize> {
-    let first = chunks.partition_point(|c| c.offset + u64::from(c.length) <= offset);
-    let last = chunks.partition_point(|c| c.offset < end);
-    first..last.max(first)
-}
+/// The indexes of the chunks that hold bytes `offset..end`; the registry's
+/// file reader finds them the same way.
+pub(crate) use sealvol_spec::tree::chunks_covering as touched;
 
 /// Read-ahead for one open file: once a read continues where the previous
 /// one ended, the chunks after the current one are fetched before they are

@@ -63,6 +63,19 @@ pub struct ChunkRef {
     pub sha256: Sha256Digest,
 }
 
+/// The indexes of the chunks in `chunks` (a file's chunk list: in order and
+/// contiguous, as §2.3 requires) that hold bytes `offset..end` of the file:
+/// what a reader fetches to serve a range or to complete a piece (§2.5).
+/// Empty when `end <= offset`.
+pub fn chunks_covering(chunks: &[ChunkRef], offset: u64, end: u64) -> std::ops::Range<usize> {
+    let first = chunks.partition_point(|c| c.offset + u64::from(c.length) <= offset);
+    if end <= offset {
+        return first..first;
+    }
+    let last = chunks.partition_point(|c| c.offset < end);
+    first..last.max(first)
+}
+
 /// What kind of entry, with the kind's own fields.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "lowercase")]
@@ -880,6 +893,21 @@ mod tests {
             mode: 0o644,
             data: EntryData::file_of(data, &[]),
         }
+    }
+
+    #[test]
+    fn chunks_covering_finds_the_chunks_of_a_range() {
+        let EntryData::File { chunks, .. } = EntryData::file_of(&[7; 25], &[10, 10, 5]) else {
+            unreachable!("file_of makes a file")
+        };
+        assert_eq!(chunks_covering(&chunks, 0, 1), 0..1);
+        assert_eq!(chunks_covering(&chunks, 9, 11), 0..2);
+        assert_eq!(chunks_covering(&chunks, 10, 20), 1..2);
+        assert_eq!(chunks_covering(&chunks, 0, 25), 0..3);
+        assert_eq!(chunks_covering(&chunks, 24, 25), 2..3);
+        assert_eq!(chunks_covering(&chunks, 19, 21), 1..3);
+        assert!(chunks_covering(&chunks, 5, 5).is_empty());
+        assert!(chunks_covering(&chunks, 30, 40).is_empty());
     }
 
     #[test]

@@ -7,7 +7,7 @@
 
 use axum::http::Method;
 
-use crate::http::routes::{route, Api, Oci, Route, Web, WebSub};
+use crate::http::routes::{route, Api, Hf, Oci, Route, Web, WebSub};
 
 pub use sealvol_spec::api::Action;
 
@@ -61,6 +61,17 @@ pub fn need(method: &Method, path: &str) -> Need {
                 _ => Need::Nothing,
             },
         },
+        // The Hub gateway only reads: pull, as a blob GET. Its handler
+        // answers other methods 405.
+        Some(Route::Hf(
+            Hf::Info { name, .. } | Hf::Tree { name, .. } | Hf::Resolve { name, .. },
+        )) => {
+            if read {
+                repo(name, Pull)
+            } else {
+                Need::Nothing
+            }
+        }
         Some(Route::Oci(r)) => {
             use Oci as R;
             match r {
@@ -223,6 +234,27 @@ mod tests {
             n(Method::DELETE, "/api/v1/volumes/w/a/-/claim/t"),
             repo("w/a", Push)
         );
+    }
+
+    #[test]
+    fn hub_routes_need_pull_to_read_and_nothing_else() {
+        use Action::*;
+        for p in [
+            "/hf/api/models/w/a",
+            "/hf/api/models/w/a/revision/main",
+            "/hf/api/models/w/a/tree/b3%3A00/sub",
+            "/hf/w/a/resolve/prod/config.json",
+        ] {
+            assert_eq!(n(Method::GET, p), repo("w/a", Pull), "{p}");
+            assert_eq!(n(Method::HEAD, p), repo("w/a", Pull), "{p}");
+            assert_eq!(n(Method::PUT, p), Need::Nothing, "{p}");
+        }
+        // An escaped slash names the volume the handler reads.
+        assert_eq!(
+            n(Method::GET, "/hf/w%2Fa/b/resolve/main/f"),
+            repo("w/a/b", Pull)
+        );
+        assert_eq!(n(Method::GET, "/hf/w/a/blob/main/f"), Need::Nothing);
     }
 
     #[test]

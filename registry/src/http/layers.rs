@@ -32,6 +32,7 @@ use crate::auth::{Auth, Caller, Credentials};
 use crate::error::{Code, RegistryError};
 use crate::http::access::{self, Action, Need};
 use crate::http::extract::{too_large, MAX_API_BODY, MAX_TOKEN_FORM};
+use crate::http::hf;
 use crate::http::routes::{oci, route, Oci, Route};
 
 /// What a request presents: its `Authorization` header, else (on the web
@@ -49,7 +50,19 @@ fn credentials(headers: &HeaderMap, web: bool) -> Credentials {
         .and_then(|v| v.split_once(' '))
         .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"));
     if let Some((_, token)) = bearer {
-        return Credentials::Bearer(token.trim().to_string());
+        let token = token.trim();
+        // An API key's `id:secret` line sent as a bearer token, as clients
+        // that take one token send it (huggingface_hub's HF_TOKEN): the
+        // same as Basic credentials. A JWT never holds a `:`.
+        if let Some((id, secret)) = token.split_once(':') {
+            if id.starts_with(sealvol_spec::api::API_KEY_PREFIX) {
+                return Credentials::Basic {
+                    user: id.to_string(),
+                    password: secret.to_string(),
+                };
+            }
+        }
+        return Credentials::Bearer(token.to_string());
     }
     match basic_credentials(value) {
         Ok((user, password)) => Credentials::Basic { user, password },
@@ -115,13 +128,17 @@ fn forbidden(auth: &Auth, why: String, need: &Need) -> Response {
 /// caller on.
 pub async fn authorize(State(auth): State<Arc<Auth>>, mut req: Request, next: Next) -> Response {
     let path = req.uri().path().to_string();
-    let web = matches!(route(&path), Some(Route::Web(_)));
+    let route = route(&path);
+    let web = matches!(route, Some(Route::Web(_)));
+    // The Hub gateway's clients read refusals in the Hub's dialect.
+    let hub = matches!(route, Some(Route::Hf(_)));
     let get = req.method() == Method::GET;
     let need = access::need(req.method(), &path);
     // Where a page that needs a login sends the browser back to.
     let login = Need::Web { path };
     let (subject, grant) = match auth.identify(&credentials(req.headers(), web)).await {
         Ok(s) => s,
+        Err(_) if hub => return hf::refusal(hf::Refused::BadCredentials, ""),
         Err(why) => return unauthorized(&auth, why, if web { &login } else { &need }),
     };
     let policy = auth.policy();
@@ -129,6 +146,15 @@ pub async fn authorize(State(auth): State<Arc<Auth>>, mut req: Request, next: Ne
     // the scope (the client asks for another); known users are refused.
     let refuse = |repository: &str, action: &str, retry: bool| -> Response {
         denied_line(&subject, repository, action);
+        if hub {
+            let why = format!("{} may not {action} {repository}", subject.name());
+            return match subject {
+                Subject::Anonymous => {
+                    hf::refusal(hf::Refused::Anonymous, "authentication required")
+                }
+                _ => hf::refusal(hf::Refused::Forbidden, &why),
+            };
+        }
         match subject {
             Subject::Anonymous if web && get => {
                 unauthorized(&auth, "authentication required", &login)
@@ -345,6 +371,27 @@ pub fn catch_panics() -> CatchPanicLayer<fn(Box<dyn std::any::Any + Send + 'stat
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_api_key_line_as_a_bearer_token_is_read_as_basic_credentials() {
+        let of = |v: &str| {
+            let mut h = HeaderMap::new();
+            h.insert(header::AUTHORIZATION, HeaderValue::from_str(v).unwrap());
+            credentials(&h, false)
+        };
+        match of("Bearer svk_0123:s3cr:et") {
+            Credentials::Basic { user, password } => {
+                assert_eq!((user.as_str(), password.as_str()), ("svk_0123", "s3cr:et"))
+            }
+            other => panic!("{other:?}"),
+        }
+        // A JWT, or a line of no key, stays a bearer token.
+        assert!(matches!(
+            of("Bearer eyJhbGciOi.x.y"),
+            Credentials::Bearer(_)
+        ));
+        assert!(matches!(of("bearer alice:pw"), Credentials::Bearer(_)));
+    }
 
     #[test]
     fn limits_by_endpoint() {

@@ -5,6 +5,7 @@
 pub mod access;
 pub mod api;
 pub mod extract;
+pub mod hf;
 pub mod layers;
 pub mod oci;
 pub(crate) mod query;
@@ -44,10 +45,13 @@ pub fn router(
     timeouts: Timeouts,
     prometheus: PrometheusHandle,
 ) -> Router {
-    // A pull-through cache serves /v2 only: its /api/v1 answers 404.
+    // A pull-through cache serves /v2 only: its /api/v1 and /hf answer
+    // 404.
     let volumes = match app.upstream {
         Some(_) => Router::new(),
-        None => api_router().merge(ui::router()),
+        None => api_router()
+            .merge(ui::router())
+            .route("/hf/{*rest}", any(hf::dispatch)),
     };
     // /v2 is the store's, or a pull-through cache's: decided here, once.
     let v2 = match app.upstream.clone() {

@@ -1,6 +1,6 @@
 //! Every path the registry serves, parsed in one place and with no I/O:
-//! `/v2` (the distribution API), `/api/v1` (the volume API) and `/ui` (the
-//! web view). The access table (`http::access`), the body limits
+//! `/v2` (the distribution API), `/api/v1` (the volume API), `/ui` (the
+//! web view) and `/hf` (the Hugging Face Hub gateway). The access table (`http::access`), the body limits
 //! (`http::layers`) and the handlers read the same [`Route`], so what a
 //! request is checked for is what its handler does.
 
@@ -16,6 +16,7 @@ pub enum Route {
     Oci(Oci),
     Api(Api),
     Web(Web),
+    Hf(Hf),
 }
 
 /// The endpoint `path` names; `None` for a path no handler serves.
@@ -29,10 +30,67 @@ pub fn route(path: &str) -> Option<Route> {
     if let Some(w) = web(path) {
         return Some(Route::Web(w));
     }
+    if let Some(h) = hf(path) {
+        return Some(Route::Hf(h));
+    }
     if let Some(r) = oci(path) {
         return Some(Route::Oci(r));
     }
     api(path).map(Route::Api)
+}
+
+/// The endpoint a `/hf/...` path names: the calls of the Hugging Face Hub
+/// API that `huggingface_hub` downloads make (SPEC.md §9). `name` is the
+/// repository id, which is the volume's name; segments are decoded as
+/// the client encodes them (a revision `b3:…` arrives as `b3%3A…`).
+#[derive(Debug, PartialEq, Eq)]
+pub enum Hf {
+    /// `/hf/api/models/NS/VOLUME[/revision/REV]`: the repository at a
+    /// revision (`None`: the default one).
+    Info {
+        name: String,
+        revision: Option<String>,
+    },
+    /// `/hf/api/models/NS/VOLUME/tree/REV[/PATH]`: a folder's listing.
+    Tree {
+        name: String,
+        revision: String,
+        path: String,
+    },
+    /// `/hf/NS/VOLUME/resolve/REV/PATH`: a file's bytes.
+    Resolve {
+        name: String,
+        revision: String,
+        path: String,
+    },
+}
+
+pub fn hf(path: &str) -> Option<Hf> {
+    let rest = path.strip_prefix("/hf/")?;
+    let segs: Vec<String> = rest.split('/').map(crate::http::query::decode).collect();
+    let segs: Vec<&str> = segs.iter().map(String::as_str).collect();
+    let joined = |parts: &[&str]| parts.join("/").trim_matches('/').to_string();
+    Some(match segs.as_slice() {
+        ["api", "models", ns, vol] => Hf::Info {
+            name: format!("{ns}/{vol}"),
+            revision: None,
+        },
+        ["api", "models", ns, vol, "revision", rev] => Hf::Info {
+            name: format!("{ns}/{vol}"),
+            revision: Some(rev.to_string()),
+        },
+        ["api", "models", ns, vol, "tree", rev, path @ ..] => Hf::Tree {
+            name: format!("{ns}/{vol}"),
+            revision: rev.to_string(),
+            path: joined(path),
+        },
+        [ns, vol, "resolve", rev, path @ ..] if !joined(path).is_empty() => Hf::Resolve {
+            name: format!("{ns}/{vol}"),
+            revision: rev.to_string(),
+            path: joined(path),
+        },
+        _ => return None,
+    })
 }
 
 /// The endpoint a `/v2/...` path names.
@@ -280,6 +338,54 @@ pub fn split_web_volume(path: &str) -> (String, WebSub) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hub_routes_decode_what_the_client_encodes() {
+        let info = |name: &str, revision: Option<&str>| {
+            Some(Hf::Info {
+                name: name.into(),
+                revision: revision.map(Into::into),
+            })
+        };
+        assert_eq!(hf("/hf/api/models/w/q"), info("w/q", None));
+        assert_eq!(
+            hf("/hf/api/models/w/q/revision/b3%3A00ff"),
+            info("w/q", Some("b3:00ff"))
+        );
+        assert_eq!(
+            hf("/hf/api/models/w/q/tree/main"),
+            Some(Hf::Tree {
+                name: "w/q".into(),
+                revision: "main".into(),
+                path: "".into()
+            })
+        );
+        assert_eq!(
+            hf("/hf/api/models/w/q/tree/prod/sub%2Fdir"),
+            Some(Hf::Tree {
+                name: "w/q".into(),
+                revision: "prod".into(),
+                path: "sub/dir".into()
+            })
+        );
+        assert_eq!(
+            hf("/hf/w/q/resolve/b3%3A00/a/b%20c.json"),
+            Some(Hf::Resolve {
+                name: "w/q".into(),
+                revision: "b3:00".into(),
+                path: "a/b c.json".into()
+            })
+        );
+        assert_eq!(hf("/hf/w/q/resolve/main"), None);
+        assert_eq!(hf("/hf/w/q/resolve/main/"), None);
+        assert_eq!(hf("/hf/api/models/w"), None);
+        assert_eq!(hf("/hf/api/datasets/w/q"), None);
+        assert_eq!(hf("/hfx/w/q/resolve/main/a"), None);
+        assert!(matches!(
+            route("/hf/w/q/resolve/main/a"),
+            Some(Route::Hf(_))
+        ));
+    }
 
     #[test]
     fn routes_with_slashes_in_names() {

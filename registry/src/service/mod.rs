@@ -2,6 +2,7 @@
 
 pub mod blobs;
 pub mod claims;
+pub mod files;
 pub mod gc;
 pub mod keys;
 pub mod links;
