@@ -448,17 +448,23 @@ impl S3 for Gateway {
     ) -> S3Result<S3Response<ListObjectsOutput>> {
         let subject = who(&req);
         let input = req.input;
+        // A marker that ends with the delimiter is a common prefix a page
+        // ended on (no file's key ends with `/`): resume past its keys.
+        let marker = input.marker.clone().unwrap_or_default();
+        let folded =
+            (input.delimiter.as_deref()).is_some_and(|d| !d.is_empty() && marker.ends_with(d));
         let listing = Listing {
             bucket: input.bucket.clone(),
             prefix: input.prefix.clone().unwrap_or_default(),
             delimiter: input.delimiter.clone(),
-            cursor: Cursor::after(input.marker.as_deref().unwrap_or("")),
+            cursor: Cursor {
+                after: marker,
+                under: folded,
+            },
             max: max_keys(input.max_keys),
         };
         let found = self.list(&subject, &listing).await?;
         let url = is_url(&input.encoding_type);
-        // A marker is a key: a page that ends on a common prefix resumes
-        // past every key under it, since they all sort after it.
         let next_marker = found.next.as_ref().map(|c| c.after.clone());
         let (contents, common_prefixes) = entries(found.items, url);
         Ok(S3Response::new(ListObjectsOutput {
