@@ -145,11 +145,7 @@ fn error(status: StatusCode, code: &str, message: &str) -> Response {
 }
 
 fn panicked(why: Box<dyn std::any::Any + Send + 'static>) -> Response {
-    let why = why
-        .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| why.downcast_ref::<String>().cloned())
-        .unwrap_or_default();
+    let why = crate::http::respond::panic_message(&why);
     tracing::error!("an S3 request panicked: {why}");
     error(
         StatusCode::INTERNAL_SERVER_ERROR,

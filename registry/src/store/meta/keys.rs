@@ -214,15 +214,9 @@ impl MetaStore {
         secret: Option<&str>,
         now: u64,
     ) -> Result<Option<Arc<KeyGrant>>, KeyError> {
-        let tx = self.db.begin_read()?;
-        let table = tx.open_table(API_KEYS)?;
-        let Some(v) = table.get(id)? else {
+        let Some(r) = self.live_key(id, now)? else {
             return Ok(None);
         };
-        let r: KeyRecord = serde_json::from_slice(v.value())?;
-        if r.expires_at.is_some_and(|t| t <= now) {
-            return Ok(None);
-        }
         if secret.is_some_and(|s| sha256_hex(s) != r.secret_sha256) {
             return Ok(None);
         }
@@ -235,6 +229,17 @@ impl MetaStore {
 }
 
 impl MetaStore {
+    /// Key `id`'s record, if it exists and has not expired at `now`.
+    fn live_key(&self, id: &str, now: u64) -> Result<Option<KeyRecord>, KeyError> {
+        let tx = self.db.begin_read()?;
+        let table = tx.open_table(API_KEYS)?;
+        let Some(v) = table.get(id)? else {
+            return Ok(None);
+        };
+        let r: KeyRecord = serde_json::from_slice(v.value())?;
+        Ok(r.expires_at.is_none_or(|t| t > now).then_some(r))
+    }
+
     /// The secret of key `id`, opened with `sealing`, if the key exists
     /// and has not expired: for checking an AWS signature made with it.
     pub fn key_secret(
@@ -243,15 +248,9 @@ impl MetaStore {
         now: u64,
         sealing: &SecretKey,
     ) -> Result<Option<KeySecret>, KeyError> {
-        let tx = self.db.begin_read()?;
-        let table = tx.open_table(API_KEYS)?;
-        let Some(v) = table.get(id)? else {
+        let Some(r) = self.live_key(id, now)? else {
             return Ok(None);
         };
-        let r: KeyRecord = serde_json::from_slice(v.value())?;
-        if r.expires_at.is_some_and(|t| t <= now) {
-            return Ok(None);
-        }
         let Some(sealed) = &r.secret_sealed else {
             return Ok(Some(KeySecret::NotKept));
         };
