@@ -289,6 +289,12 @@ fn shutdown_signal() -> std::io::Result<impl std::future::Future<Output = ()>> {
 pub async fn serve(config: Config, ready: impl FnOnce(SocketAddr)) -> Result<(), ServeError> {
     // Refuse an exposed configuration before touching the data.
     config.exposure()?;
+    if config.upstream.is_some() && config.s3.is_some() {
+        return Err(ServeError::Config {
+            path: PathBuf::from("registry.toml"),
+            message: "a pull-through cache holds no volumes for the S3 gateway to serve: remove [s3], or serve it from the registry the cache reads".into(),
+        });
+    }
     let tls = match &config.tls {
         Some(t) => Some(
             axum_server::tls_rustls::RustlsConfig::from_pem_file(&t.certificate, &t.key)
@@ -317,12 +323,6 @@ pub async fn serve(config: Config, ready: impl FnOnce(SocketAddr)) -> Result<(),
     unsafe { libc::umask(0o077) };
     let mut app = open(&config).await?;
     app.clock = crate::clock::Clock::from_config(config.test_clock);
-    if config.upstream.is_some() && config.s3.is_some() {
-        return Err(ServeError::Config {
-            path: PathBuf::from("registry.toml"),
-            message: "a pull-through cache holds no volumes for the S3 gateway to serve: remove [s3], or serve it from the registry the cache reads".into(),
-        });
-    }
     if let Some(url) = &config.upstream {
         let upstream =
             crate::state::upstream::Upstream::new(&crate::state::upstream::UpstreamConfig {
