@@ -22,13 +22,16 @@ pub fn unknown(message: &str) -> Response {
 /// What the catch-panic layer answers for a handler that panicked: a bug,
 /// logged, never a dropped connection or a dead worker.
 pub fn panicked(why: Box<dyn std::any::Any + Send + 'static>) -> Response {
-    let why = why
-        .downcast_ref::<&str>()
+    tracing::error!("a request handler panicked: {}", panic_message(&why));
+    unknown("internal error; the registry's log says more")
+}
+
+/// What a panic said, when it said it with a string.
+pub fn panic_message(why: &Box<dyn std::any::Any + Send + 'static>) -> String {
+    why.downcast_ref::<&str>()
         .map(|s| s.to_string())
         .or_else(|| why.downcast_ref::<String>().cloned())
-        .unwrap_or_default();
-    tracing::error!("a request handler panicked: {why}");
-    unknown("internal error; the registry's log says more")
+        .unwrap_or_default()
 }
 
 impl IntoResponse for RegistryError {
