@@ -136,7 +136,8 @@ pub async fn authorize(State(auth): State<Arc<Auth>>, mut req: Request, next: Ne
     let need = access::need(req.method(), &path);
     // Where a page that needs a login sends the browser back to.
     let login = Need::Web { path };
-    let (subject, grant) = match auth.identify(&credentials(req.headers(), web)).await {
+    let presented = credentials(req.headers(), web);
+    let (subject, grant) = match auth.identify(&presented).await {
         Ok(s) => s,
         Err(_) if hub => return hf::refusal(hf::Refused::BadCredentials, ""),
         Err(why) => return unauthorized(&auth, why, if web { &login } else { &need }),
@@ -170,6 +171,20 @@ pub async fn authorize(State(auth): State<Arc<Auth>>, mut req: Request, next: Ne
     };
     match &need {
         Need::Nothing | Need::Web { .. } => {}
+        // `GET /v2/` is where clients learn the registry's challenge:
+        // with authentication on, a request without credentials is
+        // challenged there even where anonymous callers may pull, as
+        // distribution and Docker Hub do. Answered 200, a client that
+        // holds credentials (oci-client, docker) concludes that none are
+        // needed, never sends them, and has its pushes refused. Anonymous
+        // clients answer the challenge with an anonymous token.
+        Need::Base
+            if matches!(route, Some(Route::Oci(Oci::Base)))
+                && matches!(presented, Credentials::None)
+                && auth.issuer().is_some() =>
+        {
+            return unauthorized(&auth, "authentication required", &need);
+        }
         Need::Base | Need::Listing | Need::SyncJob(_) | Need::NewSync => {
             if !policy.knows(&subject) {
                 return refuse("", "use", false);
