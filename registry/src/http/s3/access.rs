@@ -29,6 +29,10 @@ use crate::http::s3::addressing;
 use crate::state::app::App;
 use crate::store::meta::keys::KeySecret;
 
+/// Why a write is refused.
+pub const READ_ONLY: &str =
+    "the S3 gateway is read-only: versions are written by sealvol push and sync";
+
 /// The caller of an S3 operation, as [`Policy`] named it.
 #[derive(Clone, Debug)]
 pub struct Who(pub Subject);
@@ -108,11 +112,10 @@ impl S3Access for Policy {
             },
         };
         let op = cx.s3_op().name();
+        // The router answers other methods before `s3s` sees them; this
+        // holds wherever else the service is used.
         if !matches!(*cx.method(), http::Method::GET | http::Method::HEAD) {
-            return Err(s3_error!(
-                MethodNotAllowed,
-                "the S3 gateway is read-only: versions are written by sealvol push and sync"
-            ));
+            return Err(s3_error!(MethodNotAllowed, "{READ_ONLY}"));
         }
         let policy = self.auth.policy();
         let refuse = |repository: &str| {

@@ -26,7 +26,7 @@ use std::sync::Arc;
 
 use axum::body::Body;
 use axum::extract::{Request, State};
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::{header, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Router;
 use s3s::service::{S3Service, S3ServiceBuilder};
@@ -88,9 +88,27 @@ pub fn router(app: Arc<App>, auth: Arc<Auth>, timeouts: Timeouts) -> Router {
         .layer(CatchPanicLayer::custom(panicked as fn(_) -> Response))
 }
 
+/// Longest a presigned URL may live, as in S3: a week.
+const MAX_PRESIGNED_SECONDS: u64 = 7 * 24 * 3600;
+
 async fn serve(State(gw): State<Gateway>, mut req: Request) -> Response {
+    // Every method that could write, and the ones S3 has no operation
+    // for (`s3s` would call them unknown operations), is refused alike.
+    if !matches!(*req.method(), Method::GET | Method::HEAD) {
+        return error(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "MethodNotAllowed",
+            access::READ_ONLY,
+        );
+    }
     if gw.open {
         anonymous(&mut req);
+    } else if presigned_too_long(req.uri().query().unwrap_or("")) {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "AuthorizationQueryParametersError",
+            "X-Amz-Expires must be less than a week (in seconds) that is 604800",
+        );
     }
     match gw.s3.oneshot(req).await {
         Ok(resp) => resp.map(Body::new),
@@ -103,6 +121,15 @@ async fn serve(State(gw): State<Gateway>, mut req: Request) -> Response {
             )
         }
     }
+}
+
+/// Whether a presigned URL's `X-Amz-Expires` is past a week (`s3s`
+/// takes any).
+fn presigned_too_long(query: &str) -> bool {
+    form_urlencoded::parse(query.as_bytes())
+        .find(|(k, _)| k == "X-Amz-Expires")
+        .and_then(|(_, v)| v.parse::<u64>().ok())
+        .is_some_and(|s| s > MAX_PRESIGNED_SECONDS)
 }
 
 /// `req` without what would make it signed: its `Authorization` header
@@ -168,5 +195,15 @@ mod tests {
         anonymous(&mut req);
         assert_eq!(req.uri().to_string(), "/w/v/x?partNumber=1");
         assert!(req.headers().get(header::AUTHORIZATION).is_none());
+    }
+
+    #[test]
+    fn presigned_urls_live_a_week_at_most() {
+        assert!(!presigned_too_long(
+            "X-Amz-Expires=604800&X-Amz-Signature=a"
+        ));
+        assert!(presigned_too_long("a=b&X-Amz-Expires=604801"));
+        assert!(!presigned_too_long("X-Amz-Expires=abc"));
+        assert!(!presigned_too_long(""));
     }
 }
