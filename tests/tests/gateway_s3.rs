@@ -575,6 +575,36 @@ fn boto3_lists_heads_and_gets_by_digest_tag_and_head_with_sigv4_keys() {
     write(&hello.join("hello.txt"), b"hello, anyone\n", 0o644);
     push(&sb, &reg, &hello, "public/demo", &[]);
     push(&sb, &reg, &hello, "other/secret", &[]);
+    // Those pushes carried the admin's credentials although anonymous
+    // callers may pull public/**; and anonymous clients, challenged at
+    // `GET /v2/`, still pull it with an anonymous token, and nothing else.
+    let stranger = Sandbox::new();
+    let got = stranger.path().join("demo");
+    ok(
+        stranger.sealvol(&reg, &["pull", "bdn:public/demo", s(&got)]),
+        "an anonymous sealvol pull of public/demo",
+    );
+    assert_eq!(
+        std::fs::read(got.join("hello.txt")).unwrap(),
+        b"hello, anyone\n"
+    );
+    let crane = |image: &str| {
+        stranger
+            .command(sealvol_tests::go_tool("crane"))
+            .args(["manifest", "--insecure", image])
+            .output()
+            .expect("run crane")
+    };
+    ok(
+        crane(&format!("{reg}/public/demo:head")),
+        "an anonymous crane manifest",
+    );
+    assert!(
+        !crane(&format!("{reg}/weights/qwen3-8b:head"))
+            .status
+            .success(),
+        "an anonymous crane manifest of weights/qwen3-8b must be refused"
+    );
     let reader = gw.key(&sb, "weights/**");
     let everything = gw.key(&sb, "**");
     let anonymous: Creds = None;
