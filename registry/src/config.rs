@@ -262,3 +262,34 @@ impl Config {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A config with `top` (keys), `[s3] addr` and `tables` after it.
+    fn with_s3(top: &str, addr: &str, tables: &str) -> Config {
+        toml::from_str(&format!("{top}[s3]\naddr = \"{addr}\"\n{tables}")).unwrap()
+    }
+
+    #[test]
+    fn the_s3_listener_is_held_to_the_registry_s_exposure_rules() {
+        assert!(with_s3("", "127.0.0.1:9000", "").exposure().is_ok());
+        let plain = with_s3("", "0.0.0.0:9000", "")
+            .exposure()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            plain.contains("refusing plain HTTP on 0.0.0.0:9000"),
+            "{plain}"
+        );
+        let plain_ok = "allow_plain_http = true\n";
+        let open = with_s3(plain_ok, "0.0.0.0:9000", "")
+            .exposure()
+            .unwrap_err()
+            .to_string();
+        assert!(open.contains("without authentication"), "{open}");
+        let auth = "[auth]\npublic_url = \"https://r.example\"\n";
+        assert!(with_s3(plain_ok, "0.0.0.0:9000", auth).exposure().is_ok());
+    }
+}
