@@ -22,7 +22,8 @@ pub enum AdminAction {
 
 #[derive(Subcommand)]
 pub enum KeyAction {
-    /// Create a key; its secret is printed once, never stored in the clear
+    /// Create a key; its secret is printed once (the registry keeps its hash for logins, and
+    /// a copy sealed under its secrets key for checking S3 signatures)
     Create {
         /// Repositories it may touch: globs, `*` within a name component, `**` across (repeatable)
         #[arg(long = "repositories", value_name = "GLOB", required = true, num_args = 1.., value_delimiter = ',')]
@@ -77,7 +78,7 @@ pub fn run(action: AdminAction) -> anyhow::Result<()> {
                 Output::Text => {
                     println!("{}:{}", key.key.id, key.secret);
                     eprintln!(
-                        "created API key {} on registry {registry}; the line above is user:password (shown once): sealvol login {registry} -u {} --password-stdin",
+                        "created API key {} on registry {registry}; the line above is user:password (shown once): sealvol login {registry} -u {} --password-stdin; S3 clients take the two parts as AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY",
                         key.key.id, key.key.id
                     );
                 }

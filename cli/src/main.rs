@@ -48,7 +48,7 @@ enum Command {
         /// tag_ttl_seconds, cache_size, sync_lease_seconds,
         /// sync_schedule_min_seconds; tables [tls], [auth], [storage],
         /// [metadata], [http] with read_header_timeout_seconds (10), idle_timeout_seconds (60),
-        /// max_connections (4096))
+        /// max_connections (4096), [s3] with addr (the S3 gateway's listener; none without it))
         #[arg(long, value_name = "FILE")]
         config: Option<PathBuf>,
         /// Address to listen on (default 127.0.0.1:5000; port 0 picks one)

@@ -89,6 +89,19 @@ pub struct Config {
     pub cache_size: Option<u64>,
     /// How connections are held: timeouts and a cap on how many are open.
     pub http: HttpConfig,
+    /// The S3 gateway's listener (SPEC.md §10); none without `[s3]`.
+    pub s3: Option<S3Config>,
+}
+
+/// `registry.toml` `[s3]`: where the read-only S3 gateway listens. It has
+/// a listener of its own, not a path prefix on `addr`, because a SigV4
+/// signature covers the request path and clients address buckets from
+/// the endpoint's root: every S3 client accepts `http(s)://host:port` as
+/// an endpoint, few keep a path prefix in what they sign.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct S3Config {
+    pub addr: SocketAddr,
 }
 
 /// `registry.toml` `[http]`: how long a slow or silent client may hold a
@@ -158,6 +171,7 @@ impl Default for Config {
             tag_ttl_seconds: 60,
             cache_size: None,
             http: HttpConfig::default(),
+            s3: None,
         }
     }
 }
@@ -191,8 +205,13 @@ impl Config {
     /// Refuses what would expose the registry off loopback, and says what
     /// anonymous callers may do where there is no `[auth]`.
     pub fn exposure(&self) -> Result<policy::Policy, ConfigError> {
-        let addr = self.addr;
-        let loopback = addr.ip().is_loopback();
+        // The S3 gateway's listener is held to the same rules: the first
+        // address off loopback is the one the refusals name.
+        let exposed = std::iter::once(self.addr)
+            .chain(self.s3.as_ref().map(|s| s.addr))
+            .find(|a| !a.ip().is_loopback());
+        let addr = exposed.unwrap_or(self.addr);
+        let loopback = exposed.is_none();
         if !loopback && self.tls.is_none() && !self.allow_plain_http {
             return Err(ConfigError::Unsafe(format!(
                 "refusing plain HTTP on {addr}: set [tls] certificate and key, or pass --allow-plain-http behind a TLS-terminating proxy"

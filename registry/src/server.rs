@@ -317,6 +317,12 @@ pub async fn serve(config: Config, ready: impl FnOnce(SocketAddr)) -> Result<(),
     unsafe { libc::umask(0o077) };
     let mut app = open(&config).await?;
     app.clock = crate::clock::Clock::from_config(config.test_clock);
+    if config.upstream.is_some() && config.s3.is_some() {
+        return Err(ServeError::Config {
+            path: PathBuf::from("registry.toml"),
+            message: "a pull-through cache holds no volumes for the S3 gateway to serve: remove [s3], or serve it from the registry the cache reads".into(),
+        });
+    }
     if let Some(url) = &config.upstream {
         let upstream =
             crate::state::upstream::Upstream::new(&crate::state::upstream::UpstreamConfig {
@@ -368,9 +374,35 @@ pub async fn serve(config: Config, ready: impl FnOnce(SocketAddr)) -> Result<(),
     let addr = listener
         .local_addr()
         .map_err(|e| ServeError::Serve(e.to_string()))?;
+    // The S3 gateway's listener, bound before the registry says it is
+    // ready, so that its clients may start at once.
+    let s3_listener =
+        match &config.s3 {
+            Some(s3) => Some(tokio::net::TcpListener::bind(s3.addr).await.map_err(|e| {
+                ServeError::Bind {
+                    addr: s3.addr,
+                    message: e.to_string(),
+                }
+            })?),
+            None => None,
+        };
     let auth = config.auth(addr, Arc::clone(&app.meta))?;
-    let stop = shutdown_signal().map_err(|e| ServeError::Serve(e.to_string()))?;
+    let signal = shutdown_signal().map_err(|e| ServeError::Serve(e.to_string()))?;
+    // One signal stops every listener.
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        signal.await;
+        let _ = stop_tx.send(true);
+    });
+    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|stop| *stop).await;
+    };
     ready(addr);
+    if let Some(l) = &s3_listener {
+        if let Ok(a) = l.local_addr() {
+            tracing::info!("S3 gateway on {a}");
+        }
+    }
     // Replicas sharing a metadata store each keep the timer: a pass takes
     // the store-wide GC lease, so one runs and the others skip that tick.
     let collector = (config.gc_interval_seconds > 0).then(|| {
@@ -421,8 +453,20 @@ pub async fn serve(config: Config, ready: impl FnOnce(SocketAddr)) -> Result<(),
             &app,
         )))
     });
+    let s3 = s3_listener.map(|listener| {
+        let router =
+            crate::http::s3::router(Arc::clone(&app), Arc::clone(&auth), timeouts(&config));
+        let (tls, http, stop) = (tls.clone(), config.http.clone(), stopped(stop_rx.clone()));
+        tokio::spawn(async move { serve_connections(listener, tls, router, &http, stop).await })
+    });
     let router = router(Arc::clone(&app), auth, &config, prometheus);
-    let served = serve_connections(listener, tls, router, &config.http, stop).await;
+    let served = serve_connections(listener, tls, router, &config.http, stopped(stop_rx)).await;
+    let s3_served = match s3 {
+        Some(task) => task
+            .await
+            .unwrap_or_else(|e| Err(ServeError::Serve(format!("the S3 gateway stopped: {e}")))),
+        None => Ok(()),
+    };
     if let Some(c) = collector {
         c.abort();
         let _ = c.await;
@@ -440,6 +484,7 @@ pub async fn serve(config: Config, ready: impl FnOnce(SocketAddr)) -> Result<(),
         let _ = w.await;
     }
     served?;
+    s3_served?;
     // The last reference: dropping it closes the database.
     drop(app);
     tracing::info!("stopped");

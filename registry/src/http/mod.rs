@@ -11,6 +11,7 @@ pub mod oci;
 pub(crate) mod query;
 pub mod respond;
 pub mod routes;
+pub mod s3;
 pub mod token;
 pub mod ui;
 

@@ -3,7 +3,7 @@
 
 use sealvol_spec::api;
 
-use crate::error::Result;
+use crate::error::{RegistryError, Result};
 use crate::state::app::App;
 
 pub(crate) async fn list(app: &App) -> Result<Vec<api::ApiKey>> {
@@ -19,7 +19,9 @@ pub(crate) async fn create(
     by: String,
 ) -> Result<api::NewApiKey> {
     let now = app.now();
-    app.meta(move |m| m.create_key(&request, expires, &by, now))
+    let sealing = (app.syncs.key.get().cloned())
+        .ok_or_else(|| RegistryError::Internal("the registry has no secrets key".into()))?;
+    app.meta(move |m| m.create_key(&request, expires, &by, now, &sealing))
         .await
 }
 

@@ -1,11 +1,15 @@
 //! Scoped, expiring API keys (SPEC.md §7.5) for CI jobs and GPU nodes:
 //! an admin creates one with repository globs and actions, the registry
-//! shows its secret once and keeps only its SHA-256, and the key logs in
-//! with Basic auth (user name: its id) or through `/token`, like a user
-//! whose rights are exactly the key's scope, never admin.
+//! shows its secret once, and the key logs in with Basic auth (user name:
+//! its id) or through `/token`, like a user whose rights are exactly the
+//! key's scope, never admin.
 //!
-//! A SHA-256 is enough here, unlike for passwords: the secret is 32
-//! random bytes, so there is nothing to guess from its hash.
+//! A login checks the secret against its SHA-256. That is enough here,
+//! unlike for passwords: the secret is 32 random bytes, so there is
+//! nothing to guess from its hash. The S3 gateway's AWS signatures are
+//! HMACs keyed by the secret itself, so a key also keeps its secret sealed
+//! under the registry's secrets key (as sync secrets are), for that check
+//! alone; keys made before it have no sealed secret and are refused there.
 
 use std::io::Read;
 use std::sync::Arc;
@@ -19,6 +23,7 @@ use crate::clock::rfc3339;
 use crate::store::meta::db::MetaStore;
 use crate::store::meta::error::MetaError;
 use crate::store::meta::schema::API_KEYS;
+use crate::store::meta::secrets::{Sealed, SecretKey};
 
 /// Most keys a registry holds, and most globs one key names.
 const MAX_KEYS: usize = 10_000;
@@ -33,6 +38,23 @@ struct KeyRecord {
     expires_at: Option<u64>,
     /// Hex SHA-256 of the secret.
     secret_sha256: String,
+    /// The secret, sealed for `api-key:ID`: what SigV4 checks need.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    secret_sealed: Option<Sealed>,
+}
+
+/// What the S3 gateway may learn of a key's secret.
+#[derive(Debug, PartialEq, Eq)]
+pub enum KeySecret {
+    Secret(String),
+    /// The key was made before secrets were kept sealed.
+    NotKept,
+}
+
+/// The name a key's secret is sealed for: a sealed secret moved to
+/// another key's row does not open.
+fn sealed_name(id: &str) -> String {
+    format!("api-key:{id}")
 }
 
 impl KeyRecord {
@@ -107,13 +129,15 @@ fn sha256_hex(s: &str) -> String {
 }
 
 impl MetaStore {
-    /// Creates a key for `by`; the answer holds its secret, shown once.
+    /// Creates a key for `by`, its secret sealed under `sealing`; the
+    /// answer holds its secret, shown once.
     pub fn create_key(
         &self,
         req: &api::ApiKeyRequest,
         expires_at: Option<u64>,
         by: &str,
         now: u64,
+        sealing: &SecretKey,
     ) -> Result<api::NewApiKey, KeyError> {
         if req.repositories.is_empty() || req.repositories.len() > MAX_GLOBS {
             return Err(KeyError::Invalid(format!(
@@ -139,6 +163,7 @@ impl MetaStore {
             created_at: now,
             expires_at,
             secret_sha256: sha256_hex(&secret),
+            secret_sealed: Some(Sealed::seal(sealing, &sealed_name(&id), secret.as_bytes())),
         };
         let tx = self.db.begin_write()?;
         {
@@ -209,6 +234,44 @@ impl MetaStore {
     }
 }
 
+impl MetaStore {
+    /// The secret of key `id`, opened with `sealing`, if the key exists
+    /// and has not expired: for checking an AWS signature made with it.
+    pub fn key_secret(
+        &self,
+        id: &str,
+        now: u64,
+        sealing: &SecretKey,
+    ) -> Result<Option<KeySecret>, KeyError> {
+        let tx = self.db.begin_read()?;
+        let table = tx.open_table(API_KEYS)?;
+        let Some(v) = table.get(id)? else {
+            return Ok(None);
+        };
+        let r: KeyRecord = serde_json::from_slice(v.value())?;
+        if r.expires_at.is_some_and(|t| t <= now) {
+            return Ok(None);
+        }
+        let Some(sealed) = &r.secret_sealed else {
+            return Ok(Some(KeySecret::NotKept));
+        };
+        let secret = sealed
+            .open(sealing, &sealed_name(id))
+            .and_then(|s| String::from_utf8(s).ok())
+            .ok_or_else(|| {
+                KeyError::Meta(MetaError(format!(
+                    "API key {id}'s secret does not open with this registry's secrets key; is secrets_key_file the one it was made with?"
+                )))
+            })?;
+        // The sealed copy is the one the login hash was made of, unless
+        // the row was edited: then neither is trusted.
+        if sha256_hex(&secret) != r.secret_sha256 {
+            return Ok(Some(KeySecret::NotKept));
+        }
+        Ok(Some(KeySecret::Secret(secret)))
+    }
+}
+
 impl From<KeyError> for crate::error::RegistryError {
     fn from(e: KeyError) -> Self {
         use KeyError as K;
@@ -226,6 +289,67 @@ impl From<KeyError> for crate::error::RegistryError {
 mod tests {
     use super::*;
 
+    fn sealing() -> (tempfile::TempDir, SecretKey) {
+        let dir = tempfile::tempdir().unwrap();
+        let key = SecretKey::load_or_create(&dir.path().join("secrets.key")).unwrap();
+        (dir, key)
+    }
+
+    #[test]
+    fn a_key_keeps_its_secret_sealed_for_signature_checks_only() {
+        let (_dir, meta) = MetaStore::temporary();
+        let (_keys, sealing) = sealing();
+        let req = api::ApiKeyRequest {
+            repositories: vec!["weights/**".into()],
+            actions: vec![Action::Pull],
+            expires_at: None,
+        };
+        let k = meta
+            .create_key(&req, Some(2_000), "admin", 1_000, &sealing)
+            .unwrap();
+        let id = k.key.id.as_str();
+        assert_eq!(
+            meta.key_secret(id, 1_500, &sealing).unwrap(),
+            Some(KeySecret::Secret(k.secret.clone()))
+        );
+        // Expired, unknown: nothing.
+        assert_eq!(meta.key_secret(id, 2_000, &sealing).unwrap(), None);
+        assert_eq!(meta.key_secret("svk_00", 1_500, &sealing).unwrap(), None);
+        // Another registry's secrets key opens nothing.
+        let (_other, other) = self::sealing();
+        assert!(meta.key_secret(id, 1_500, &other).is_err());
+        // The secret never shows in what the API lists.
+        let listed = serde_json::to_string(&meta.keys().unwrap()).unwrap();
+        assert!(!listed.contains(&k.secret), "{listed}");
+        // A row written before secrets were sealed: known, but not kept.
+        let old = KeyRecord {
+            repositories: req.repositories.clone(),
+            actions: req.actions.clone(),
+            created_by: "admin".into(),
+            created_at: 1,
+            expires_at: None,
+            secret_sha256: sha256_hex("s"),
+            secret_sealed: None,
+        };
+        let json = serde_json::to_vec(&old).unwrap();
+        assert!(!String::from_utf8_lossy(&json).contains("secret_sealed"));
+        let tx = meta.db.begin_write().unwrap();
+        tx.open_table(API_KEYS)
+            .unwrap()
+            .insert("svk_old", json.as_slice())
+            .unwrap();
+        tx.commit().unwrap();
+        assert_eq!(
+            meta.key_secret("svk_old", 1_500, &sealing).unwrap(),
+            Some(KeySecret::NotKept)
+        );
+        // And it still logs in with its secret.
+        assert!(meta
+            .key_grant("svk_old", Some("s"), 1_500)
+            .unwrap()
+            .is_some());
+    }
+
     #[test]
     fn a_key_logs_in_with_its_secret_until_it_expires_or_is_revoked() {
         let (_dir, meta) = MetaStore::temporary();
@@ -234,7 +358,10 @@ mod tests {
             actions: vec![Action::Pull],
             expires_at: None,
         };
-        let k = meta.create_key(&req, Some(2_000), "admin", 1_000).unwrap();
+        let (_keys, sealing) = sealing();
+        let k = meta
+            .create_key(&req, Some(2_000), "admin", 1_000, &sealing)
+            .unwrap();
         assert!(k.key.id.starts_with(API_KEY_PREFIX));
         let g = meta
             .key_grant(&k.key.id, Some(&k.secret), 1_500)
@@ -266,7 +393,7 @@ mod tests {
             ..req
         };
         assert!(matches!(
-            meta.create_key(&bad, None, "admin", 1),
+            meta.create_key(&bad, None, "admin", 1, &sealing),
             Err(KeyError::Invalid(_))
         ));
     }

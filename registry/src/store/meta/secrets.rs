@@ -29,6 +29,7 @@ use serde::{Deserialize, Serialize};
 const B64: base64::engine::GeneralPurpose = base64::engine::general_purpose::STANDARD;
 
 /// The key that seals secret values.
+#[derive(Clone)]
 pub struct SecretKey(XChaCha20Poly1305);
 
 impl std::fmt::Debug for SecretKey {
@@ -112,6 +113,26 @@ impl SecretKey {
                 },
             )
             .ok()
+    }
+}
+
+/// A value sealed under the secrets key for a name, on its own: what an
+/// API key keeps of its secret for the S3 gateway (SPEC.md §10.3).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Sealed {
+    nonce: String,
+    value: String,
+}
+
+impl Sealed {
+    pub fn seal(key: &SecretKey, name: &str, value: &[u8]) -> Sealed {
+        let (nonce, value) = key.seal(name, value);
+        Sealed { nonce, value }
+    }
+
+    /// The value, if it opens under `key` for `name`.
+    pub fn open(&self, key: &SecretKey, name: &str) -> Option<Vec<u8>> {
+        key.open(name, &self.nonce, &self.value)
     }
 }
 
