@@ -105,15 +105,39 @@ pub fn verify_piece(
     index: u64,
     data: &[u8],
 ) -> bool {
-    if piece_range(size, index).end - piece_range(size, index).start != data.len() as u64 {
+    verify_piece_parts(size, root, pieces, index, &[data])
+}
+
+/// [`verify_piece`] of a piece given as consecutive parts (as the chunks
+/// that hold it give it), hashed in place rather than joined first.
+pub fn verify_piece_parts(
+    size: u64,
+    root: &B3Digest,
+    pieces: &[PieceCv],
+    index: u64,
+    parts: &[&[u8]],
+) -> bool {
+    let len: u64 = parts.iter().map(|p| p.len() as u64).sum();
+    let range = piece_range(size, index);
+    if range.end - range.start != len {
         return false;
     }
+    let mut h = blake3::Hasher::new();
     if size <= PIECE {
-        return index == 0 && B3Digest::of(data) == *root;
+        for p in parts {
+            h.update(p);
+        }
+        return index == 0 && B3Digest(*h.finalize().as_bytes()) == *root;
     }
     match pieces.get(index as usize) {
-        Some(cv) => !data.is_empty() && piece_cv(index, data) == *cv,
-        None => false,
+        Some(cv) if len > 0 => {
+            h.set_input_offset(index * PIECE);
+            for p in parts {
+                h.update(p);
+            }
+            h.finalize_non_root() == *cv
+        }
+        _ => false,
     }
 }
 
@@ -237,7 +261,15 @@ mod tests {
             let n = piece_count(len).max(1);
             for i in 0..n {
                 let r = piece_range(len, i);
-                prop_assert!(verify_piece(len, &root, &cvs, i, &d[r.start as usize..r.end as usize]));
+                let piece = &d[r.start as usize..r.end as usize];
+                prop_assert!(verify_piece(len, &root, &cvs, i, piece));
+                // In parts, cut anywhere, as chunks cut a piece.
+                let cut = (at as usize) % (piece.len() + 1);
+                let (a, b) = piece.split_at(cut);
+                prop_assert!(verify_piece_parts(len, &root, &cvs, i, &[a, &[], b]));
+                if !b.is_empty() {
+                    prop_assert!(!verify_piece_parts(len, &root, &cvs, i, &[a, &b[1..]]));
+                }
             }
             if len > 0 {
                 let pos = at % len;

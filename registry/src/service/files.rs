@@ -8,9 +8,11 @@
 //! [`resolve`] finds the alive version and its tree index, [`file()`] one
 //! file entry of it, and [`open`] streams any byte range of that file. The
 //! range is served piece by piece: each 1 MiB piece that overlaps it is
-//! read from the chunk blobs that cover it (only the bytes of the piece,
+//! read from the chunk blobs that cover it (only the bytes of the pieces,
 //! never whole chunks or whole files), hashed, and compared with the
-//! piece's chaining value, or for a file of one piece with its BLAKE3. So a
+//! piece's chaining value, or for a file of one piece with its BLAKE3.
+//! Pieces are read and hashed four at a time, so that a large chunk part
+//! is one read (mapped, not copied) and a span one hashing task. So a
 //! chunk damaged in the blob store (bitrot, a tampered bucket under an
 //! object-store registry) ends the answer with an error, never with wrong
 //! bytes. The first piece is checked before [`open`] returns, so a damaged
@@ -27,7 +29,7 @@
 use std::ops::Range;
 use std::sync::Arc;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use futures_util::stream::{self, BoxStream, StreamExt};
 use sealvol_spec::api::Lifecycle;
 use sealvol_spec::chain::{self, PieceCv, PIECE};
@@ -40,10 +42,20 @@ use crate::service::{trees, volumes};
 use crate::state::app::App;
 use crate::store::{BlobBody, BlobStore};
 
-/// How many pieces of one answer are read and checked ahead of the one
-/// being sent: enough to keep the disk or the bucket busy while a piece
-/// is hashed, at most this many MiB held per answer.
-const AHEAD: usize = 4;
+/// Pieces read and checked together: one read of each chunk part that
+/// covers the span (a part over 1 MiB is mapped from the blob file rather
+/// than copied) and one hashing task, rather than a read, a copy and a
+/// task per piece.
+const SPAN_PIECES: u64 = 4;
+
+/// How many spans of one answer are read and checked ahead of the one
+/// being sent: enough to keep the disk or the bucket busy while a span is
+/// hashed; at most this many times 4 MiB held per answer.
+const AHEAD: usize = 2;
+
+/// How many chunk parts of one span are read at once (an object store
+/// answers each after a round trip).
+const PARTS_AT_ONCE: usize = 4;
 
 /// Why a file cannot be served; each gateway answers these in its own
 /// dialect.
@@ -207,30 +219,52 @@ pub async fn open(
             size: file.size,
         });
     }
+    let pieces = chain::pieces_of(range.start, range.end);
+    let spans: Vec<Range<u64>> = pieces
+        .clone()
+        .step_by(SPAN_PIECES as usize)
+        .map(|first| first..(first + SPAN_PIECES).min(pieces.end))
+        .collect();
     let want = range.clone();
-    let mut pieces = stream::iter(chain::pieces_of(range.start, range.end))
-        .map(move |index| {
+    let mut spans = stream::iter(spans)
+        .map(move |s| {
             let (blobs, file, want) = (Arc::clone(&blobs), Arc::clone(&file), want.clone());
             async move {
-                let bytes = piece(blobs.as_ref(), &file, index).await?;
-                let at = chain::piece_range(file.size, index).start;
-                Ok(bytes.slice(within(at, bytes.len(), &want)))
+                let (parts, damage) = span(blobs.as_ref(), &file, s).await;
+                let bytes: Vec<Bytes> = parts
+                    .into_iter()
+                    .map(|(at, b)| b.slice(within(at, b.len(), &want)))
+                    .filter(|b| !b.is_empty())
+                    .collect();
+                (bytes, damage)
             }
         })
         .buffered(AHEAD);
-    let first = match pieces.next().await {
-        None => return Ok(stream::empty().boxed()),
-        Some(first) => first?,
+    let Some((first, damage)) = spans.next().await else {
+        return Ok(stream::empty().boxed());
     };
-    Ok(stream::once(async { Ok(first) })
-        .chain(pieces.inspect(|r| {
-            if let Err(e) = r {
-                // The answer's head is gone already: the client sees a
-                // body cut short, the log says why.
-                tracing::error!("{e}");
-            }
-        }))
-        .boxed())
+    // The range's first piece failed: an error status, not a body.
+    if let Some(e) = damage.as_ref().filter(|_| first.is_empty()) {
+        tracing::debug!("{e}");
+        return Err(damage.expect("checked above"));
+    }
+    let sent = |(bytes, damage): (Vec<Bytes>, Option<FileError>)| {
+        let tail = damage.map(|e| {
+            // The answer's head is gone already: the client sees a body
+            // cut short, the log says why.
+            tracing::error!("{e}");
+            Err(e)
+        });
+        stream::iter(bytes.into_iter().map(Ok).chain(tail))
+    };
+    // A damaged piece ends the body: nothing after it is read or sent.
+    let mut ended = false;
+    let rest = spans.flat_map(sent).take_while(move |r| {
+        let go = !ended;
+        ended |= r.is_err();
+        futures_util::future::ready(go)
+    });
+    Ok(sent((first, damage)).chain(rest).boxed())
 }
 
 /// The part of a piece that starts at file offset `at` and holds `len`
@@ -242,46 +276,111 @@ fn within(at: u64, len: usize, want: &Range<u64>) -> Range<usize> {
     from as usize..to as usize
 }
 
-/// Piece `index` of `file`, read from the chunks that cover it and checked
-/// against the chain.
-async fn piece(blobs: &dyn BlobStore, file: &File, index: u64) -> Result<Bytes, FileError> {
-    let range = chain::piece_range(file.size, index);
-    let corrupt = |why: String| FileError::Corrupt {
-        path: file.path.clone(),
-        start: range.start,
-        end: range.end,
-        why,
+/// Pieces `pieces` of `file`, read from the chunks that cover them and
+/// checked against the chain: the bytes of the pieces that check out, in
+/// order from the first, as (file offset, bytes) runs of the chunk parts
+/// read; and why the next piece, if any, is not among them (a chunk that
+/// could not be read, or bytes that differ from the chain).
+async fn span(
+    blobs: &dyn BlobStore,
+    file: &Arc<File>,
+    pieces: Range<u64>,
+) -> (Vec<(u64, Bytes)>, Option<FileError>) {
+    let start = chain::piece_range(file.size, pieces.start).start;
+    let end = chain::piece_range(file.size, pieces.end - 1).end;
+    let corrupt = |index: u64, why: String| {
+        let r = chain::piece_range(file.size, index);
+        FileError::Corrupt {
+            path: file.path.clone(),
+            start: r.start,
+            end: r.end,
+            why,
+        }
     };
-    let len = (range.end - range.start) as usize;
-    let mut buf = BytesMut::with_capacity(len);
-    for c in &file.chunks[chunks_covering(&file.chunks, range.start, range.end)] {
-        let from = range.start.max(c.offset) - c.offset;
-        let to = range.end.min(c.offset + u64::from(c.length)) - c.offset;
-        let part = read_exactly(blobs, c, from, to - from)
-            .await
-            .map_err(|e| corrupt(format!("chunk {}: {e}", c.sha256)))?;
-        buf.extend_from_slice(&part);
+    let covering = file.chunks[chunks_covering(&file.chunks, start, end)].to_vec();
+    let mut reads = stream::iter(covering)
+        .map(|c: ChunkRef| async move {
+            let from = start.max(c.offset) - c.offset;
+            let to = end.min(c.offset + u64::from(c.length)) - c.offset;
+            let part = read_exactly(blobs, &c, from, to - from).await;
+            (c.offset + from, c, part)
+        })
+        .buffered(PARTS_AT_ONCE);
+    // The bytes read, from `start` up to `read_to` without a gap.
+    let (mut parts, mut read_to, mut failed) = (Vec::new(), start, None);
+    while let Some((at, c, part)) = reads.next().await {
+        match part {
+            Ok(bytes) if at == read_to => {
+                read_to += bytes.len() as u64;
+                parts.push((at, bytes));
+            }
+            Ok(_) => {
+                failed = Some(format!("its chunk list leaves bytes {read_to}..{at} out"));
+                break;
+            }
+            Err(e) => {
+                failed = Some(format!("chunk {}: {e}", c.sha256));
+                break;
+            }
+        }
     }
-    if buf.len() != len {
-        return Err(corrupt(format!(
-            "its chunk list gives {} of its {len} bytes",
-            buf.len()
-        )));
+    if failed.is_none() && read_to < end {
+        failed = Some(format!(
+            "its chunk list gives {} of its {} bytes",
+            read_to - start,
+            end - start
+        ));
     }
-    let bytes = buf.freeze();
-    let checked = bytes.clone();
-    let (size, root, pieces) = (file.size, file.blake3, file.pieces.clone());
-    // Hashing a MiB takes a few hundred microseconds: off the async
-    // threads, and in parallel with the other pieces read ahead.
-    let ok = tokio::task::spawn_blocking(move || {
-        chain::verify_piece(size, &root, &pieces, index, &checked)
+    // The pieces the bytes read cover whole, checked in one task off the
+    // async threads (hashing a MiB takes a few hundred microseconds).
+    let whole: Vec<u64> = pieces
+        .clone()
+        .take_while(|i| chain::piece_range(file.size, *i).end <= read_to)
+        .collect();
+    let checked = parts.clone();
+    let f = Arc::clone(file);
+    let bad = tokio::task::spawn_blocking(move || {
+        whole.into_iter().find(|&i| {
+            let r = chain::piece_range(f.size, i);
+            let slices: Vec<&[u8]> = checked
+                .iter()
+                .map(|(at, b)| &b[within(*at, b.len(), &r)])
+                .filter(|s| !s.is_empty())
+                .collect();
+            !chain::verify_piece_parts(f.size, &f.blake3, &f.pieces, i, &slices)
+        })
     })
-    .await
-    .map_err(RegistryError::internal)?;
-    if !ok {
-        return Err(corrupt("its BLAKE3 differs".into()));
-    }
-    Ok(bytes)
+    .await;
+    let (good_to, damage) = match bad {
+        Err(e) => (start, Some(FileError::Registry(RegistryError::internal(e)))),
+        Ok(Some(i)) => (
+            chain::piece_range(file.size, i).start,
+            Some(corrupt(i, "its BLAKE3 differs".into())),
+        ),
+        Ok(None) => match failed {
+            // The first piece the bytes read do not cover whole.
+            Some(why) => {
+                let i = pieces
+                    .clone()
+                    .find(|i| chain::piece_range(file.size, *i).end > read_to)
+                    .unwrap_or(pieces.start);
+                (
+                    chain::piece_range(file.size, i).start,
+                    Some(corrupt(i, why)),
+                )
+            }
+            None => (end, None),
+        },
+    };
+    let good: Vec<(u64, Bytes)> = parts
+        .into_iter()
+        .filter(|(at, _)| *at < good_to)
+        .map(|(at, b)| {
+            let keep = (good_to - at).min(b.len() as u64) as usize;
+            (at, b.slice(..keep))
+        })
+        .collect();
+    (good, damage)
 }
 
 /// Why a chunk's bytes could not be read.
@@ -462,6 +561,23 @@ mod tests {
             "{} bytes before the error",
             got.len()
         );
+        // Past the first span of pieces read together: the pieces before
+        // the damaged one, whole, then the error.
+        let len = 9 * MIB + 7;
+        let d = data(len, 6);
+        let flip = 6 * MIB + 1;
+        let (_dir, blobs, file) = stored(
+            &d,
+            &[3 * MIB + 5, 2 * MIB, MIB, len - 6 * MIB - 5],
+            Some(flip),
+        )
+        .await;
+        let (got, err) = read(&blobs, &file, 5..len as u64).await.unwrap();
+        assert!(
+            matches!(err, Some(FileError::Corrupt { start, .. }) if start == 6 * PIECE),
+            "{err:?}"
+        );
+        assert!(got == d[5..6 * MIB], "{} bytes before the error", got.len());
         // A file of one piece: checked against its BLAKE3.
         let small = data(5000, 9);
         let (_dir, blobs, file) = stored(&small, &[1000, 4000], Some(4999)).await;
