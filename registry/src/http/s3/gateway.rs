@@ -75,7 +75,7 @@ struct Listing {
 }
 
 /// A listing's answer: its entries, and where the next page starts.
-struct Listed2 {
+struct ListPage {
     items: Vec<Item<Listed>>,
     next: Option<Cursor>,
 }
@@ -231,7 +231,7 @@ impl Gateway {
     /// One page of a bucket's keys (SPEC.md §10.2): its roots in byte
     /// order, each folded into a common prefix where the delimiter falls
     /// in it, else its version's files.
-    async fn list(&self, subject: &Subject, l: &Listing) -> S3Result<Listed2> {
+    async fn list(&self, subject: &Subject, l: &Listing) -> S3Result<ListPage> {
         let volumes = self.volumes_of(subject, &l.bucket).await?;
         let (roots, made) = self.roots(&l.bucket, volumes, &l.prefix).await?;
         let delimiter = l.delimiter.as_deref();
@@ -306,7 +306,7 @@ impl Gateway {
             previous = Some(&r.key);
         }
         let next = page.next();
-        Ok(Listed2 {
+        Ok(ListPage {
             items: page.items,
             next,
         })
