@@ -5,6 +5,7 @@ use sealvol_spec::api;
 
 use crate::error::{RegistryError, Result};
 use crate::state::app::App;
+use crate::store::meta::keys::KeySecret;
 
 pub(crate) async fn list(app: &App) -> Result<Vec<api::ApiKey>> {
     app.meta(|m| m.keys()).await
@@ -27,4 +28,29 @@ pub(crate) async fn create(
 
 pub(crate) async fn revoke(app: &App, id: String) -> Result<()> {
     app.meta(move |m| m.delete_key(&id)).await
+}
+
+/// What an AWS signature made with API key `id` is checked with (SPEC.md
+/// §10.3).
+pub(crate) enum Signer {
+    /// The key's secret.
+    Secret(String),
+    /// The key was made before the registry kept its secret sealed.
+    NotKept,
+    /// No such key, or it has expired.
+    Unknown,
+}
+
+/// The secret of key `id`, opened for checking a signature and nothing
+/// else.
+pub(crate) async fn signer(app: &App, id: &str) -> Result<Signer> {
+    let sealing = (app.syncs.key.get().cloned())
+        .ok_or_else(|| RegistryError::Internal("the registry has no secrets key".into()))?;
+    let (id, now) = (id.to_string(), crate::auth::unix_now());
+    let found = app.meta(move |m| m.key_secret(&id, now, &sealing)).await?;
+    Ok(match found {
+        Some(KeySecret::Secret(s)) => Signer::Secret(s),
+        Some(KeySecret::NotKept) => Signer::NotKept,
+        None => Signer::Unknown,
+    })
 }

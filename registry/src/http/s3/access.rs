@@ -26,8 +26,8 @@ use crate::auth::caller::denied_line;
 use crate::auth::policy::Subject;
 use crate::auth::Auth;
 use crate::http::s3::addressing;
+use crate::service::keys::{self, Signer};
 use crate::state::app::App;
-use crate::store::meta::keys::KeySecret;
 
 /// Why a write is refused.
 pub const READ_ONLY: &str =
@@ -63,24 +63,17 @@ impl S3Auth for Signers {
                 "the S3 gateway takes an API key's id as the access key id and its secret as the secret (sealvol admin key create)"
             ));
         }
-        let sealing = (self.app.syncs.key.get().cloned())
-            .ok_or_else(|| s3_error!(InternalError, "the registry has no secrets key"))?;
-        let (id, now) = (access_key.to_string(), crate::auth::unix_now());
-        let found = self
-            .app
-            .meta(move |m| m.key_secret(&id, now, &sealing))
-            .await
-            .map_err(|e| {
-                tracing::error!("reading API keys: {e}");
-                s3_error!(InternalError, "cannot read API keys")
-            })?;
+        let found = keys::signer(&self.app, access_key).await.map_err(|e| {
+            tracing::error!("reading API keys: {e}");
+            s3_error!(InternalError, "cannot read API keys")
+        })?;
         match found {
-            Some(KeySecret::Secret(s)) => Ok(SecretKey::from(s)),
-            Some(KeySecret::NotKept) => Err(s3_error!(
+            Signer::Secret(s) => Ok(SecretKey::from(s)),
+            Signer::NotKept => Err(s3_error!(
                 InvalidAccessKeyId,
                 "API key {access_key} was made before the registry kept what S3 signatures need; make a new key (sealvol admin key create) for S3 clients"
             )),
-            None => Err(s3_error!(
+            Signer::Unknown => Err(s3_error!(
                 InvalidAccessKeyId,
                 "no API key {access_key}, or it has expired or was revoked"
             )),
