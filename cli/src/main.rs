@@ -17,6 +17,7 @@ mod output;
 mod progress;
 mod record;
 mod schedule;
+mod signature;
 mod sync;
 mod verify;
 mod volume;
@@ -210,11 +211,46 @@ enum Command {
         /// Also fetch every chunk again and check every byte through the chain
         #[arg(long)]
         deep: bool,
+        /// Check instead that this public key (PEM) signed the version
+        /// (repeatable: any of the keys will do); reads the tree and the
+        /// signatures, no chunk
+        #[arg(long = "signed-by", value_name = "PUBKEY.pem", conflicts_with_all = ["second", "digest", "deep"])]
+        signed_by: Vec<PathBuf>,
         /// Parallel requests (default 8)
         #[arg(long, value_name = "N", default_value_t = 0)]
         jobs: usize,
         #[arg(long, value_name = "DIR", env = "SEALVOL_CACHE_DIR")]
         cache_dir: Option<PathBuf>,
+        #[command(flatten)]
+        conn: volume::Conn,
+        #[arg(long, value_enum, default_value_t = Output::Text)]
+        output: Output,
+    },
+    /// Sign a version from its tree alone (an OpenSSF model-signing statement
+    /// listing every file's BLAKE3), attached as a referrer of the version
+    Sign {
+        #[arg(value_name = "REF")]
+        target: String,
+        /// The private key: a PEM file, or env://VAR to read the PEM from
+        /// the environment variable VAR (ECDSA P-256/P-384 or Ed25519)
+        #[arg(long, value_name = "KEY.pem|env://VAR")]
+        key: String,
+        /// Also attach a `cosign sign` signature of the version index, which
+        /// `cosign verify --key` and admission controllers check
+        #[arg(long)]
+        cosign: bool,
+        #[command(flatten)]
+        conn: volume::Conn,
+        #[arg(long, value_enum, default_value_t = Output::Text)]
+        output: Output,
+    },
+    /// List a version's signatures: signer, time, and whether each verifies
+    Signatures {
+        #[arg(value_name = "REF")]
+        target: String,
+        /// A public key (PEM) to check them against (repeatable)
+        #[arg(long = "signed-by", value_name = "PUBKEY.pem")]
+        signed_by: Vec<PathBuf>,
         #[command(flatten)]
         conn: volume::Conn,
         #[arg(long, value_enum, default_value_t = Output::Text)]
@@ -702,6 +738,26 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         ),
         Command::Verify {
             first,
+            signed_by,
+            conn,
+            output,
+            ..
+        } if !signed_by.is_empty() => signature::verify(&first, &signed_by, &conn, output),
+        Command::Sign {
+            target,
+            key,
+            cosign,
+            conn,
+            output,
+        } => signature::sign(&target, &key, cosign, &conn, output),
+        Command::Signatures {
+            target,
+            signed_by,
+            conn,
+            output,
+        } => signature::list(&target, &signed_by, &conn, output),
+        Command::Verify {
+            first,
             second,
             digest,
             deep,
@@ -709,6 +765,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             cache_dir,
             conn,
             output,
+            ..
         } => verify::verify(
             &first,
             second.as_deref(),

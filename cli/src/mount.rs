@@ -223,6 +223,7 @@ pub fn mount(args: MountArgs) -> anyhow::Result<()> {
     opts.fetch_timeout = Duration::from_secs(args.fetch_timeout);
     opts.allow_other = args.allow_other;
     opts.legacy = args.verification.legacy();
+    opts.signed_by = args.verification.trusted_keys()?;
     opts.engine = args.engine.into();
 
     // Chunks are megabytes: allocate each with its own mapping, so memory

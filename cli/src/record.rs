@@ -113,6 +113,7 @@ pub fn record(args: RecordArgs) -> anyhow::Result<()> {
     // would serve some files without this process, through the kernel).
     let mut opts = MountOptions::new(&cache);
     opts.legacy = args.verification.legacy();
+    opts.signed_by = args.verification.trusted_keys()?;
     opts.engine = args.engine.into();
     let recorder = Recorder::new();
     record_next_mount(recorder.clone());

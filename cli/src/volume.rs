@@ -4,13 +4,14 @@
 //! library and prints text (or one JSON document with `--output json`).
 
 use std::io::{BufRead as _, IsTerminal as _, Write as _};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context as _};
 use sealvol_client::inspect::{self, EntryInfo};
 use sealvol_client::pull::PullOptions;
 use sealvol_client::push::PushOptions;
 use sealvol_client::resolve::{check_legacy, display_ref, legacy_warning, Legacy};
+use sealvol_client::signature::TrustedKey;
 use sealvol_client::{CacheDir, Remote};
 use sealvol_spec::reference::{is_name_component, VolumeRef};
 
@@ -26,22 +27,39 @@ pub struct Conn {
 }
 
 /// What to do with a version whose tree index is format 1 (SPEC.md §2.6).
-#[derive(clap::Args, Clone, Copy, Debug, Default)]
+#[derive(clap::Args, Clone, Debug, Default)]
 pub struct Verification {
     /// Refuse a version whose bytes cannot be verified against its digest
     /// (a format 1 tree index) instead of reading it with a warning
     #[arg(long)]
     pub require_verified: bool,
+    /// Refuse a version this public key (PEM) did not sign; repeatable: any
+    /// of the keys will do
+    #[arg(long = "require-signature", value_name = "PUBKEY.pem")]
+    pub require_signature: Vec<PathBuf>,
 }
 
 impl Verification {
-    pub fn legacy(self) -> Legacy {
+    /// The keys of `--require-signature`.
+    pub fn trusted_keys(&self) -> anyhow::Result<Vec<TrustedKey>> {
+        trusted_keys(&self.require_signature)
+    }
+
+    pub fn legacy(&self) -> Legacy {
         if self.require_verified {
             Legacy::Refuse
         } else {
             Legacy::Warn
         }
     }
+}
+
+/// Reads public keys (PEM) a caller trusts.
+pub fn trusted_keys(paths: &[PathBuf]) -> anyhow::Result<Vec<TrustedKey>> {
+    Ok(paths
+        .iter()
+        .map(|p| TrustedKey::load(p))
+        .collect::<Result<_, _>>()?)
 }
 
 pub fn parse_ref(s: &str) -> anyhow::Result<VolumeRef> {
@@ -188,6 +206,7 @@ pub fn pull(
         cache_dir: cache,
         legacy: verification.legacy(),
         keep_special_bits,
+        signed_by: verification.trusted_keys()?,
     };
     if keep_special_bits {
         eprintln!("sealvol: keeping the setuid, setgid and sticky bits the version records (--keep-special-bits)");
@@ -367,6 +386,15 @@ pub fn cat(
     let shown = display_ref(&remote, &opened.version.pinned.without_path());
     if !check_legacy(&opened.tree, verification.legacy(), &shown)? {
         eprintln!("sealvol: {}", legacy_warning(&shown));
+    }
+    let keys = verification.trusted_keys()?;
+    if !keys.is_empty() {
+        rt.block_on(sealvol_client::signature::require(
+            &remote,
+            &opened.version,
+            &opened.tree,
+            &keys,
+        ))?;
     }
     let mut out = std::io::stdout().lock();
     let jobs = if jobs == 0 { 4 } else { jobs };

@@ -35,6 +35,13 @@ pub enum Error {
     /// by policy.
     #[error("{0}")]
     Unverified(String),
+    /// A version no trusted key signed, refused by the caller's policy
+    /// (SPEC.md §5.9).
+    #[error("{0}")]
+    Unsigned(String),
+    /// A signing or trusted key that cannot be used.
+    #[error(transparent)]
+    Key(#[from] crate::signature::KeyError),
     /// The registry refused because of what someone else is doing, or the
     /// state the object is in (SPEC.md §7.2: 409).
     #[error("{0}")]

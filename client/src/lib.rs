@@ -33,6 +33,7 @@ pub mod push;
 pub mod remote;
 pub mod resolve;
 pub mod seal;
+pub mod signature;
 pub mod sync;
 pub mod upgrade;
 pub mod verified;

@@ -51,6 +51,9 @@ pub struct PullOptions {
     /// Keep the setuid, setgid and sticky bits a version records; by
     /// default only the `0o777` permission bits are applied.
     pub keep_special_bits: bool,
+    /// Refuse a version none of these keys signed (SPEC.md §5.9), before
+    /// any file is written; no check when empty.
+    pub signed_by: Vec<crate::signature::TrustedKey>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -160,6 +163,9 @@ pub async fn pull(
     let tree = load_tree(remote, &version).await?;
     let shown = display_ref(remote, vref);
     let verifiable = crate::resolve::check_legacy(&tree, opts.legacy, &shown)?;
+    if !opts.signed_by.is_empty() {
+        crate::signature::require(remote, &version, &tree, &opts.signed_by).await?;
+    }
     let targets = select(&tree, vref.path.as_deref(), &includes, &shown)?;
     let cache = opts
         .cache_dir

@@ -91,6 +91,9 @@ pub struct MountOptions {
     /// then false and the caller prints `legacy_warning`), or refuse
     /// ([`Legacy::Refuse`], `--require-verified`).
     pub legacy: Legacy,
+    /// Refuse to mount a version none of these keys signed (SPEC.md
+    /// §5.9); no check when empty.
+    pub signed_by: Vec<sealvol_client::signature::TrustedKey>,
     /// Who every entry is presented as owned by, `(uid, gid)`, instead of
     /// the mounting user: a user-namespaced pod's root as the host sees it,
     /// so the pod's root owns the version without a copy or a chown (the
@@ -114,6 +117,7 @@ impl MountOptions {
             prefetch_jobs: sealvol_client::push::DEFAULT_JOBS,
             allow_other: false,
             legacy: Legacy::Warn,
+            signed_by: Vec::new(),
             owner: None,
             // Library users (the containerd snapshotter) opt in; `sealvol
             // mount` defaults to `Auto`.
@@ -237,6 +241,9 @@ pub async fn mount_loaded(
         opts.legacy,
         &display_ref(remote, &vref.without_path()),
     )?;
+    if !opts.signed_by.is_empty() {
+        sealvol_client::signature::require(remote, version, &tree, &opts.signed_by).await?;
+    }
     let reference = display_ref(remote, &version.pinned);
     let created = version
         .index

@@ -3,7 +3,8 @@
 //! This crate is the format and nothing else: parsing refs and digests,
 //! the tree index and its encoding, the version digest, the chunking
 //! parameters and cut points, the layout of a version as OCI content, the
-//! recorded prefetch list of a version ([`prefetch`]), and
+//! recorded prefetch list of a version ([`prefetch`]), the signed
+//! statements over a version ([`signature`]), and
 //! the JSON bodies of the registry's `/api/v1` ([`api`]). It does no I/O:
 //! reading directories and talking to registries belong to
 //! `sealvol-client`, serving them to `sealvol-registry`.
@@ -30,6 +31,7 @@ pub mod oci;
 pub mod path;
 pub mod prefetch;
 pub mod reference;
+pub mod signature;
 pub mod tree;
 pub mod version;
 

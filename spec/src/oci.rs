@@ -510,17 +510,55 @@ pub fn artifact_layers(bytes: &[u8], artifact_type: &str) -> Result<Vec<Descript
     }
 }
 
-/// A prefetch list laid out as a referrer of its version (SPEC.md §5.8):
-/// the empty config and the list blob, then the manifest whose `subject`
-/// is the version index.
+/// Content laid out as a referrer of a version index (SPEC.md §5.8,
+/// §5.9): the empty config and one layer, then the manifest whose
+/// `subject` is the version index.
 #[derive(Clone, Debug)]
-pub struct BuiltPrefetch {
-    /// The empty config, then the list blob.
+pub struct BuiltReferrer {
+    /// The empty config, then the layer.
     pub blobs: Vec<Content>,
     pub manifest: Content,
     /// The manifest's descriptor as a referrers list shows it: with its
     /// `artifactType` and annotations (for the referrers tag schema).
     pub referrer: Descriptor,
+}
+
+/// The referrer manifest of `artifact_type` whose one layer is `layer`
+/// (of media type `layer_type`), about the version index `index_digest`
+/// of `index_size` bytes, with `annotations`.
+pub fn build_referrer(
+    artifact_type: &str,
+    layer_type: &str,
+    layer: Vec<u8>,
+    index_digest: &Sha256Digest,
+    index_size: u64,
+    annotations: HashMap<String, String>,
+) -> Result<BuiltReferrer, OciError> {
+    let empty = Content::new(MediaType::EmptyJSON, EMPTY_JSON.to_vec())?;
+    let blob = Content::new(MediaType::Other(layer_type.into()), layer)?;
+    let subject = DescriptorBuilder::default()
+        .media_type(MediaType::ImageIndex)
+        .digest(oci_digest(index_digest))
+        .size(index_size)
+        .build()?;
+    let m = ImageManifestBuilder::default()
+        .schema_version(2u32)
+        .media_type(MediaType::ImageManifest)
+        .artifact_type(MediaType::Other(artifact_type.into()))
+        .config(empty.descriptor.clone())
+        .layers(vec![blob.descriptor.clone()])
+        .subject(subject)
+        .annotations(annotations.clone())
+        .build()?;
+    let manifest = manifest_content(&m)?;
+    let mut referrer = manifest.descriptor.clone();
+    referrer.set_artifact_type(Some(MediaType::Other(artifact_type.into())));
+    referrer.set_annotations(Some(annotations));
+    Ok(BuiltReferrer {
+        manifest,
+        blobs: vec![empty, blob],
+        referrer,
+    })
 }
 
 /// The referrer manifest of the prefetch list `list` (its encoded bytes)
@@ -532,36 +570,85 @@ pub fn build_prefetch(
     index_digest: &Sha256Digest,
     index_size: u64,
     created: &str,
-) -> Result<BuiltPrefetch, OciError> {
-    let empty = Content::new(MediaType::EmptyJSON, EMPTY_JSON.to_vec())?;
-    let blob = Content::new(MediaType::Other(MT_PREFETCH_LIST.into()), list)?;
+) -> Result<BuiltReferrer, OciError> {
     let annotations = HashMap::from([
         (ANN_VERSION.to_string(), version.to_string()),
         (ANN_CREATED.to_string(), created.to_string()),
     ]);
-    let subject = DescriptorBuilder::default()
-        .media_type(MediaType::ImageIndex)
-        .digest(oci_digest(index_digest))
-        .size(index_size)
-        .build()?;
-    let m = ImageManifestBuilder::default()
-        .schema_version(2u32)
-        .media_type(MediaType::ImageManifest)
-        .artifact_type(MediaType::Other(MT_PREFETCH.into()))
-        .config(empty.descriptor.clone())
-        .layers(vec![blob.descriptor.clone()])
-        .subject(subject)
-        .annotations(annotations.clone())
-        .build()?;
-    let manifest = manifest_content(&m)?;
-    let mut referrer = manifest.descriptor.clone();
-    referrer.set_artifact_type(Some(MediaType::Other(MT_PREFETCH.into())));
-    referrer.set_annotations(Some(annotations));
-    Ok(BuiltPrefetch {
-        manifest,
-        blobs: vec![empty, blob],
-        referrer,
-    })
+    build_referrer(
+        MT_PREFETCH,
+        MT_PREFETCH_LIST,
+        list,
+        index_digest,
+        index_size,
+        annotations,
+    )
+}
+
+/// The referrer manifest of a signature bundle (SPEC.md §5.9) over the
+/// version index `index_digest`: `predicate` is the statement's
+/// `predicateType`; `version` is set for statements about a version.
+pub fn build_signature(
+    bundle: Vec<u8>,
+    predicate: &str,
+    version: Option<&B3Digest>,
+    index_digest: &Sha256Digest,
+    index_size: u64,
+    created: &str,
+) -> Result<BuiltReferrer, OciError> {
+    use crate::signature::{ANN_BUNDLE_CONTENT, ANN_BUNDLE_PREDICATE, MT_BUNDLE};
+    let mut annotations = HashMap::from([
+        (ANN_BUNDLE_CONTENT.to_string(), "dsse-envelope".to_string()),
+        (ANN_BUNDLE_PREDICATE.to_string(), predicate.to_string()),
+        (ANN_CREATED.to_string(), created.to_string()),
+    ]);
+    if let Some(v) = version {
+        annotations.insert(ANN_VERSION.to_string(), v.to_string());
+    }
+    build_referrer(
+        MT_BUNDLE,
+        MT_BUNDLE,
+        bundle,
+        index_digest,
+        index_size,
+        annotations,
+    )
+}
+
+/// The bundle layer of a signature referrer manifest (SPEC.md §5.9), once
+/// the manifest is found to be one: its `artifactType` (when it has one;
+/// copy tools that predate image-spec 1.1 drop it) and one layer of the
+/// bundle media type, named by sha256, of at most
+/// [`crate::signature::MAX_BUNDLE_BYTES`]. Which version it signs is the
+/// statement's to say, not the manifest's.
+pub fn signature_layer(bytes: &[u8]) -> Result<Descriptor, OciError> {
+    use crate::signature::{MAX_BUNDLE_BYTES, MT_BUNDLE};
+    let bad = |why: String| OciError::NotAVersion(format!("not a signature: {why}"));
+    let m: ImageManifest = serde_json::from_slice(bytes)?;
+    match m.artifact_type() {
+        None => {}
+        Some(MediaType::Other(t)) if t == MT_BUNDLE => {}
+        Some(t) => return Err(bad(format!("artifactType {t}"))),
+    }
+    let [layer] = m.layers().as_slice() else {
+        return Err(bad(format!("it has {} layers, not 1", m.layers().len())));
+    };
+    if *layer.media_type() != MediaType::Other(MT_BUNDLE.into()) {
+        return Err(bad(format!(
+            "its layer is {}, not {MT_BUNDLE}",
+            layer.media_type()
+        )));
+    }
+    if sha256_of(layer).is_none() {
+        return Err(bad("its layer is not named by sha256".into()));
+    }
+    if layer.size() > MAX_BUNDLE_BYTES {
+        return Err(bad(format!(
+            "its bundle is {} bytes, over the {MAX_BUNDLE_BYTES}-byte limit",
+            layer.size()
+        )));
+    }
+    Ok(layer.clone())
 }
 
 /// Whether a referrer descriptor (an entry of a referrers list) may be a

@@ -1,0 +1,761 @@
+//! Signed versions (SPEC.md §5.9): keys, signing a version from its tree
+//! alone, pushing the Sigstore bundle as a referrer of the version index,
+//! and finding and checking a version's signatures against trusted keys.
+//!
+//! Signing reads no file data: the OMS statement lists every file with the
+//! BLAKE3 the tree already binds to the version digest. Checking reads the
+//! referrers, their bundles and nothing else, so a mount can refuse an
+//! unsigned version before the first byte is served.
+//!
+//! Keys are PEM: a private key as PKCS#8 (`BEGIN PRIVATE KEY`) or SEC1
+//! (`BEGIN EC PRIVATE KEY`), a public key as SPKI (`BEGIN PUBLIC KEY`), for
+//! ECDSA P-256 or P-384 and Ed25519. Keyless signatures (a Fulcio
+//! certificate) are recognized and refused as not supported.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::path::Path;
+
+use aws_lc_rs::rand::SystemRandom;
+use aws_lc_rs::signature::{
+    self as sig, EcdsaKeyPair, Ed25519KeyPair, KeyPair as _, UnparsedPublicKey,
+    VerificationAlgorithm,
+};
+use base64::Engine as _;
+use bytes::Bytes;
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{PrivateKeyDer, SubjectPublicKeyInfoDer};
+use sealvol_spec::oci::{
+    add_referrer, build_signature, sha256_of, signature_layer, OciDescriptor, ANN_CREATED,
+};
+use sealvol_spec::signature::{
+    check_cosign, check_oms, cosign_statement, oms_statement, pae, Bundle, Coverage, Signer,
+    Statement, MAX_SIGNATURES, MT_BUNDLE, PAYLOAD_TYPE, PREDICATE_COSIGN, PREDICATE_OMS,
+};
+use sealvol_spec::tree::TreeIndex;
+use sealvol_spec::Sha256Digest;
+use sha2::{Digest as _, Sha256};
+
+use crate::push::INDEX_TYPE;
+use crate::remote::referrers_tag;
+use crate::resolve::Resolved;
+use crate::{Error, Remote, TransportError};
+
+/// Media type of an image manifest.
+const MANIFEST_TYPE: &str = "application/vnd.oci.image.manifest.v1+json";
+/// The largest key file read.
+const MAX_KEY_BYTES: u64 = 64 << 10;
+
+/// Why a key cannot be used.
+#[derive(Debug, thiserror::Error)]
+#[error("{source_name}: {message}")]
+pub struct KeyError {
+    source_name: String,
+    message: String,
+}
+
+/// The algorithm of a key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Algorithm {
+    EcdsaP256,
+    EcdsaP384,
+    Ed25519,
+}
+
+impl fmt::Display for Algorithm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Algorithm::EcdsaP256 => "ecdsa-p256",
+            Algorithm::EcdsaP384 => "ecdsa-p384",
+            Algorithm::Ed25519 => "ed25519",
+        })
+    }
+}
+
+// The SPKI DER prefixes of the three key types (AlgorithmIdentifier and
+// the BIT STRING header); the rest is the point or key.
+const SPKI_P256: &[u8] = &[
+    0x30, 0x59, 0x30, 0x13, 0x06, 0x07, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x02, 0x01, 0x06, 0x08, 0x2a,
+    0x86, 0x48, 0xce, 0x3d, 0x03, 0x01, 0x07, 0x03, 0x42, 0x00,
+];
+const SPKI_P384: &[u8] = &[
+    0x30, 0x76, 0x30, 0x10, 0x06, 0x07, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x02, 0x01, 0x06, 0x05, 0x2b,
+    0x81, 0x04, 0x00, 0x22, 0x03, 0x62, 0x00,
+];
+const SPKI_ED25519: &[u8] = &[
+    0x30, 0x2a, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x03, 0x21, 0x00,
+];
+
+/// A public key a caller trusts.
+#[derive(Clone)]
+pub struct TrustedKey {
+    /// Where it came from, for messages.
+    pub source: String,
+    pub algorithm: Algorithm,
+    /// SubjectPublicKeyInfo, DER.
+    spki: Vec<u8>,
+}
+
+impl fmt::Debug for TrustedKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} ({}, {})",
+            self.source,
+            self.algorithm,
+            self.fingerprint()
+        )
+    }
+}
+
+impl TrustedKey {
+    /// Reads a PEM public key from a file.
+    pub fn load(path: &Path) -> Result<TrustedKey, KeyError> {
+        let name = path.display().to_string();
+        let pem = read_pem(path, &name)?;
+        TrustedKey::from_pem(&pem, &name)
+    }
+
+    /// Parses a PEM public key (SPKI); `name` is what messages call it.
+    pub fn from_pem(pem: &[u8], name: &str) -> Result<TrustedKey, KeyError> {
+        let err = |message: String| KeyError {
+            source_name: name.to_string(),
+            message,
+        };
+        let der = SubjectPublicKeyInfoDer::from_pem_slice(pem).map_err(|e| {
+            err(format!(
+                "not a PEM public key ({e}); give the signer's `-----BEGIN PUBLIC KEY-----` file, \
+                 e.g. `openssl pkey -in KEY.pem -pubout`"
+            ))
+        })?;
+        TrustedKey::from_spki(der.as_ref(), name).map_err(err)
+    }
+
+    fn from_spki(der: &[u8], name: &str) -> Result<TrustedKey, String> {
+        let algorithm = [
+            (SPKI_P256, 91, Algorithm::EcdsaP256),
+            (SPKI_P384, 120, Algorithm::EcdsaP384),
+            (SPKI_ED25519, 44, Algorithm::Ed25519),
+        ]
+        .into_iter()
+        .find(|(prefix, len, _)| der.len() == *len && der.starts_with(prefix))
+        .map(|(_, _, a)| a)
+        .ok_or("not an ECDSA P-256/P-384 or Ed25519 public key (RSA and other curves are not supported)")?;
+        Ok(TrustedKey {
+            source: name.to_string(),
+            algorithm,
+            spki: der.to_vec(),
+        })
+    }
+
+    /// `sha256:<hex>` of the DER SubjectPublicKeyInfo: what `signatures`
+    /// prints for a signer.
+    pub fn fingerprint(&self) -> String {
+        format!("sha256:{}", hex::encode(Sha256::digest(&self.spki)))
+    }
+
+    /// The hint model_signing writes and checks: hex SHA-256 of the PEM
+    /// text of the public key, as `openssl` and Python's `cryptography`
+    /// write it (64-column base64, a final newline).
+    pub fn oms_hint(&self) -> String {
+        hex::encode(Sha256::digest(spki_pem(&self.spki)))
+    }
+
+    /// The hint cosign writes: base64 of SHA-256 over the DER SPKI.
+    pub fn cosign_hint(&self) -> String {
+        base64::engine::general_purpose::STANDARD.encode(Sha256::digest(&self.spki))
+    }
+
+    /// Whether `sig` is this key's signature over `message`.
+    pub fn verifies(&self, message: &[u8], sig: &[u8]) -> bool {
+        let alg: &'static dyn VerificationAlgorithm = match self.algorithm {
+            Algorithm::EcdsaP256 => &sig::ECDSA_P256_SHA256_ASN1,
+            Algorithm::EcdsaP384 => &sig::ECDSA_P384_SHA384_ASN1,
+            Algorithm::Ed25519 => &sig::ED25519,
+        };
+        UnparsedPublicKey::new(alg, &self.spki)
+            .verify(message, sig)
+            .is_ok()
+            // cosign signs with Ed25519ph (SHA-512 prehash) by default.
+            || (self.algorithm == Algorithm::Ed25519
+                && ed25519ph_verifies(&self.spki[SPKI_ED25519.len()..], message, sig))
+    }
+
+    /// The PEM text of this key.
+    pub fn pem(&self) -> String {
+        String::from_utf8(spki_pem(&self.spki)).expect("ascii")
+    }
+}
+
+/// Whether `sig` is an Ed25519ph signature (RFC 8032, empty context) of
+/// `message` under the raw 32-byte key `public`. aws-lc has it; its Rust
+/// API does not expose it.
+fn ed25519ph_verifies(public: &[u8], message: &[u8], sig: &[u8]) -> bool {
+    if public.len() != 32 || sig.len() != 64 {
+        return false;
+    }
+    // SAFETY: the pointers are valid for the lengths passed (the key is 32
+    // bytes and the signature 64, as checked, and the message is a slice);
+    // aws-lc reads them only for the duration of the call.
+    let ok = unsafe {
+        aws_lc_sys::ED25519ph_verify(
+            message.as_ptr(),
+            message.len(),
+            sig.as_ptr(),
+            public.as_ptr(),
+            std::ptr::null(),
+            0,
+        )
+    };
+    ok == 1
+}
+
+/// `-----BEGIN PUBLIC KEY-----` PEM of a DER SPKI.
+fn spki_pem(der: &[u8]) -> Vec<u8> {
+    let b64 = base64::engine::general_purpose::STANDARD.encode(der);
+    let mut out = String::from("-----BEGIN PUBLIC KEY-----\n");
+    for line in b64.as_bytes().chunks(64) {
+        out.push_str(std::str::from_utf8(line).expect("ascii"));
+        out.push('\n');
+    }
+    out.push_str("-----END PUBLIC KEY-----\n");
+    out.into_bytes()
+}
+
+fn read_pem(path: &Path, name: &str) -> Result<Vec<u8>, KeyError> {
+    use std::io::Read as _;
+    let err = |message: String| KeyError {
+        source_name: name.to_string(),
+        message,
+    };
+    let f = std::fs::File::open(path).map_err(|e| err(e.to_string()))?;
+    let mut out = Vec::new();
+    f.take(MAX_KEY_BYTES + 1)
+        .read_to_end(&mut out)
+        .map_err(|e| err(e.to_string()))?;
+    if out.len() as u64 > MAX_KEY_BYTES {
+        return Err(err(format!("over {MAX_KEY_BYTES} bytes: not a key")));
+    }
+    Ok(out)
+}
+
+/// A private key to sign with.
+pub struct SigningKey {
+    pair: Pair,
+    public: TrustedKey,
+}
+
+enum Pair {
+    Ecdsa(EcdsaKeyPair),
+    Ed25519(Ed25519KeyPair),
+}
+
+impl SigningKey {
+    /// Reads a PEM private key: `env://VAR` takes the PEM from the
+    /// environment variable `VAR` (so the key never lands in a file or in
+    /// argv), anything else is a file path.
+    pub fn load(spec: &str) -> Result<SigningKey, KeyError> {
+        match spec.strip_prefix("env://") {
+            Some(var) => {
+                let pem = std::env::var(var).map_err(|_| KeyError {
+                    source_name: spec.to_string(),
+                    message: format!("the environment variable {var} is not set"),
+                })?;
+                SigningKey::from_pem(pem.as_bytes(), spec)
+            }
+            None => {
+                let pem = read_pem(Path::new(spec), spec)?;
+                SigningKey::from_pem(&pem, spec)
+            }
+        }
+    }
+
+    /// Parses a PEM private key; `name` is what messages call it (never
+    /// the key itself).
+    pub fn from_pem(pem: &[u8], name: &str) -> Result<SigningKey, KeyError> {
+        let err = |message: String| KeyError {
+            source_name: name.to_string(),
+            message,
+        };
+        if pem.windows(9).any(|w| w == b"ENCRYPTED") {
+            return Err(err(
+                "an encrypted private key; decrypt it first (`openssl pkey -in KEY -out PLAIN.pem`) \
+                 and pass it with --key env://VAR to keep it off the disk"
+                    .into(),
+            ));
+        }
+        let der = PrivateKeyDer::from_pem_slice(pem).map_err(|e| {
+            err(format!(
+                "not a PEM private key ({e}); give a PKCS#8 `BEGIN PRIVATE KEY` or SEC1 \
+                 `BEGIN EC PRIVATE KEY` file"
+            ))
+        })?;
+        let der = der.secret_der();
+        let pair = None
+            .or_else(|| {
+                EcdsaKeyPair::from_private_key_der(&sig::ECDSA_P256_SHA256_ASN1_SIGNING, der)
+                    .ok()
+                    .map(Pair::Ecdsa)
+            })
+            .or_else(|| {
+                EcdsaKeyPair::from_private_key_der(&sig::ECDSA_P384_SHA384_ASN1_SIGNING, der)
+                    .ok()
+                    .map(Pair::Ecdsa)
+            })
+            .or_else(|| {
+                Ed25519KeyPair::from_pkcs8_maybe_unchecked(der)
+                    .ok()
+                    .map(Pair::Ed25519)
+            })
+            .ok_or_else(|| {
+                err("not an ECDSA P-256/P-384 or Ed25519 private key (RSA and other curves are not supported)".into())
+            })?;
+        use aws_lc_rs::encoding::AsDer as _;
+        let spki = match &pair {
+            Pair::Ecdsa(k) => k.public_key().as_der().map(|d| d.as_ref().to_vec()),
+            Pair::Ed25519(k) => k.public_key().as_der().map(|d| d.as_ref().to_vec()),
+        }
+        .map_err(|_| err("cannot encode its public key".into()))?;
+        let public = TrustedKey::from_spki(&spki, name).map_err(err)?;
+        Ok(SigningKey { pair, public })
+    }
+
+    /// The public half.
+    pub fn public(&self) -> &TrustedKey {
+        &self.public
+    }
+
+    fn sign(&self, message: &[u8]) -> Vec<u8> {
+        match &self.pair {
+            Pair::Ecdsa(k) => k
+                .sign(&SystemRandom::new(), message)
+                .expect("ECDSA signing does not fail")
+                .as_ref()
+                .to_vec(),
+            Pair::Ed25519(k) => k.sign(message).as_ref().to_vec(),
+        }
+    }
+
+    /// A bundle of `statement` signed by this key, with `hint` (the
+    /// OMS hint, or cosign's).
+    pub fn sign_statement(&self, statement: &Statement, hint: String) -> Bundle {
+        let payload = statement.encode();
+        let sig = self.sign(&pae(PAYLOAD_TYPE, &payload));
+        Bundle::new(&payload, &sig, hint)
+    }
+}
+
+/// Checks the bundle's signature under each of `keys`: the statement and
+/// the key that signed it, or `None` when none did.
+pub fn open_bundle<'k>(
+    bundle: &Bundle,
+    keys: &'k [TrustedKey],
+) -> Result<Option<(Statement, &'k TrustedKey)>, sealvol_spec::signature::SignatureError> {
+    if bundle.signer() == Signer::Certificate {
+        return Err(sealvol_spec::signature::SignatureError::Unsupported(
+            "a keyless signature (a Fulcio certificate); sealvol checks signatures by keys given with --signed-by"
+                .into(),
+        ));
+    }
+    let (payload_type, payload, sig) = bundle.signed()?;
+    let message = pae(&payload_type, &payload);
+    let Some(key) = keys.iter().find(|k| k.verifies(&message, &sig)) else {
+        return Ok(None);
+    };
+    Ok(Some((Statement::decode(&payload)?, key)))
+}
+
+/// What `sign` pushed.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Signed {
+    /// The referrer manifests: the OMS bundle's, then cosign's if asked.
+    pub manifests: Vec<Sha256Digest>,
+    pub fingerprint: String,
+    /// Files the statement lists.
+    pub files: usize,
+    /// Whether the registry lists referrers itself.
+    pub referrers_api: bool,
+}
+
+/// Signs `version` (whose tree is `tree`) with `key`: the OMS statement
+/// made from the tree, and with `cosign` also cosign's statement over the
+/// version index, each pushed as a bundle referrer of the index.
+pub async fn sign(
+    remote: &Remote,
+    version: &Resolved,
+    tree: &TreeIndex,
+    key: &SigningKey,
+    cosign: bool,
+    created: &str,
+) -> Result<Signed, Error> {
+    let v = version.index.digest;
+    let statement = oms_statement(tree);
+    let files = sealvol_spec::signature::version_files(tree).0.len();
+    let mut bundles = vec![(
+        key.sign_statement(&statement, key.public.oms_hint()),
+        PREDICATE_OMS,
+        Some(v),
+    )];
+    if cosign {
+        let s = cosign_statement(&version.index_digest);
+        bundles.push((
+            key.sign_statement(&s, key.public.cosign_hint()),
+            PREDICATE_COSIGN,
+            None,
+        ));
+    }
+    let mut manifests = Vec::new();
+    let mut api = true;
+    for (bundle, predicate, v) in bundles {
+        let built = build_signature(
+            bundle.encode(),
+            predicate,
+            v.as_ref(),
+            &version.index_digest,
+            version.index_bytes.len() as u64,
+            created,
+        )
+        .map_err(|e| Error::Usage(format!("cannot lay out the signature: {e}")))?;
+        api = push_referrer(remote, version, &built).await?;
+        manifests.push(built.manifest.digest());
+    }
+    Ok(Signed {
+        manifests,
+        fingerprint: key.public.fingerprint(),
+        files,
+        referrers_api: api,
+    })
+}
+
+/// Pushes a referrer of the version index: its blobs, its manifest by
+/// digest, and, on a registry without the referrers API, the referrers tag
+/// schema's index. Whether the registry has the API.
+pub(crate) async fn push_referrer(
+    remote: &Remote,
+    version: &Resolved,
+    built: &sealvol_spec::oci::BuiltReferrer,
+) -> Result<bool, Error> {
+    let repo = &version.repo;
+    remote.prepare(repo, true).await;
+    for blob in &built.blobs {
+        let d = blob.digest();
+        if !remote.has_blob(repo, &d).await? {
+            remote
+                .put_blob(repo, &d, Bytes::from(blob.bytes.clone()))
+                .await?;
+        }
+    }
+    let manifest = built.manifest.digest();
+    remote
+        .put_manifest(
+            repo,
+            &manifest.to_string(),
+            Bytes::from(built.manifest.bytes.clone()),
+            MANIFEST_TYPE,
+        )
+        .await?;
+    let artifact = built
+        .referrer
+        .artifact_type()
+        .as_ref()
+        .map(|t| t.to_string())
+        .unwrap_or_default();
+    let (_, api) = remote
+        .referrers(repo, &version.index_digest, &artifact)
+        .await?;
+    if !api {
+        let tag = referrers_tag(&version.index_digest);
+        let existing = match remote.manifest(repo, &tag).await {
+            Ok((b, _)) => Some(b),
+            Err(TransportError::NotFound(_)) => None,
+            Err(e) => return Err(e.into()),
+        };
+        let index = add_referrer(existing.as_deref(), built.referrer.clone())
+            .map_err(|e| Error::Corrupt(format!("the referrers index {repo}:{tag}: {e}")))?;
+        remote
+            .put_manifest(repo, &tag, Bytes::from(index.bytes), INDEX_TYPE)
+            .await?;
+    }
+    Ok(api)
+}
+
+/// What kind of statement a signature carries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    /// An OMS statement over the version's files.
+    Oms,
+    /// A `cosign sign` statement over the version index.
+    Cosign,
+    /// Something else (another predicate, or unreadable).
+    Other,
+}
+
+/// One signature found on a version, and what checking it showed.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Found {
+    /// The referrer manifest.
+    pub manifest: Sha256Digest,
+    pub kind: Kind,
+    /// When it was made, as its referrer says (RFC 3339; empty if not).
+    pub created: String,
+    /// The bundle's hint of its key, or `keyless`.
+    pub hint: String,
+    /// The trusted key that signed it (its fingerprint), if any did.
+    pub signer: Option<String>,
+    /// Where that key came from.
+    pub key: Option<String>,
+    /// Whether the statement describes this version.
+    pub matches: bool,
+    /// Signed by a trusted key and matching: it counts.
+    pub verified: bool,
+    /// Files of the version the signature covers (OMS).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub files: Option<usize>,
+    /// Files under the statement's `ignore_paths`, not covered.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub ignored: Vec<String>,
+    /// Why it does not count, when it does not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub problem: Option<String>,
+}
+
+/// The signature referrers of `version` (at most [`MAX_SIGNATURES`]),
+/// each fetched and checked against `tree` and `keys` (SPEC.md §5.9).
+/// With no keys, signatures are checked against the version only.
+pub async fn signatures(
+    remote: &Remote,
+    version: &Resolved,
+    tree: &TreeIndex,
+    keys: &[TrustedKey],
+) -> Result<Vec<Found>, Error> {
+    let repo = &version.repo;
+    let (referrers, _) = remote
+        .referrers(repo, &version.index_digest, MT_BUNDLE)
+        .await?;
+    let mut out = Vec::new();
+    for d in referrers.iter().take(MAX_SIGNATURES) {
+        let Some(manifest) = sha256_of(d) else {
+            continue;
+        };
+        let created = annotation(d, ANN_CREATED);
+        out.push(check_one(remote, version, tree, keys, manifest, created).await?);
+    }
+    out.sort_by(|a, b| b.created.cmp(&a.created));
+    Ok(out)
+}
+
+fn annotation(d: &OciDescriptor, key: &str) -> String {
+    d.annotations()
+        .as_ref()
+        .and_then(|a: &HashMap<String, String>| a.get(key))
+        .cloned()
+        .unwrap_or_default()
+}
+
+async fn check_one(
+    remote: &Remote,
+    version: &Resolved,
+    tree: &TreeIndex,
+    keys: &[TrustedKey],
+    manifest: Sha256Digest,
+    created: String,
+) -> Result<Found, Error> {
+    let repo = &version.repo;
+    let mut found = Found {
+        manifest,
+        kind: Kind::Other,
+        created,
+        hint: String::new(),
+        signer: None,
+        key: None,
+        matches: false,
+        verified: false,
+        files: None,
+        ignored: Vec::new(),
+        problem: None,
+    };
+    let (bytes, _) = remote.manifest(repo, &manifest.to_string()).await?;
+    let layer = match signature_layer(&bytes) {
+        Ok(l) => l,
+        Err(e) => {
+            found.problem = Some(e.to_string());
+            return Ok(found);
+        }
+    };
+    let digest = sha256_of(&layer).expect("checked");
+    let blob = remote.get_blob(repo, &digest, layer.size()).await?;
+    let bundle = match Bundle::decode(&blob) {
+        Ok(b) => b,
+        Err(e) => {
+            found.problem = Some(e.to_string());
+            return Ok(found);
+        }
+    };
+    found.hint = match bundle.signer() {
+        Signer::Key { hint } => hint,
+        Signer::Certificate => "keyless".into(),
+    };
+    // Which statement it holds, read before the signature is checked, so
+    // that an unsigned listing can still say what each one claims.
+    let statement = match bundle.signed() {
+        Ok((_, payload, _)) => Statement::decode(&payload),
+        Err(e) => Err(e),
+    };
+    let statement = match statement {
+        Ok(s) => s,
+        Err(e) => {
+            found.problem = Some(e.to_string());
+            return Ok(found);
+        }
+    };
+    let bind = |s: &Statement, found: &mut Found| match s.predicate_type.as_str() {
+        PREDICATE_OMS => {
+            found.kind = Kind::Oms;
+            match check_oms(s, tree) {
+                Ok(Coverage { files, ignored, .. }) => {
+                    found.files = Some(files);
+                    found.ignored = ignored;
+                    Ok(())
+                }
+                Err(e) => Err(e.to_string()),
+            }
+        }
+        PREDICATE_COSIGN => {
+            found.kind = Kind::Cosign;
+            check_cosign(s, &version.index_digest).map_err(|e| e.to_string())
+        }
+        other => Err(format!(
+            "a statement of predicateType {other:?}, not a signature of a version"
+        )),
+    };
+    match bind(&statement, &mut found) {
+        Ok(()) => found.matches = true,
+        Err(e) => {
+            found.problem = Some(e);
+            return Ok(found);
+        }
+    }
+    if keys.is_empty() {
+        found.problem = Some("not checked: no trusted key given".into());
+        return Ok(found);
+    }
+    match open_bundle(&bundle, keys) {
+        Err(e) => found.problem = Some(e.to_string()),
+        Ok(None) => found.problem = Some("signed by none of the trusted keys".into()),
+        Ok(Some((_, key))) => {
+            // The statement checked above is the one the key signed: both
+            // come from the same payload bytes.
+            found.signer = Some(key.fingerprint());
+            found.key = Some(key.source.clone());
+            found.verified = true;
+        }
+    }
+    Ok(found)
+}
+
+/// Requires that a trusted key signed `version` (SPEC.md §5.9): the
+/// signature that counts, or [`Error::Unsigned`] saying why none does.
+pub async fn require(
+    remote: &Remote,
+    version: &Resolved,
+    tree: &TreeIndex,
+    keys: &[TrustedKey],
+) -> Result<Found, Error> {
+    let shown = crate::resolve::display_ref(remote, &version.pinned.without_path());
+    if keys.is_empty() {
+        return Err(Error::Usage("no trusted key given".into()));
+    }
+    let found = signatures(remote, version, tree, keys).await?;
+    if let Some(ok) = found.iter().find(|f| f.verified) {
+        return Ok(ok.clone());
+    }
+    let trusted = keys
+        .iter()
+        .map(|k| k.source.as_str())
+        .collect::<Vec<_>>()
+        .join(", ");
+    Err(Error::Unsigned(match found.as_slice() {
+        [] => format!("{shown} is not signed (no signature referrers); sign it with `sealvol sign`"),
+        [one] => format!(
+            "{shown} is not signed by a trusted key ({trusted}): its signature {}: {}",
+            one.manifest,
+            one.problem.as_deref().unwrap_or("refused")
+        ),
+        many => format!(
+            "{shown} is not signed by a trusted key ({trusted}): none of its {} signatures counts; the newest: {}",
+            many.len(),
+            many[0].problem.as_deref().unwrap_or("refused")
+        ),
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // P-256 and Ed25519 keys written by openssl (PKCS#8, SEC1, SPKI).
+    const P256_PKCS8: &str = "-----BEGIN PRIVATE KEY-----
+MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQg2MwqbQhMC9wJE8mn
+UjwQCERDh1eBOaQDn3bhfrZrz8ahRANCAAROmMuJDBz1ABq5QI5YnN/ks0j6QX23
+4F1qhOpzab1Gim7dL+GykpR3wcRwFOtI//M5GxUsUCaHZLnPbPjAewjH
+-----END PRIVATE KEY-----
+";
+    const P256_PUB: &str = "-----BEGIN PUBLIC KEY-----
+MFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAETpjLiQwc9QAauUCOWJzf5LNI+kF9
+t+BdaoTqc2m9Ropu3S/hspKUd8HEcBTrSP/zORsVLFAmh2S5z2z4wHsIxw==
+-----END PUBLIC KEY-----
+";
+
+    #[test]
+    fn keys_round_trip_and_verify() {
+        let k = SigningKey::from_pem(P256_PKCS8.as_bytes(), "test").unwrap();
+        assert_eq!(k.public().algorithm, Algorithm::EcdsaP256);
+        let pubk = TrustedKey::from_pem(P256_PUB.as_bytes(), "pub").unwrap();
+        assert_eq!(k.public().pem(), P256_PUB);
+        // `sha256sum ec.pub`, what model_signing compares.
+        assert_eq!(
+            pubk.oms_hint(),
+            "01d4b193fd2f7e150dc4f6df7229e8631a666b75ddcbeaa6a39e253a53e99eeb"
+        );
+        let s = cosign_statement(&Sha256Digest::of(b"x"));
+        let b = k.sign_statement(&s, pubk.oms_hint());
+        let (st, key) = open_bundle(&b, std::slice::from_ref(&pubk))
+            .unwrap()
+            .unwrap();
+        assert_eq!(st, s);
+        assert_eq!(key.fingerprint(), k.public().fingerprint());
+        // Another key does not verify.
+        let ed = Ed25519KeyPair::generate().unwrap();
+        use aws_lc_rs::encoding::AsDer as _;
+        let der = ed.to_pkcs8v1().unwrap();
+        let pem = format!(
+            "-----BEGIN PRIVATE KEY-----\n{}\n-----END PRIVATE KEY-----\n",
+            base64::engine::general_purpose::STANDARD.encode(der.as_ref())
+        );
+        let ek = SigningKey::from_pem(pem.as_bytes(), "ed").unwrap();
+        assert_eq!(ek.public().algorithm, Algorithm::Ed25519);
+        assert!(open_bundle(&b, std::slice::from_ref(ek.public()))
+            .unwrap()
+            .is_none());
+        let eb = ek.sign_statement(&s, String::new());
+        assert!(open_bundle(&eb, std::slice::from_ref(ek.public()))
+            .unwrap()
+            .is_some());
+        let _ = ed.public_key().as_der().unwrap();
+    }
+
+    #[test]
+    fn bad_keys_are_one_line() {
+        let e = SigningKey::from_pem(
+            b"-----BEGIN ENCRYPTED PRIVATE KEY-----\nAA==\n-----END ENCRYPTED PRIVATE KEY-----\n",
+            "k.pem",
+        );
+        assert!(e.err().unwrap().to_string().contains("encrypted"));
+        let e = TrustedKey::from_pem(b"nothing", "p.pem")
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("p.pem: not a PEM public key"), "{e}");
+        assert!(SigningKey::load("env://SEALVOL_TEST_NO_SUCH_VAR").is_err());
+    }
+}
