@@ -21,7 +21,6 @@ use aws_lc_rs::signature::{
     self as sig, EcdsaKeyPair, Ed25519KeyPair, KeyPair as _, UnparsedPublicKey,
     VerificationAlgorithm,
 };
-use base64::Engine as _;
 use bytes::Bytes;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{PrivateKeyDer, SubjectPublicKeyInfoDer};
@@ -154,16 +153,14 @@ impl TrustedKey {
         format!("sha256:{}", hex::encode(Sha256::digest(&self.spki)))
     }
 
-    /// The hint model_signing writes and checks: hex SHA-256 of the PEM
-    /// text of the public key, as `openssl` and Python's `cryptography`
-    /// write it (64-column base64, a final newline).
+    /// The hint model_signing writes and checks (SPEC.md §5.9).
     pub fn oms_hint(&self) -> String {
-        hex::encode(Sha256::digest(spki_pem(&self.spki)))
+        sealvol_spec::signature::oms_hint(&self.spki)
     }
 
-    /// The hint cosign writes: base64 of SHA-256 over the DER SPKI.
+    /// The hint cosign writes (SPEC.md §5.9).
     pub fn cosign_hint(&self) -> String {
-        base64::engine::general_purpose::STANDARD.encode(Sha256::digest(&self.spki))
+        sealvol_spec::signature::cosign_hint(&self.spki)
     }
 
     /// Whether `sig` is this key's signature over `message`.
@@ -183,7 +180,7 @@ impl TrustedKey {
 
     /// The PEM text of this key.
     pub fn pem(&self) -> String {
-        String::from_utf8(spki_pem(&self.spki)).expect("ascii")
+        sealvol_spec::signature::spki_pem(&self.spki)
     }
 }
 
@@ -208,18 +205,6 @@ fn ed25519ph_verifies(public: &[u8], message: &[u8], sig: &[u8]) -> bool {
         )
     };
     ok == 1
-}
-
-/// `-----BEGIN PUBLIC KEY-----` PEM of a DER SPKI.
-fn spki_pem(der: &[u8]) -> Vec<u8> {
-    let b64 = base64::engine::general_purpose::STANDARD.encode(der);
-    let mut out = String::from("-----BEGIN PUBLIC KEY-----\n");
-    for line in b64.as_bytes().chunks(64) {
-        out.push_str(std::str::from_utf8(line).expect("ascii"));
-        out.push('\n');
-    }
-    out.push_str("-----END PUBLIC KEY-----\n");
-    out.into_bytes()
 }
 
 fn read_pem(path: &Path, name: &str) -> Result<Vec<u8>, KeyError> {
@@ -693,6 +678,7 @@ pub async fn require(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use base64::Engine as _;
 
     // P-256 and Ed25519 keys written by openssl (PKCS#8, SEC1, SPKI).
     const P256_PKCS8: &str = "-----BEGIN PRIVATE KEY-----

@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use sealvol_spec::oci::{build_prefetch, build_version, VersionMeta};
+use sealvol_spec::oci::{build_prefetch, build_signature, build_version, VersionMeta};
 use sealvol_spec::prefetch::PrefetchList;
 use sealvol_spec::tree::{Entry, EntryData};
 use sealvol_spec::{ChunkingParams, Sha256Digest, TreeIndex, VolumeRef};
@@ -391,6 +391,110 @@ fn main() {
         })).collect::<Vec<_>>(),
     });
     write(&out.join("prefetch.json"), &prefetch);
+
+    // A signature of `basic` (SPEC.md §5.9): its OMS statement, signed by
+    // an Ed25519 key of a fixed seed (Ed25519 is deterministic, so the
+    // bundle is too), the referrer manifest that carries it, and
+    // statements a reader refuses, with the rule each breaks.
+    use aws_lc_rs::encoding::AsDer as _;
+    use aws_lc_rs::signature::{Ed25519KeyPair, KeyPair as _};
+    use sealvol_spec::signature::{self as sig, Statement};
+    let seed = [7u8; 32];
+    let key = Ed25519KeyPair::from_seed_unchecked(&seed).unwrap();
+    let spki = key.public_key().as_der().unwrap().as_ref().to_vec();
+    let statement = sig::oms_statement(&t);
+    let payload = statement.encode();
+    let signature = key.sign(&sig::pae(sig::PAYLOAD_TYPE, &payload));
+    let bundle = sig::Bundle::new(&payload, signature.as_ref(), sig::oms_hint(&spki)).encode();
+    let signed = build_signature(
+        bundle.clone(),
+        sig::PREDICATE_OMS,
+        Some(&t.version_digest()),
+        &v.index.digest(),
+        v.index.bytes.len() as u64,
+        "2026-10-26T00:00:00Z",
+    )
+    .unwrap();
+    let edit = |f: &dyn Fn(&mut serde_json::Value)| {
+        let mut s = serde_json::to_value(&statement).unwrap();
+        f(&mut s);
+        // Keep the subject digest that of the resources, so that only the
+        // rule named is broken.
+        let mut h = <sha2::Sha256 as sha2::Digest>::new();
+        for r in s["predicate"]["resources"].as_array().unwrap() {
+            sha2::Digest::update(&mut h, hex::decode(r["digest"].as_str().unwrap()).unwrap());
+        }
+        s["subject"][0]["digest"]["sha256"] = json!(hex::encode(sha2::Digest::finalize(h)));
+        serde_json::from_value::<Statement>(s).unwrap()
+    };
+    let invalid: Vec<(&str, &str, Statement)> = vec![
+        (
+            "names another version",
+            "version",
+            edit(&|s| {
+                s["subject"][0]["name"] = json!(chained.version_digest().to_string());
+            }),
+        ),
+        (
+            "lists a file's BLAKE3 changed",
+            "changed",
+            edit(&|s| {
+                s["predicate"]["resources"][0]["digest"] =
+                    json!(sealvol_spec::B3Digest::of(b"x").hex());
+            }),
+        ),
+        (
+            "leaves a file out",
+            "missing",
+            edit(&|s| {
+                s["predicate"]["resources"]
+                    .as_array_mut()
+                    .unwrap()
+                    .remove(1);
+            }),
+        ),
+        (
+            "lists a file the version lacks",
+            "extra",
+            edit(&|s| {
+                s["predicate"]["resources"].as_array_mut().unwrap().push(json!({
+                "name": "extra.bin", "algorithm": "blake3", "digest": sealvol_spec::B3Digest::of(b"").hex(),
+            }));
+            }),
+        ),
+        ("has a subject digest not of its resources", "subject", {
+            let mut s = statement.clone();
+            s.subject[0].digest.insert("sha256".into(), "00".repeat(32));
+            s
+        }),
+        (
+            "hashes with sha256",
+            "algorithm",
+            edit(&|s| {
+                s["predicate"]["resources"][0]["algorithm"] = json!("sha256");
+            }),
+        ),
+    ];
+    for (name, _, s) in &invalid {
+        assert!(sig::check_oms(s, &t).is_err(), "{name}");
+    }
+    let signature_v = json!({
+        "tree": "basic",
+        "index_digest": v.index.digest().to_string(),
+        "index_size": v.index.bytes.len(),
+        "ed25519_seed": hex::encode(seed),
+        "public_key_pem": sig::spki_pem(&spki),
+        "oms_hint": sig::oms_hint(&spki),
+        "cosign_hint": sig::cosign_hint(&spki),
+        "statement": String::from_utf8(payload).unwrap(),
+        "bundle": String::from_utf8(bundle).unwrap(),
+        "manifest": String::from_utf8(signed.manifest.bytes.clone()).unwrap(),
+        "manifest_digest": signed.manifest.digest().to_string(),
+        "invalid": invalid.iter().map(|(name, rule, s)| json!({
+            "name": name, "rule": rule, "statement": String::from_utf8(s.encode()).unwrap(),
+        })).collect::<Vec<_>>(),
+    });
+    write(&out.join("signature.json"), &signature_v);
 }
 
 fn write(path: &Path, v: &serde_json::Value) {

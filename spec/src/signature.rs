@@ -164,6 +164,32 @@ pub struct Serialization {
     pub shard_size: Option<u64>,
 }
 
+/// The `-----BEGIN PUBLIC KEY-----` PEM text of a DER
+/// SubjectPublicKeyInfo, as `openssl` and Python's `cryptography` write it:
+/// base64 in 64-column lines and a final newline.
+pub fn spki_pem(der: &[u8]) -> String {
+    let b64 = base64::engine::general_purpose::STANDARD.encode(der);
+    let mut out = String::from("-----BEGIN PUBLIC KEY-----\n");
+    for line in b64.as_bytes().chunks(64) {
+        out.push_str(std::str::from_utf8(line).expect("base64 is ASCII"));
+        out.push('\n');
+    }
+    out.push_str("-----END PUBLIC KEY-----\n");
+    out
+}
+
+/// The key hint of an OMS bundle, which model_signing checks against the
+/// key it is given: hex SHA-256 of the key's PEM text ([`spki_pem`]).
+pub fn oms_hint(spki_der: &[u8]) -> String {
+    hex::encode(Sha256::digest(spki_pem(spki_der)))
+}
+
+/// The key hint cosign writes: standard base64 of SHA-256 over the DER
+/// SubjectPublicKeyInfo.
+pub fn cosign_hint(spki_der: &[u8]) -> String {
+    base64::engine::general_purpose::STANDARD.encode(Sha256::digest(spki_der))
+}
+
 /// DSSE's pre-authentication encoding: what a signature covers.
 pub fn pae(payload_type: &str, payload: &[u8]) -> Vec<u8> {
     let mut out = format!(

@@ -240,3 +240,51 @@ fn prefetch_list() {
     let other: Sha256Digest = Sha256Digest::of(b"another index");
     assert!(prefetch_layer(&built.manifest.bytes, &version, &other).is_err());
 }
+
+#[test]
+fn signature() {
+    use sealvol_spec::oci::{build_signature, signature_layer};
+    use sealvol_spec::signature::{self as sig, Bundle, SignatureError, Statement};
+    let v = load("signature.json");
+    let tree = tree_from(&load("trees.json")[v["tree"].as_str().unwrap()]);
+    let statement = sig::oms_statement(&tree);
+    assert_eq!(
+        statement.encode(),
+        v["statement"].as_str().unwrap().as_bytes()
+    );
+    sig::check_oms(&statement, &tree).unwrap();
+    let bundle = Bundle::decode(v["bundle"].as_str().unwrap().as_bytes()).unwrap();
+    let (_, payload, signature) = bundle.signed().unwrap();
+    assert_eq!(payload, statement.encode());
+    assert_eq!(signature.len(), 64);
+    for bad in v["invalid"].as_array().unwrap() {
+        let s = Statement::decode(bad["statement"].as_str().unwrap().as_bytes()).unwrap();
+        let e = sig::check_oms(&s, &tree).unwrap_err();
+        let rule = match (&e, e.to_string()) {
+            (SignatureError::Unsupported(_), _) => "algorithm",
+            (SignatureError::Statement(_), m) if m.contains("subject digest") => "subject",
+            (SignatureError::Mismatch { .. }, m) if m.contains("it signs version") => "version",
+            (SignatureError::Mismatch { .. }, m) if m.contains("does not list") => "missing",
+            (SignatureError::Mismatch { .. }, m) if m.contains("does not have") => "extra",
+            (SignatureError::Mismatch { .. }, m) if m.contains("differs") => "changed",
+            other => panic!("{}: {other:?}", bad["name"]),
+        };
+        assert_eq!(rule, bad["rule"].as_str().unwrap(), "{}", bad["name"]);
+    }
+    let index: Sha256Digest = v["index_digest"].as_str().unwrap().parse().unwrap();
+    let built = build_signature(
+        v["bundle"].as_str().unwrap().as_bytes().to_vec(),
+        sig::PREDICATE_OMS,
+        Some(&tree.version_digest()),
+        &index,
+        v["index_size"].as_u64().unwrap(),
+        "2026-10-26T00:00:00Z",
+    )
+    .unwrap();
+    assert_eq!(
+        built.manifest.bytes,
+        v["manifest"].as_str().unwrap().as_bytes()
+    );
+    let layer = signature_layer(&built.manifest.bytes).unwrap();
+    assert_eq!(layer.size(), built.blobs[1].bytes.len() as u64);
+}

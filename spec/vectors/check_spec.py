@@ -11,6 +11,7 @@ the package on small inputs.
 
 Usage: check_spec.py [VECTORS_DIR]   (default: the directory of this script)
 """
+import base64
 import hashlib
 import json
 import pathlib
@@ -393,6 +394,119 @@ def prefetch_checks(vectors, trees):
     return out
 
 
+def oms_files(entries):
+    """§5.9: files, and links that lead (lexically, within the tree) to a
+    file, under their own name with that file's BLAKE3; canonical order."""
+    by_path = {e["path"]: e for e in entries}
+
+    def lead(path):
+        for _ in range(40):
+            e = by_path.get(path)
+            if e is None or e["kind"] == "dir":
+                return None
+            if e["kind"] == "file":
+                return e["blake3"]
+            if e["target"].startswith("/"):
+                return None
+            parts = path.split("/")[:-1]
+            for p in e["target"].split("/"):
+                if p in ("", "."):
+                    continue
+                if p == "..":
+                    if not parts:
+                        return None
+                    parts.pop()
+                else:
+                    parts.append(p)
+            path = "/".join(parts)
+        return None
+
+    out = []
+    for e in entries:
+        if e["kind"] == "file":
+            out.append((e["path"], e["blake3"]))
+        elif e["kind"] == "symlink" and lead(e["path"]) is not None:
+            out.append((e["path"], lead(e["path"])))
+    return out
+
+
+def oms_statement(version, entries):
+    files = oms_files(entries)
+    resources = [{"name": p, "algorithm": "blake3", "digest": d.removeprefix("b3:")} for p, d in files]
+    subject = hashlib.sha256(b"".join(bytes.fromhex(r["digest"]) for r in resources)).hexdigest()
+    links = any(e["kind"] == "symlink" for e in entries if e["path"] in dict(files))
+    return {
+        "_type": "https://in-toto.io/Statement/v1",
+        "subject": [{"name": version, "digest": {"sha256": subject}}],
+        "predicateType": "https://model_signing/signature/v1.0",
+        "predicate": {"resources": resources,
+                      "serialization": {"method": "files", "hash_type": "blake3", "allow_symlinks": links}},
+    }
+
+
+def oms_error(statement_bytes, version, entries):
+    """The rule of §5.9 a statement breaks for this version, or None."""
+    s = json.loads(statement_bytes)
+    resources = s["predicate"]["resources"]
+    if any(r["algorithm"] != "blake3" for r in resources):
+        return "algorithm"
+    subject = s["subject"][0]
+    if hashlib.sha256(b"".join(bytes.fromhex(r["digest"]) for r in resources)).hexdigest() != subject["digest"]["sha256"]:
+        return "subject"
+    if subject.get("name", "").startswith("b3:") and subject["name"] != version:
+        return "version"
+    listed = {r["name"]: r["digest"] for r in resources}
+    have = {p: d.removeprefix("b3:") for p, d in oms_files(entries)}
+    if set(have) - set(listed):
+        return "missing"
+    if set(listed) - set(have):
+        return "extra"
+    if any(listed[p] != have[p] for p in have):
+        return "changed"
+    return None
+
+
+def signature_checks(vectors, trees):
+    case = json.loads((vectors / "signature.json").read_text())
+    entries = sorted(trees[case["tree"]]["entries"], key=lambda e: canonical_key(e["path"]))
+    version = version_digest(entries)
+    statement = case["statement"].encode()
+    bundle_bytes = case["bundle"].encode()
+    bundle = json.loads(bundle_bytes)
+    env = bundle["dsseEnvelope"]
+    pem = case["public_key_pem"]
+    der = base64.b64decode("".join(pem.splitlines()[1:-1]))
+    manifest = case["manifest"].encode()
+    m = json.loads(manifest)
+    out = [
+        ("statement bytes", canonical(oms_statement(version, entries)), statement),
+        ("statement accepted", oms_error(statement, version, entries), None),
+        ("oms hint: sha256 of the PEM text", hashlib.sha256(pem.encode()).hexdigest(), case["oms_hint"]),
+        ("cosign hint: base64 sha256 of the DER", base64.b64encode(hashlib.sha256(der).digest()).decode(), case["cosign_hint"]),
+        ("bundle mediaType", bundle["mediaType"], "application/vnd.dev.sigstore.bundle.v0.3+json"),
+        ("bundle hint", bundle["verificationMaterial"]["publicKey"]["hint"], case["oms_hint"]),
+        ("payloadType", env["payloadType"], "application/vnd.in-toto+json"),
+        ("payload", base64.b64decode(env["payload"]), statement),
+        ("Ed25519 signature length", len(base64.b64decode(env["signatures"][0]["sig"])), 64),
+        ("manifest is canonical JSON", canonical(m), manifest),
+        ("manifest digest", "sha256:" + hashlib.sha256(manifest).hexdigest(), case["manifest_digest"]),
+        ("artifactType", m.get("artifactType"), "application/vnd.dev.sigstore.bundle.v0.3+json"),
+        ("config", m["config"], {"mediaType": "application/vnd.oci.empty.v1+json", "size": 2,
+                                 "digest": "sha256:" + hashlib.sha256(b"{}").hexdigest()}),
+        ("layer", m["layers"], [{"mediaType": "application/vnd.dev.sigstore.bundle.v0.3+json",
+                                 "size": len(bundle_bytes),
+                                 "digest": "sha256:" + hashlib.sha256(bundle_bytes).hexdigest()}]),
+        ("subject", m["subject"], {"mediaType": "application/vnd.oci.image.index.v1+json",
+                                   "digest": case["index_digest"], "size": case["index_size"]}),
+        ("annotations", {k: v for k, v in m["annotations"].items() if k != "org.opencontainers.image.created"},
+         {"dev.sealvol.version": version, "dev.sigstore.bundle.content": "dsse-envelope",
+          "dev.sigstore.bundle.predicateType": "https://model_signing/signature/v1.0"}),
+    ]
+    for bad in case["invalid"]:
+        out.append((f"invalid: {bad['name']}", oms_error(bad["statement"].encode(), version, entries), bad["rule"]))
+    return out
+
+
 def main(argv):
     vectors = pathlib.Path(argv[1]) if len(argv) > 1 else HERE
     self_test()
@@ -455,6 +569,9 @@ def main(argv):
     # The recorded prefetch list (§5.8) and the referrer that carries it.
     for what, got, want in prefetch_checks(vectors, trees):
         checks.append(("prefetch", what, got, want))
+    # A signature (§5.9): the statement, its bundle and referrer.
+    for what, got, want in signature_checks(vectors, trees):
+        checks.append(("signature", what, got, want))
     # Validation (§2.3): what it accepts and what it refuses, by rule.
     validation = json.loads((vectors / "validation.json").read_text())
     for case in validation["valid"]:
