@@ -90,6 +90,12 @@ expect_fail "needs shared storage" --set registry.tls.existingSecret=tls \
   --set registry.auth.htpasswd.existingSecret=htpasswd --set registry.replicas=3
 expect_fail "is not a registry.toml key" --set registry.allowPlainHttp=true \
   --set registry.allowAnonymousWrites=true --set registry.settings.test_clock=true
+expect_fail "set node.snapshotter.signatures.keys (PEM by name) or keysConfigMap" --set registry.allowPlainHttp=true \
+  --set registry.allowAnonymousWrites=true \
+  --set-json 'node.snapshotter.signatures.trust=[{"repositories":["weights/**"],"keys":["release.pub"]}]'
+expect_fail "names the key \"other.pub\", not in node.snapshotter.signatures.keys" \
+  --set registry.allowPlainHttp=true --set registry.allowAnonymousWrites=true \
+  --set-json 'node.snapshotter.signatures={"trust":[{"repositories":["a/*"],"keys":["other.pub"]}],"keys":{"release.pub":"x"}}'
 # The validator is strict: an unknown field fails.
 "$helm" template sealvol "$chart" -f deploy/helm/ci/default-values.yaml |
   sed 's/readOnly: true/readonly: true/' >"$work/bad.yaml"

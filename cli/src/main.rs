@@ -379,7 +379,8 @@ enum Command {
     /// Run the containerd snapshotter: a proxy plugin serving snapshots on a unix socket
     Snapshotter {
         /// snapshotter.toml (root, address, containerd_address, cache_dir, cache_size,
-        /// prefetch, engine, fetch_timeout_seconds, insecure_hosts, metrics_address)
+        /// prefetch, engine, fetch_timeout_seconds, insecure_hosts, hosts_dir,
+        /// metrics_address, [signatures])
         #[arg(long, value_name = "FILE", global = true)]
         config: Option<PathBuf>,
         /// Where snapshots live (default /var/lib/sealvol/snapshotter)

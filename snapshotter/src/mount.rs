@@ -221,6 +221,18 @@ impl Loaded {
             tree: Arc::new(tree),
         })
     }
+
+    /// Checks that one of `keys` signed this version (as a mount with
+    /// [`MountOptions::signed_by`] does before it serves); asks the
+    /// registry for the version's signature referrers.
+    pub async fn require_signature(
+        &self,
+        remote: &Remote,
+        keys: &[sealvol_client::signature::TrustedKey],
+    ) -> Result<(), MountError> {
+        sealvol_client::signature::require(remote, &self.version, &self.tree, keys).await?;
+        Ok(())
+    }
 }
 
 /// [`mount`] of `loaded`, which must be the version `vref` names (its

@@ -150,6 +150,11 @@ struct Node {
 
 impl Node {
     fn start(setup: &NodeSetup, registry: &str) -> Node {
+        Node::start_with(setup, registry, "")
+    }
+
+    /// With `snapshotter_toml` added to the snapshotter's config.
+    fn start_with(setup: &NodeSetup, registry: &str, snapshotter_toml: &str) -> Node {
         let dir = tempfile::tempdir().unwrap();
         let hosts = dir.path().join("certs.d");
         plain_http_host(&hosts, registry);
@@ -157,7 +162,10 @@ impl Node {
         let ctd = Containerd::start_v2(&setup.config(&socket, &hosts)).in_namespace("k8s.io");
         let snap = Snapshotter::start_with(
             dir.path(),
-            &format!("containerd_address = {:?}\n", s(&ctd.address())),
+            &format!(
+                "containerd_address = {:?}\n{snapshotter_toml}",
+                s(&ctd.address())
+            ),
         );
         import_busybox(&ctd, setup.default_snapshotter, &[]);
         let cri = Cri::connect(&ctd);
@@ -507,4 +515,142 @@ fn ctr_pulls_both_paths_of_containerd_2() {
         // The transfer service passes the labels; the local pull does not.
         assert_eq!(labelled, !local, "local={local}: {info}");
     }
+}
+
+/// `[signatures]` on a node requiring signatures, with a key trusted for
+/// `weights/**`: the version signed with `sealvol sign` is pulled and read
+/// as an image volume; an unsigned version of the same repository fails
+/// `PullImage` at the snapshotter's Prepare, before anything is mounted,
+/// with the one line that says why; so does a version signed with that
+/// key of a repository no entry names (`required = true`).
+#[test]
+fn signatures_required_mount_the_signed_version_and_refuse_an_unsigned_one() {
+    let p = Published::new(false);
+    let keys = p._sb.path().join("keys");
+    std::fs::create_dir_all(&keys).unwrap();
+    let openssl = |args: &[&str]| {
+        let out = std::process::Command::new("openssl")
+            .args(args)
+            .output()
+            .expect("run openssl");
+        assert!(out.status.success(), "openssl {args:?}: {out:?}");
+    };
+    let (sec1, key, public) = (
+        keys.join("ec.sec1"),
+        keys.join("ec.pem"),
+        keys.join("ec.pub"),
+    );
+    openssl(&[
+        "ecparam",
+        "-name",
+        "prime256v1",
+        "-genkey",
+        "-noout",
+        "-out",
+        s(&sec1),
+    ]);
+    openssl(&[
+        "pkcs8",
+        "-topk8",
+        "-nocrypt",
+        "-in",
+        s(&sec1),
+        "-out",
+        s(&key),
+    ]);
+    openssl(&["ec", "-in", s(&key), "-pubout", "-out", s(&public)]);
+    let registry = p.proxy.addr();
+    sealvol_tests::ok(
+        p._sb.sealvol(
+            &registry,
+            &["sign", &format!("bdn:{REPO}:prod"), "--key", s(&key)],
+        ),
+        "sign",
+    );
+    // Another version of the same repository, never signed.
+    let other = p._sb.path().join("unsigned");
+    sealvol_tests::write(&other.join("config.json"), b"{\"unsigned\": true}\n", 0o644);
+    sealvol_tests::ok(
+        p._sb.sealvol(
+            &registry,
+            &["push", s(&other), &format!("bdn:{REPO}:unsigned")],
+        ),
+        "push",
+    );
+    // A signed version of a repository no trust entry matches.
+    sealvol_tests::ok(
+        p._sb
+            .sealvol(&registry, &["push", s(&other), "bdn:other/vol:prod"]),
+        "push",
+    );
+    sealvol_tests::ok(
+        p._sb
+            .sealvol(&registry, &["sign", "bdn:other/vol:prod", "--key", s(&key)]),
+        "sign",
+    );
+
+    let policy = format!(
+        "[signatures]\nrequired = true\n[[signatures.trust]]\n\
+         repositories = [\"weights/**\"]\nkeys = [{:?}]\n",
+        s(&public)
+    );
+    let mut node = Node::start_with(&NodeSetup::SEALVOL_DEFAULT, &registry, &policy);
+
+    let image_ref = pull_volume(&mut node, &p, "");
+    assert_eq!(
+        node.version_mounts().len(),
+        1,
+        "{:?}",
+        node.version_mounts()
+    );
+
+    let unsigned = format!("{registry}/{REPO}:unsigned");
+    let e = node
+        .cri
+        .pull(&unsigned, "", None)
+        .expect_err("PullImage of an unsigned version succeeded");
+    eprintln!("PullImage {unsigned}: {:?}: {}", e.code(), e.message());
+    let why = format!("{registry}/{REPO}@b3:",);
+    assert!(
+        e.message().contains(&why)
+            && e.message()
+                .contains(" is not signed (no signature referrers); sign it with `sealvol sign`")
+            && !e.message().contains('\n'),
+        "PullImage {unsigned}: {e:?}\ncontainerd's log:\n{}",
+        node.log()
+    );
+    assert!(node.cri.image_status(&unsigned).is_none());
+
+    let unmatched = format!("{registry}/other/vol:prod");
+    let e = node
+        .cri
+        .pull(&unmatched, "", None)
+        .expect_err("PullImage of a version no key is trusted for succeeded");
+    eprintln!("PullImage {unmatched}: {:?}: {}", e.code(), e.message());
+    assert!(
+        e.message().contains(&format!("{registry}/other/vol@b3:"))
+            && e.message().contains(
+                " is refused: no trusted key for repository other/vol in snapshotter.toml \
+                 [signatures] (required = true)"
+            )
+            && !e.message().contains('\n'),
+        "PullImage {unmatched}: {e:?}\ncontainerd's log:\n{}",
+        node.log()
+    );
+    assert_eq!(
+        node.version_mounts().len(),
+        1,
+        "{:?}",
+        node.version_mounts()
+    );
+
+    let (out, code) = node.run_with_volume(
+        "signed",
+        "",
+        None,
+        &image_ref,
+        "",
+        &sum_script(&p.files, ""),
+    );
+    assert_eq!((out, code), (sums(&p.files, ""), 0));
 }

@@ -23,12 +23,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sealvol_client::cache::ChunkCache;
+use sealvol_client::signature::TrustedKey;
 use sealvol_client::Remote;
 use sealvol_spec::reference::VolumeRef;
 use tokio::sync::Mutex;
 use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
 
+use super::signatures::SignaturePolicy;
 use super::{dial, Config, DaemonError, PrefetchPolicy};
 use crate::{Mount, MountOptions, Unmounted};
 
@@ -63,6 +65,19 @@ struct Served {
     mount: Mount,
 }
 
+/// A mount that failed, as the daemon passes it to containerd: a version
+/// no trusted key signed as `FAILED_PRECONDITION` with the one line that
+/// says so (it names the version and the keys), anything else as
+/// `UNAVAILABLE`.
+fn refused(reference: &str, e: crate::MountError) -> Status {
+    match e {
+        crate::MountError::Client(sealvol_client::Error::Unsigned(why)) => {
+            Status::failed_precondition(why)
+        }
+        e => Status::unavailable(format!("cannot mount {reference}: {e}")),
+    }
+}
+
 impl Manager {
     async fn mount(
         &self,
@@ -70,10 +85,20 @@ impl Manager {
         at: &Path,
         prefetch: Option<PrefetchPolicy>,
         owner: Option<(u32, u32)>,
+        signed_by: Vec<TrustedKey>,
     ) -> Result<bool, Status> {
         let mut mounts = self.mounts.lock().await;
         if let Some(s) = mounts.get(at) {
             if s.reference == reference && s.owner == owner {
+                // Served already (a restarted daemon re-attaches): checked
+                // again under the daemon's keys, which may be new.
+                if !signed_by.is_empty() {
+                    s.mount
+                        .loaded()
+                        .require_signature(&s.remote, &signed_by)
+                        .await
+                        .map_err(|e| refused(reference, e))?;
+                }
                 return Ok(true);
             }
             return Err(Status::already_exists(format!(
@@ -93,8 +118,8 @@ impl Manager {
             options.prefetch = p.mode();
         }
         options.owner = owner;
-        let cannot =
-            |e: crate::MountError| Status::unavailable(format!("cannot mount {reference}: {e}"));
+        options.signed_by = signed_by;
+        let cannot = |e: crate::MountError| refused(reference, e);
         // The same version mounted already (for another user namespace):
         // its registry client and tree index, without asking the registry.
         let same = mounts.values().find(|s| s.reference == reference);
@@ -166,11 +191,27 @@ impl pb::fuse_manager_server::FuseManager for Service {
             })?),
         };
         let owner = r.owner.map(|o| (o.uid, o.gid));
+        let signed_by = r
+            .signed_by
+            .iter()
+            .map(|k| TrustedKey::from_pem(k.pem.as_bytes(), &k.source))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| Status::invalid_argument(format!("trusted key {e}")))?;
+        let signature_checked = !signed_by.is_empty();
         let already = self
             .0
-            .mount(&r.reference, Path::new(&r.mountpoint), prefetch, owner)
+            .mount(
+                &r.reference,
+                Path::new(&r.mountpoint),
+                prefetch,
+                owner,
+                signed_by,
+            )
             .await?;
-        Ok(Response::new(pb::MountResponse { already }))
+        Ok(Response::new(pb::MountResponse {
+            already,
+            signature_checked,
+        }))
     }
 
     async fn unmount(
@@ -292,20 +333,35 @@ pub struct Launcher {
     pub args: Vec<OsString>,
 }
 
-/// The daemon's handle on the manager; cheap to clone.
+/// The daemon's handle on the manager; cheap to clone. It holds
+/// `[signatures]`: the keys a version must be signed by go with each mount
+/// request, so that a daemon restarted with a new policy applies it though
+/// the manager (and its copy of the config) lives on.
 #[derive(Clone)]
 pub struct Keeper {
     client: pb::fuse_manager_client::FuseManagerClient<Channel>,
+    signatures: Arc<SignaturePolicy>,
+    /// The manager's pid file, for messages.
+    pid_file: PathBuf,
 }
 
 impl Keeper {
     /// Connects to the manager of `config.root`, starting one (detached,
     /// with `config` written beside its socket) when none listens.
+    /// Reads `[signatures]` (its keys) first: a key that cannot be used
+    /// fails the start.
     pub async fn attach(config: &Config, launcher: &Launcher) -> Result<Keeper, DaemonError> {
+        let signatures = SignaturePolicy::load(&config.signatures)
+            .map_err(|e| DaemonError::Signatures(e.to_string()))?;
+        let signatures = Arc::new(signatures);
         let socket = config.root.join(SOCKET);
         if let Ok(channel) = dial(&socket).await {
             tracing::info!("re-attached to the running fuse manager");
-            return Ok(Keeper::with(channel));
+            return Ok(Keeper::with(
+                channel,
+                signatures,
+                config.root.join(PID_FILE),
+            ));
         }
         let err = |message: String| DaemonError::Manager {
             path: socket.display().to_string(),
@@ -348,7 +404,11 @@ impl Keeper {
                 // Reaped when it exits while this daemon still runs.
                 std::thread::spawn(move || child.wait());
                 tracing::info!("started a fuse manager");
-                return Ok(Keeper::with(channel));
+                return Ok(Keeper::with(
+                    channel,
+                    signatures,
+                    config.root.join(PID_FILE),
+                ));
             }
             if let Ok(Some(status)) = child.try_wait() {
                 return Err(err(format!(
@@ -363,9 +423,11 @@ impl Keeper {
         }
     }
 
-    fn with(channel: Channel) -> Keeper {
+    fn with(channel: Channel, signatures: Arc<SignaturePolicy>, pid_file: PathBuf) -> Keeper {
         Keeper {
             client: pb::fuse_manager_client::FuseManagerClient::new(channel),
+            signatures,
+            pid_file,
         }
     }
 
@@ -382,6 +444,12 @@ impl Keeper {
 
     /// [`Keeper::mount`], every entry presented as owned by `owner`
     /// (`(uid, gid)`) when given.
+    ///
+    /// A version `[signatures]` wants signed is mounted only once the
+    /// manager has checked that a trusted key signed it; one of a
+    /// repository no key is trusted for, while signatures are required,
+    /// is refused here. Both refusals are `FAILED_PRECONDITION` with one
+    /// line saying why.
     pub async fn mount_owned(
         &self,
         reference: &str,
@@ -389,16 +457,51 @@ impl Keeper {
         prefetch: Option<PrefetchPolicy>,
         owner: Option<(u32, u32)>,
     ) -> Result<(), Status> {
-        self.client
+        let signed_by = self.signed_by(reference)?;
+        let answer = self
+            .client
             .clone()
             .mount(pb::MountRequest {
                 reference: reference.to_string(),
                 mountpoint: at.display().to_string(),
                 prefetch: prefetch.map_or("", PrefetchPolicy::as_str).to_string(),
                 owner: owner.map(|(uid, gid)| pb::Owner { uid, gid }),
+                signed_by: signed_by
+                    .iter()
+                    .map(|k| pb::TrustedKey {
+                        source: k.source.clone(),
+                        pem: k.pem(),
+                    })
+                    .collect(),
             })
-            .await?;
+            .await?
+            .into_inner();
+        if !signed_by.is_empty() && !answer.signature_checked {
+            // A manager from before signature checks, still running: what
+            // it mounted now is taken back.
+            if !answer.already {
+                let _ = self.unmount(at).await;
+            }
+            return Err(Status::failed_precondition(format!(
+                "{reference}: the running fuse manager does not check signatures; \
+                 stop it (`kill $(cat {})`) so that the daemon starts a current one",
+                self.pid_file.display()
+            )));
+        }
         Ok(())
+    }
+
+    /// The keys `[signatures]` wants `reference` signed by.
+    fn signed_by(&self, reference: &str) -> Result<Vec<TrustedKey>, Status> {
+        if self.signatures.is_off() {
+            return Ok(Vec::new());
+        }
+        let vref: VolumeRef = reference
+            .parse()
+            .map_err(|e| Status::invalid_argument(format!("{reference:?}: {e}")))?;
+        self.signatures
+            .keys_for(&vref.repository())
+            .map_err(|e| Status::failed_precondition(format!("{reference} is refused: {e}")))
     }
 
     pub async fn unmount(&self, at: &Path) -> Result<(), Status> {

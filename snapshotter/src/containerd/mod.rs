@@ -22,6 +22,12 @@
 //! ([`idmap`]): ordinary layers as containerd's overlayfs snapshotter does,
 //! a version mounted once more owned by the pod's root.
 //!
+//! `[signatures]` ([`signatures`]) names the keys that must have signed
+//! the versions of which repositories; the daemon sends them with each
+//! mount to the fuse manager, which checks the version's signatures
+//! before it serves, and a refusal fails the `Prepare` (or `Commit`) with
+//! `FAILED_PRECONDITION`.
+//!
 //! The wire types are generated from containerd's own `.proto` files
 //! (`proto/`, compiled by protox in `build.rs`); [`service`] maps each
 //! call to the store and the store's errors to the gRPC codes containerd
@@ -32,6 +38,7 @@ pub mod idmap;
 pub mod images;
 pub mod metrics;
 pub mod service;
+pub mod signatures;
 pub mod store;
 pub mod version;
 
@@ -107,6 +114,9 @@ pub struct Config {
     /// Where `/metrics` is served (Prometheus text); off when unset.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub metrics_address: Option<std::net::SocketAddr>,
+    /// `[signatures]`: the keys that must have signed the versions of
+    /// which repositories ([`signatures`]); none by default.
+    pub signatures: signatures::SignaturesConfig,
 }
 
 /// [`crate::Prefetch`] as the config spells it.
@@ -167,6 +177,7 @@ impl Default for Config {
             insecure_hosts: Vec::new(),
             hosts_dir: None,
             metrics_address: None,
+            signatures: signatures::SignaturesConfig::default(),
         }
     }
 }
@@ -209,6 +220,8 @@ pub enum DaemonError {
     Listen { path: String, message: String },
     #[error("fuse manager at {path}: {message}")]
     Manager { path: String, message: String },
+    #[error("snapshotter.toml {0}")]
+    Signatures(String),
     #[error("gRPC server: {0}")]
     Serve(String),
 }
