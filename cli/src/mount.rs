@@ -12,7 +12,7 @@ use std::time::Duration;
 use anyhow::{bail, Context as _};
 use clap::ValueEnum;
 use sealvol_client::CacheDir;
-use sealvol_snapshotter::{Engine, MountOptions, Prefetch, Unmounted};
+use sealvol_snapshotter::{Engine, MountError, MountOptions, Prefetch, Unmounted};
 use sealvol_spec::reference::VolumeRef;
 
 use crate::volume::{self, Conn};
@@ -246,6 +246,10 @@ pub fn mount(args: MountArgs) -> anyhow::Result<()> {
         let mounting = sealvol_snapshotter::mount(&remote, &t.vref, &t.path, &opts);
         // Mounts made so far are unmounted as `mounted` is dropped.
         let m = match rt.block_on(until_signal(mounting))? {
+            // A refused signature names the version already.
+            Some(Err(e @ MountError::Client(sealvol_client::Error::Unsigned(_)))) => {
+                return Err(e.into())
+            }
             Some(r) => r.with_context(|| format!("cannot mount {}", t.source))?,
             None => bail!("interrupted before {} was mounted", t.source),
         };

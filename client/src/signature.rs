@@ -678,7 +678,12 @@ pub async fn require(
         return Err(Error::Usage("no trusted key given".into()));
     }
     let found = signatures(remote, version, tree, keys).await?;
-    if let Some(ok) = found.iter().find(|f| f.verified) {
+    // An OMS signature says more (the files it covers) than a cosign one.
+    let best = found
+        .iter()
+        .filter(|f| f.verified)
+        .min_by_key(|f| f.kind != Kind::Oms);
+    if let Some(ok) = best {
         return Ok(ok.clone());
     }
     let trusted = keys

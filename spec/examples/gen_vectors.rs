@@ -468,6 +468,17 @@ fn main() {
             s
         }),
         (
+            "allows no symlinks, and the version has two",
+            "symlinks",
+            edit(&|s| {
+                s["predicate"]["serialization"]["allow_symlinks"] = json!(false);
+                s["predicate"]["resources"]
+                    .as_array_mut()
+                    .unwrap()
+                    .retain(|r| r["name"] != "models/readme");
+            }),
+        ),
+        (
             "hashes with sha256",
             "algorithm",
             edit(&|s| {

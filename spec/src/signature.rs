@@ -419,6 +419,23 @@ pub fn check_oms(s: &Statement, tree: &TreeIndex) -> Result<Coverage, SignatureE
         }
     }
     let (files, _) = version_files(tree);
+    // A signer that did not allow links (model_signing refuses a folder
+    // with any) did not sign a version that has them.
+    if !p.serialization.allow_symlinks {
+        let links: Vec<String> = tree
+            .entries()
+            .iter()
+            .filter(|e| matches!(e.data, EntryData::Symlink { .. }) && !ignored_by(&e.path))
+            .map(|e| e.path.clone())
+            .collect();
+        if !links.is_empty() {
+            return Err(mismatch(format!(
+                "the statement allows no symlinks and the version has {}: {}",
+                links.len(),
+                shown(&links)
+            )));
+        }
+    }
     let mut ignored = Vec::new();
     let (mut missing, mut changed) = (Vec::new(), Vec::new());
     for (path, d) in &files {
@@ -726,6 +743,17 @@ mod tests {
             check_oms(&forged, &t),
             Err(SignatureError::Statement(_))
         ));
+        // A signer that allowed no links did not sign a version with one
+        // (here `dirlink`, which lists nothing, and `sub/link`).
+        let strict = edit(&unnamed, |p| {
+            p.serialization.allow_symlinks = false;
+            p.resources.retain(|r| r.name != "sub/link");
+        });
+        let e = check_oms(&strict, &t).unwrap_err().to_string();
+        assert!(
+            e.contains("allows no symlinks and the version has 2: \"dirlink\", \"sub/link\""),
+            "{e}"
+        );
         let sha = edit(&unnamed, |p| p.resources[0].algorithm = "sha256".into());
         assert!(matches!(
             check_oms(&sha, &t),

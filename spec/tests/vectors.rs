@@ -264,6 +264,7 @@ fn signature() {
             (SignatureError::Unsupported(_), _) => "algorithm",
             (SignatureError::Statement(_), m) if m.contains("subject digest") => "subject",
             (SignatureError::Mismatch { .. }, m) if m.contains("it signs version") => "version",
+            (SignatureError::Mismatch { .. }, m) if m.contains("allows no symlinks") => "symlinks",
             (SignatureError::Mismatch { .. }, m) if m.contains("does not list") => "missing",
             (SignatureError::Mismatch { .. }, m) if m.contains("does not have") => "extra",
             (SignatureError::Mismatch { .. }, m) if m.contains("differs") => "changed",

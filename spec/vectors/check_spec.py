@@ -455,6 +455,14 @@ def oms_error(statement_bytes, version, entries):
         return "subject"
     if subject.get("name", "").startswith("b3:") and subject["name"] != version:
         return "version"
+    ignore = [i.rstrip("/") for i in s["predicate"]["serialization"].get("ignore_paths", []) if i.rstrip("/")]
+
+    def ignored(path):
+        return any(path == i or path.startswith(i + "/") for i in ignore)
+
+    if not s["predicate"]["serialization"].get("allow_symlinks", False) and any(
+            e["kind"] == "symlink" and not ignored(e["path"]) for e in entries):
+        return "symlinks"
     listed = {r["name"]: r["digest"] for r in resources}
     have = {p: d.removeprefix("b3:") for p, d in oms_files(entries)}
     if set(have) - set(listed):
