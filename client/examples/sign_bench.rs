@@ -105,7 +105,7 @@ fn publish(target: &str, files: usize, mib: usize) -> Result<String, Box<dyn std
                     &repo,
                     &m.digest().to_string(),
                     Bytes::from(m.bytes.clone()),
-                    &m.descriptor.media_type().to_string(),
+                    m.descriptor.media_type().as_ref(),
                 )
                 .await?;
         }
