@@ -9,7 +9,7 @@
 //! reads no file data. This module does no cryptography and no I/O; keys,
 //! signing and signature checks are `sealvol-client`'s.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 
 use base64::Engine as _;
@@ -218,15 +218,15 @@ fn resources_digest(resources: &[Resource]) -> Result<String, String> {
 /// BLAKE3, and every symlink that resolves inside the tree to a file,
 /// under its own name with that file's BLAKE3 (model_signing follows such
 /// links). Directories, and links to directories, are not listed.
-pub fn version_files(tree: &TreeIndex) -> (Vec<(String, B3Digest)>, bool) {
+pub fn version_files(tree: &TreeIndex) -> (Vec<(&str, B3Digest)>, bool) {
     let mut out = Vec::new();
     let mut links = false;
     for e in tree.entries() {
         match &e.data {
-            EntryData::File { blake3, .. } => out.push((e.path.clone(), *blake3)),
+            EntryData::File { blake3, .. } => out.push((e.path.as_str(), *blake3)),
             EntryData::Symlink { .. } => {
                 if let Some(d) = link_file(tree, &e.path) {
-                    out.push((e.path.clone(), d));
+                    out.push((e.path.as_str(), d));
                     links = true;
                 }
             }
@@ -278,7 +278,7 @@ pub fn oms_statement(tree: &TreeIndex) -> Statement {
     let resources: Vec<Resource> = files
         .into_iter()
         .map(|(name, d)| Resource {
-            name,
+            name: name.to_string(),
             algorithm: "blake3".into(),
             digest: d.hex(),
         })
@@ -358,23 +358,78 @@ pub struct Coverage {
 /// BLAKE3; and the listed files are exactly the version's files, less
 /// those under the statement's `ignore_paths`, each with the tree's BLAKE3.
 pub fn check_oms(s: &Statement, tree: &TreeIndex) -> Result<Coverage, SignatureError> {
+    if s.predicate_type != PREDICATE_OMS {
+        return Err(SignatureError::Statement(format!(
+            "predicateType is {:?}, not {PREDICATE_OMS}",
+            s.predicate_type
+        )));
+    }
+    let p: OmsPredicate = serde_json::from_value(s.predicate.clone())
+        .map_err(|e| SignatureError::Statement(format!("predicate: {e}")))?;
+    check_oms_parts(&s.subject, &p, tree)
+}
+
+/// The head of a statement: all but its predicate, which is skipped (a
+/// reader picks how to parse it from `predicateType`).
+#[derive(Clone, Debug, Deserialize)]
+pub struct Head {
+    #[serde(rename = "_type")]
+    pub statement_type: String,
+    pub subject: Vec<Subject>,
+    #[serde(rename = "predicateType")]
+    pub predicate_type: String,
+}
+
+impl Head {
+    /// Reads a statement's head from its payload bytes.
+    pub fn decode(payload: &[u8]) -> Result<Head, SignatureError> {
+        let h: Head = serde_json::from_slice(payload)
+            .map_err(|e| SignatureError::Statement(e.to_string()))?;
+        if h.statement_type != STATEMENT_TYPE {
+            return Err(SignatureError::Statement(format!(
+                "_type is {:?}, not {STATEMENT_TYPE}",
+                h.statement_type
+            )));
+        }
+        Ok(h)
+    }
+}
+
+/// [`check_oms`] of a statement's payload bytes, parsed once into typed
+/// resources: a statement of a million files takes no JSON tree.
+pub fn check_oms_payload(payload: &[u8], tree: &TreeIndex) -> Result<Coverage, SignatureError> {
+    #[derive(Deserialize)]
+    struct Oms {
+        #[serde(rename = "predicateType")]
+        predicate_type: String,
+        subject: Vec<Subject>,
+        predicate: OmsPredicate,
+    }
+    let s: Oms =
+        serde_json::from_slice(payload).map_err(|e| SignatureError::Statement(e.to_string()))?;
+    if s.predicate_type != PREDICATE_OMS {
+        return Err(SignatureError::Statement(format!(
+            "predicateType is {:?}, not {PREDICATE_OMS}",
+            s.predicate_type
+        )));
+    }
+    check_oms_parts(&s.subject, &s.predicate, tree)
+}
+
+fn check_oms_parts(
+    subjects: &[Subject],
+    p: &OmsPredicate,
+    tree: &TreeIndex,
+) -> Result<Coverage, SignatureError> {
     let version = tree.version_digest();
     let mismatch = |why: String| SignatureError::Mismatch {
         version: version.to_string(),
         why,
     };
     let bad = |why: String| SignatureError::Statement(why);
-    if s.predicate_type != PREDICATE_OMS {
-        return Err(bad(format!(
-            "predicateType is {:?}, not {PREDICATE_OMS}",
-            s.predicate_type
-        )));
-    }
-    let [subject] = s.subject.as_slice() else {
-        return Err(bad(format!("{} subjects, not 1", s.subject.len())));
+    let [subject] = subjects else {
+        return Err(bad(format!("{} subjects, not 1", subjects.len())));
     };
-    let p: OmsPredicate =
-        serde_json::from_value(s.predicate.clone()).map_err(|e| bad(format!("predicate: {e}")))?;
     if p.serialization.method != "files" {
         return Err(SignatureError::Unsupported(format!(
             "an OMS statement serialized by {:?} (sealvol checks \"files\")",
@@ -412,9 +467,12 @@ pub fn check_oms(s: &Statement, tree: &TreeIndex) -> Result<Coverage, SignatureE
             !i.is_empty() && (path == i || path.strip_prefix(i).is_some_and(|r| r.starts_with('/')))
         })
     };
-    let mut listed: BTreeMap<&str, &str> = BTreeMap::new();
+    let mut listed: HashMap<&str, [u8; 32]> = HashMap::with_capacity(p.resources.len());
     for r in &p.resources {
-        if listed.insert(&r.name, &r.digest).is_some() {
+        let mut d = [0u8; 32];
+        hex::decode_to_slice(&r.digest, &mut d)
+            .map_err(|_| bad(format!("{}: digest is not 32 bytes of hex", r.name)))?;
+        if listed.insert(&r.name, d).is_some() {
             return Err(bad(format!("{} is listed twice", r.name)));
         }
     }
@@ -438,18 +496,19 @@ pub fn check_oms(s: &Statement, tree: &TreeIndex) -> Result<Coverage, SignatureE
     }
     let mut ignored = Vec::new();
     let (mut missing, mut changed) = (Vec::new(), Vec::new());
-    for (path, d) in &files {
+    for &(path, d) in &files {
         if ignored_by(path) {
-            ignored.push(path.clone());
+            ignored.push(path.to_string());
             continue;
         }
-        match listed.remove(path.as_str()) {
-            None => missing.push(path.clone()),
-            Some(h) if !h.eq_ignore_ascii_case(&d.hex()) => changed.push(path.clone()),
+        match listed.remove(path) {
+            None => missing.push(path.to_string()),
+            Some(h) if h != d.0 => changed.push(path.to_string()),
             Some(_) => {}
         }
     }
-    let extra: Vec<String> = listed.keys().map(|k| k.to_string()).collect();
+    let mut extra: Vec<String> = listed.keys().map(|k| k.to_string()).collect();
+    extra.sort();
     let mut why = String::new();
     for (what, names) in [
         ("files the statement does not list", &missing),
@@ -481,7 +540,15 @@ pub fn check_cosign(s: &Statement, index: &Sha256Digest) -> Result<(), Signature
             s.predicate_type
         )));
     }
-    if s.subject
+    check_cosign_subjects(&s.subject, index)
+}
+
+/// Checks that one of a cosign statement's subjects is the manifest `index`.
+pub fn check_cosign_subjects(
+    subject: &[Subject],
+    index: &Sha256Digest,
+) -> Result<(), SignatureError> {
+    if subject
         .iter()
         .any(|x| x.digest.get("sha256") == Some(&index.hex()))
     {
