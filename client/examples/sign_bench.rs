@@ -50,10 +50,7 @@ fn publish(target: &str, files: usize, mib: usize) -> Result<String, Box<dyn std
     let vref: VolumeRef = target.parse()?;
     let params = ChunkingParams::default();
     let data = vec![0u8; mib * MIB];
-    let lengths: Vec<usize> = data
-        .chunks(params.max as usize)
-        .map(|c| c.len())
-        .collect();
+    let lengths: Vec<usize> = data.chunks(params.max as usize).map(|c| c.len()).collect();
     let one = EntryData::file_of(&data, &lengths);
     let EntryData::File { chunks, .. } = &one else {
         unreachable!()
@@ -88,9 +85,7 @@ fn publish(target: &str, files: usize, mib: usize) -> Result<String, Box<dyn std
         source: None,
     };
     let built = build_version(&tree, &meta)?;
-    let registry = vref
-        .registry_or(&VolumeRef::default_registry())
-        .to_string();
+    let registry = vref.registry_or(&VolumeRef::default_registry()).to_string();
     let repo = vref.repository();
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async {
