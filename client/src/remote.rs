@@ -16,6 +16,7 @@ use oci_client::secrets::RegistryAuth;
 use oci_client::{Client, Reference, RegistryOperation};
 use reqwest::{StatusCode, Url};
 use sealvol_spec::api::ApiInfo;
+use sealvol_spec::oci::next_link;
 use sealvol_spec::Sha256Digest;
 use sha2::Digest as _;
 use tokio::sync::OnceCell;
@@ -1146,26 +1147,8 @@ impl Remote {
     }
 }
 
-/// Most pages of a referrers list read.
-pub const REFERRER_PAGES: usize = 16;
-
-/// The tag under which the referrers tag schema keeps the referrers of
-/// `subject`: `sha256-<hex>`.
-pub fn referrers_tag(subject: &Sha256Digest) -> String {
-    subject.to_string().replacen(':', "-", 1)
-}
-
-/// The target of `rel="next"` in a `Link` header: `<url>; rel="next"`.
-fn next_link(header: &str) -> Option<String> {
-    header.split(',').find_map(|part| {
-        let (target, params) = part.trim().split_once(';')?;
-        let target = target.trim().strip_prefix('<')?.strip_suffix('>')?;
-        params
-            .split(';')
-            .any(|p| matches!(p.trim(), "rel=\"next\"" | "rel=next"))
-            .then(|| target.to_string())
-    })
-}
+/// Re-exported for the client's readers of referrers.
+pub use sealvol_spec::oci::{referrers_tag, REFERRER_PAGES};
 
 /// Page size for tag and repository lists.
 const PAGE: usize = 1000;

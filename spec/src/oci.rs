@@ -714,18 +714,59 @@ pub fn prefetch_layer(
     Ok(layer.clone())
 }
 
-/// The entries of a referrers list (an image index: the referrers API's
-/// answer, or the referrers tag schema's index) whose `artifactType` is
+/// Most pages of a referrers list a reader follows (`Link: <...>;
+/// rel="next"`), each at most [`MAX_MANIFEST_BYTES`].
+pub const REFERRER_PAGES: usize = 16;
+
+/// The tag under which the referrers tag schema keeps the referrers of
+/// `subject`: `sha256-<hex>`.
+pub fn referrers_tag(subject: &Sha256Digest) -> String {
+    subject.to_string().replacen(':', "-", 1)
+}
+
+/// The target of `rel="next"` in a `Link` header: `<url>; rel="next"`.
+pub fn next_link(header: &str) -> Option<String> {
+    header.split(',').find_map(|part| {
+        let (target, params) = part.trim().split_once(';')?;
+        let target = target.trim().strip_prefix('<')?.strip_suffix('>')?;
+        params
+            .split(';')
+            .any(|p| matches!(p.trim(), "rel=\"next\"" | "rel=next"))
+            .then(|| target.to_string())
+    })
+}
+
+/// Every entry of a referrers list (an image index: the referrers API's
+/// answer, or the referrers tag schema's index).
+pub fn referrers_list(bytes: &[u8]) -> Result<Vec<Descriptor>, OciError> {
+    let index: ImageIndex = serde_json::from_slice(bytes)?;
+    Ok(index.manifests().clone())
+}
+
+/// Whether referrer `d` has `artifactType` `artifact_type`.
+pub fn is_artifact(d: &Descriptor, artifact_type: &str) -> bool {
+    d.artifact_type()
+        .as_ref()
+        .is_some_and(|t| t.to_string() == artifact_type)
+}
+
+/// The entries of a referrers list whose `artifactType` is
 /// `artifact_type`; a registry may ignore the filter, and the tag schema has
 /// none.
 pub fn referrers_in(bytes: &[u8], artifact_type: &str) -> Result<Vec<Descriptor>, OciError> {
-    let index: ImageIndex = serde_json::from_slice(bytes)?;
-    Ok(index
-        .manifests()
-        .iter()
-        .filter(|d| matches!(d.artifact_type(), Some(MediaType::Other(t)) if t == artifact_type))
-        .cloned()
-        .collect())
+    let mut found = referrers_list(bytes)?;
+    found.retain(|d| is_artifact(d, artifact_type));
+    Ok(found)
+}
+
+/// The referrers API's answer listing `manifests`: an image index.
+pub fn referrers_index(manifests: Vec<Descriptor>) -> Result<Vec<u8>, OciError> {
+    let index = ImageIndexBuilder::default()
+        .schema_version(2u32)
+        .media_type(MediaType::ImageIndex)
+        .manifests(manifests)
+        .build()?;
+    Ok(serde_json::to_vec(&index)?)
 }
 
 /// The referrers tag schema's index with `referrer` added (or put in place
@@ -927,5 +968,41 @@ mod tests {
         // Stored blocks: the gzip is the tar plus fixed framing, so it is the
         // same whatever the compressor's version.
         assert!(layer.bytes.len() > tar.len() && layer.bytes.len() < tar.len() + 64);
+    }
+
+    #[test]
+    fn a_referrers_index_lists_back_what_it_was_made_of_and_filters_by_artifact_type() {
+        let entry = |n: u8, artifact: &str| -> Descriptor {
+            serde_json::from_value(serde_json::json!({
+                "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                "digest": Sha256Digest([n; 32]).to_string(),
+                "size": 7,
+                "artifactType": artifact,
+            }))
+            .unwrap()
+        };
+        let sig = "application/vnd.dev.sigstore.bundle.v0.3+json";
+        let entries = vec![entry(1, sig), entry(2, MT_PREFETCH), entry(3, sig)];
+        let bytes = referrers_index(entries.clone()).unwrap();
+        assert_eq!(referrers_list(&bytes).unwrap(), entries);
+        let sigs = referrers_in(&bytes, sig).unwrap();
+        assert_eq!(sigs, vec![entries[0].clone(), entries[2].clone()]);
+        // A standard media type as artifactType is matched too.
+        let standard = entry(4, "application/vnd.oci.image.manifest.v1+json");
+        assert!(is_artifact(
+            &standard,
+            "application/vnd.oci.image.manifest.v1+json"
+        ));
+        let v: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(v["mediaType"], "application/vnd.oci.image.index.v1+json");
+        assert_eq!(v["schemaVersion"], 2);
+        assert_eq!(
+            referrers_tag(&Sha256Digest([0; 32])),
+            format!("sha256-{}", "00".repeat(32))
+        );
+        assert_eq!(
+            next_link(r#"</v2/a/referrers/sha256:1?n=1&last=x>; rel="next""#).as_deref(),
+            Some("/v2/a/referrers/sha256:1?n=1&last=x")
+        );
     }
 }

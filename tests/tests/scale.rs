@@ -533,6 +533,175 @@ fn a_pull_through_cache_fetches_each_blob_once_and_serves_what_it_holds_with_the
     assert_same_tree(&src, &out);
 }
 
+// Signed versions through a cache: a signature is a referrer of the
+// version index, which the cache lists as the upstream does.
+
+/// An ECDSA P-256 key pair made by `openssl` as `NAME.pem` (PKCS#8) and
+/// `NAME.pub` in `sb`: the private key and the public key.
+fn ec_key(sb: &Sandbox, name: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+    let (sec1, pem, public) = (
+        sb.path().join(format!("{name}.sec1")),
+        sb.path().join(format!("{name}.pem")),
+        sb.path().join(format!("{name}.pub")),
+    );
+    for args in [
+        vec![
+            "ecparam",
+            "-name",
+            "prime256v1",
+            "-genkey",
+            "-noout",
+            "-out",
+            s(&sec1),
+        ],
+        vec![
+            "pkcs8",
+            "-topk8",
+            "-nocrypt",
+            "-in",
+            s(&sec1),
+            "-out",
+            s(&pem),
+        ],
+        vec!["ec", "-in", s(&pem), "-pubout", "-out", s(&public)],
+    ] {
+        let out = std::process::Command::new("openssl")
+            .args(&args)
+            .output()
+            .expect("run openssl (installed by scripts/deps.sh)");
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    (pem, public)
+}
+
+/// Pushes a small version to `registry` as `ns/vol:v1` and signs it with
+/// `key`; its folder and its `b3:` digest.
+fn push_signed(
+    sb: &Sandbox,
+    registry: &str,
+    key: &Path,
+    seed: u64,
+) -> (std::path::PathBuf, String) {
+    let src = sb.path().join(format!("signed-{seed}"));
+    write(&src.join("config.json"), br#"{"hidden": 64}"#, 0o644);
+    write(&src.join("weights.bin"), &noise(300_000, seed), 0o644);
+    let pushed = json(
+        sb.sealvol(
+            registry,
+            &[
+                "push",
+                s(&src),
+                &format!("{registry}/ns/vol:v1"),
+                "--output",
+                "json",
+            ],
+        ),
+        "push to the upstream",
+    );
+    let version = pushed["digest"].as_str().unwrap().to_string();
+    sealvol_tests::ok(
+        sb.sealvol(
+            registry,
+            &["sign", &format!("{registry}/ns/vol:v1"), "--key", s(key)],
+        ),
+        "sign on the upstream",
+    );
+    (src, version)
+}
+
+/// Through the cache at `c`: version `version` verifies as signed by
+/// `public` and pulls with the signature required (the same files as
+/// `src`); checked against `other`, it is refused on one line.
+fn signed_through(sb: &Sandbox, c: &str, version: &str, public: &Path, other: &Path, src: &Path) {
+    let pinned = format!("{c}/ns/vol@{version}");
+    let verified = sealvol_tests::ok(
+        sb.sealvol(c, &["verify", &pinned, "--signed-by", s(public)]),
+        "verify --signed-by through the cache",
+    );
+    assert!(verified.contains("signed by"), "{verified}");
+    let to = sb.path().join(format!("pulled-{}", &version[3..15]));
+    json(
+        sb.sealvol(
+            c,
+            &[
+                "pull",
+                &pinned,
+                s(&to),
+                "--require-signature",
+                s(public),
+                "--no-cache",
+                "--output",
+                "json",
+            ],
+        ),
+        "pull --require-signature through the cache",
+    );
+    assert_same_tree(src, &to);
+    sealvol_tests::fails(
+        sb.sealvol(c, &["verify", &pinned, "--signed-by", s(other)]),
+        "verify --signed-by another key through the cache",
+    );
+}
+
+#[test]
+fn a_pull_through_cache_lists_the_upstreams_signatures_so_signed_versions_verify_through_it() {
+    let sb = Sandbox::new();
+    let (key, public) = ec_key(&sb, "ec");
+    let (_, other) = ec_key(&sb, "other");
+    let cache_of = |name: &str, upstream: &str| {
+        let config = format!("upstream = \"http://{upstream}\"\ntag_ttl_seconds = 0\n");
+        Server::start_config_env(&sb.path().join(name), &config, &[])
+    };
+
+    // sealvol serve upstream: the referrers API.
+    let upstream = Server::start(&sb.path().join("upstream"));
+    let (src, version) = push_signed(&sb, &host(&upstream), &key, 71);
+    let proxy = sealvol_tests::FlipProxy::start_counting(&host(&upstream));
+    let cache = cache_of("cache", &proxy.addr());
+    let c = host(&cache);
+    signed_through(&sb, &c, &version, &public, &other, &src);
+    assert!(
+        proxy.requests().iter().any(|r| r.contains("/referrers/")),
+        "the cache did not ask the upstream for referrers: {:#?}",
+        proxy.requests()
+    );
+
+    // The upstream gone: the signature the cache holds still lists.
+    drop(proxy);
+    sealvol_tests::ok(
+        sb.sealvol(
+            &c,
+            &[
+                "verify",
+                &format!("{c}/ns/vol@{version}"),
+                "--signed-by",
+                s(&public),
+            ],
+        ),
+        "verify --signed-by with the upstream down",
+    );
+
+    // docker-registry 2.8 has no referrers API: the signature is in its
+    // referrers tag schema, which the cache lists from.
+    let docker = sealvol_tests::DockerRegistry::start();
+    let (src, version) = push_signed(&sb, &docker.addr(), &key, 72);
+    let proxy = sealvol_tests::FlipProxy::start_counting(&docker.addr());
+    let cache = cache_of("docker-cache", &proxy.addr());
+    signed_through(&sb, &host(&cache), &version, &public, &other, &src);
+    assert!(
+        proxy
+            .requests()
+            .iter()
+            .any(|r| r.contains("/manifests/sha256-")),
+        "the cache did not read the referrers tag schema: {:#?}",
+        proxy.requests()
+    );
+}
+
 #[test]
 fn a_corrupt_upstream_blob_is_refused_and_not_cached() {
     let sb = Sandbox::new();

@@ -5,6 +5,7 @@
 //! through `store_manifest`.
 
 use bytes::Bytes;
+use sealvol_spec::oci::OciDescriptor;
 use sealvol_spec::Sha256Digest;
 use serde_json::Value;
 use sha2::{Digest as _, Sha256};
@@ -136,6 +137,29 @@ pub(crate) fn parse_manifest(bytes: &[u8], content_type: Option<&str>) -> Result
     Ok(p)
 }
 
+/// The descriptor (JSON) the referrers API lists for manifest `digest`
+/// of `size` bytes when it has a subject.
+pub(crate) fn referrer_descriptor(
+    parsed: &Parsed,
+    digest: &Sha256Digest,
+    size: usize,
+) -> Option<String> {
+    parsed.subject.map(|_| {
+        let mut d = serde_json::json!({
+            "mediaType": parsed.media_type,
+            "digest": digest.to_string(),
+            "size": size,
+        });
+        if let Some(t) = &parsed.artifact_type {
+            d["artifactType"] = Value::String(t.clone());
+        }
+        if let Some(a) = &parsed.annotations {
+            d["annotations"] = a.clone();
+        }
+        d.to_string()
+    })
+}
+
 /// Stores a manifest under `reference` (its digest or a tag) in `name`, as
 /// a PUT does: checks it, requires what it references to be in the
 /// repository, seals a version index. Answers its digest and subject.
@@ -161,20 +185,7 @@ pub(crate) async fn store_manifest(
     };
     let parsed = parse_manifest(&bytes, content_type)?;
 
-    let subject_descriptor = parsed.subject.map(|_| {
-        let mut d = serde_json::json!({
-            "mediaType": parsed.media_type,
-            "digest": digest.to_string(),
-            "size": bytes.len(),
-        });
-        if let Some(t) = &parsed.artifact_type {
-            d["artifactType"] = Value::String(t.clone());
-        }
-        if let Some(a) = &parsed.annotations {
-            d["annotations"] = a.clone();
-        }
-        d.to_string()
-    });
+    let subject_descriptor = referrer_descriptor(&parsed, &digest, bytes.len());
     // A version index seals a version of the volume (SPEC.md §7.1), or
     // re-publishes one the volume holds, whose tree's format decides which
     // index stays current. It is checked as a reader would check it before
@@ -457,11 +468,30 @@ pub(crate) async fn catalog(
     app.meta(move |meta| meta.catalog(last.as_deref(), n)).await
 }
 
-/// The descriptors (JSON) of the manifests of `repo` whose subject is
-/// `subject`.
-pub(crate) async fn referrers(app: &App, repo: &str, subject: &str) -> Result<Vec<String>> {
-    let (repo, subject) = (repo.to_string(), subject.to_string());
-    app.meta(move |m| m.referrers(&repo, &subject)).await
+/// The descriptors of the manifests of `repo` whose subject is `subject`,
+/// those whose `artifactType` is `artifact_type` when one is given.
+pub(crate) async fn referrers(
+    app: &App,
+    repo: &str,
+    subject: &Sha256Digest,
+    artifact_type: Option<&str>,
+) -> Result<Vec<OciDescriptor>> {
+    let (r, s) = (repo.to_string(), subject.to_string());
+    let rows = app.meta(move |m| m.referrers(&r, &s)).await?;
+    let mut found: Vec<OciDescriptor> = rows
+        .iter()
+        .filter_map(|row| match serde_json::from_str(row) {
+            Ok(d) => Some(d),
+            Err(e) => {
+                tracing::warn!(repo, subject = %subject, error = %e, "a referrer's descriptor does not parse; left out");
+                None
+            }
+        })
+        .collect();
+    if let Some(t) = artifact_type {
+        found.retain(|d| sealvol_spec::oci::is_artifact(d, t));
+    }
+    Ok(found)
 }
 
 #[cfg(test)]

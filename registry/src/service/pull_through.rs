@@ -18,11 +18,16 @@
 //! - Blobs stay within `cache_size`, least recently used going first.
 //! - Pushes, deletes and the volume API are refused: writes go to the
 //!   upstream.
+//! - The referrers of a manifest (its signatures, its prefetch list) are
+//!   listed as the upstream lists them, merged with those cached here, so
+//!   a client that requires a signature finds it through the cache; the
+//!   referrer manifests and their blobs are then fetched as any other.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use futures_util::{FutureExt as _, StreamExt as _, TryStreamExt as _};
+use sealvol_spec::oci::OciDescriptor;
 use sealvol_spec::Sha256Digest;
 use sha2::{Digest as _, Sha256};
 
@@ -139,10 +144,13 @@ async fn fetch_manifest<'a>(
     let parsed = crate::service::manifests::parse_manifest(&bytes, None)
         .map_err(|e| bad_upstream(up, &format!("{what}: {e}")))?;
     up.stats.manifests_fetched.fetch_add(1, Ordering::Relaxed);
+    // A referrer is listed as one here too, so that the referrers this
+    // cache holds still list while the upstream is away.
+    let subject = parsed.subject.map(|s| s.to_string());
     let record = crate::store::meta::ManifestRecord {
+        subject: crate::service::manifests::referrer_descriptor(&parsed, &digest, bytes.len()),
         media_type: parsed.media_type,
         size: bytes.len() as u64,
-        subject: None,
         stored_at: app.now(),
     };
     let pin = up.pin(digest);
@@ -160,7 +168,7 @@ async fn fetch_manifest<'a>(
             &record,
             &crate::store::meta::References::default(),
             tag.as_deref(),
-            None,
+            subject.as_deref(),
             None,
             now,
         )
@@ -373,5 +381,71 @@ pub(crate) async fn tags(up: &Upstream, name: &str) -> Option<Vec<String>> {
             tracing::warn!(upstream = %up.url, repo = name, error = %e, "listing tags upstream failed; answering from the cache");
             None
         }
+    }
+}
+
+/// The referrers of `subject` in `name`, those of `artifact_type` when one
+/// is given: as the upstream lists them (through its referrers API, or its
+/// referrers tag schema where it has no API), with those this cache holds
+/// added, once each. What this cache holds alone when the upstream cannot
+/// be reached or answers badly.
+pub(crate) async fn referrers(
+    app: &App,
+    up: &Upstream,
+    name: &str,
+    subject: &Sha256Digest,
+    artifact_type: Option<&str>,
+) -> Result<Vec<OciDescriptor>> {
+    let here = crate::service::manifests::referrers(app, name, subject, artifact_type).await?;
+    let there = match up.referrers(name, subject, artifact_type).await {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::warn!(upstream = %up.url, repo = name, subject = %subject, error = %e, "listing referrers upstream failed; answering from the cache");
+            return Ok(here);
+        }
+    };
+    Ok(merge(there, here))
+}
+
+/// `first`, then the entries of `then` whose digest `first` lacks.
+fn merge(first: Vec<OciDescriptor>, then: Vec<OciDescriptor>) -> Vec<OciDescriptor> {
+    let mut seen: std::collections::HashSet<String> =
+        first.iter().map(|d| d.digest().to_string()).collect();
+    let mut all = first;
+    all.extend(
+        then.into_iter()
+            .filter(|d| seen.insert(d.digest().to_string())),
+    );
+    all
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn d(n: u8, size: u64) -> OciDescriptor {
+        serde_json::from_value(serde_json::json!({
+            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "digest": Sha256Digest([n; 32]).to_string(),
+            "size": size,
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn the_upstreams_referrers_come_first_and_each_digest_once() {
+        let merged = merge(vec![d(1, 10), d(2, 20)], vec![d(2, 99), d(3, 30)]);
+        let got: Vec<(String, u64)> = merged
+            .iter()
+            .map(|d| (d.digest().to_string(), d.size()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (Sha256Digest([1; 32]).to_string(), 10),
+                (Sha256Digest([2; 32]).to_string(), 20),
+                (Sha256Digest([3; 32]).to_string(), 30),
+            ]
+        );
     }
 }

@@ -1,8 +1,9 @@
 //! The upstream registry of a pull-through cache and what this process
 //! knows of it: its client and how it lets this cache in, tags resolved
 //! and when, blob fetches under way, when each blob was last served, and
-//! the pins eviction leaves. What the cache does with it is
-//! `service::pull_through`.
+//! the pins eviction leaves; and the referrers it lists (its referrers API,
+//! or its referrers tag schema), read in bounded pages. What the cache
+//! does with it is `service::pull_through`.
 //!
 //! # One request per blob and manifest
 //!
@@ -37,6 +38,10 @@ use oci_client::client::{ClientConfig, ClientProtocol, TagResponse};
 use oci_client::errors::{OciDistributionError, OciErrorCode};
 use oci_client::secrets::RegistryAuth;
 use oci_client::{Client, Reference, RegistryOperation};
+use sealvol_spec::oci::{
+    is_artifact, next_link, referrers_list, referrers_tag, OciDescriptor, MAX_MANIFEST_BYTES,
+    REFERRER_PAGES,
+};
 use sealvol_spec::Sha256Digest;
 
 use crate::error::{Code, RegistryError, Result};
@@ -90,8 +95,9 @@ pub(crate) enum Access {
 #[derive(Debug, Default)]
 struct Handshake {
     access: Option<Access>,
-    /// Repositories `oci-client` holds a token for.
-    tokens: HashSet<String>,
+    /// Repositories `oci-client` holds a token for, with the token (for
+    /// the requests `oci-client` has no call for: the referrers API).
+    tokens: HashMap<String, String>,
     /// Bumped by each handshake after a 401, so that fetches refused
     /// together run one.
     generation: u64,
@@ -105,6 +111,8 @@ pub(crate) enum Failure {
     Http(reqwest::Error),
     /// A plain fetch answered with this status.
     Status(u16),
+    /// An answer this cache does not take (too large, not what was asked).
+    Bad(String),
 }
 
 impl From<OciDistributionError> for Failure {
@@ -117,6 +125,7 @@ impl Failure {
     /// The upstream refused the credentials or token the fetch carried.
     fn unauthorized(&self) -> bool {
         match self {
+            Failure::Bad(_) => false,
             Failure::Status(s) => *s == 401,
             Failure::Http(e) => e.status().map(|s| s.as_u16()) == Some(401),
             Failure::Oci(e) => match e {
@@ -133,6 +142,31 @@ impl Failure {
             },
         }
     }
+
+    /// The upstream has no such thing (or no such endpoint).
+    fn not_found(&self) -> bool {
+        match self {
+            Failure::Status(s) => *s == 404,
+            Failure::Http(e) => e.status().map(|s| s.as_u16()) == Some(404),
+            Failure::Oci(OciDistributionError::RegistryError { envelope, .. }) => {
+                envelope.errors.iter().any(|e| {
+                    matches!(
+                        e.code,
+                        OciErrorCode::ManifestUnknown
+                            | OciErrorCode::BlobUnknown
+                            | OciErrorCode::NameUnknown
+                            | OciErrorCode::NotFound
+                    )
+                })
+            }
+            Failure::Oci(OciDistributionError::ServerError { code, .. }) => *code == 404,
+            Failure::Oci(OciDistributionError::RequestError(e)) => {
+                e.status().map(|s| s.as_u16()) == Some(404)
+            }
+            Failure::Oci(OciDistributionError::ImageManifestNotFoundError(_)) => true,
+            _ => false,
+        }
+    }
 }
 
 impl std::fmt::Display for Failure {
@@ -141,6 +175,7 @@ impl std::fmt::Display for Failure {
             Failure::Oci(e) => write!(f, "{e}"),
             Failure::Http(e) => write!(f, "{e}"),
             Failure::Status(s) => write!(f, "HTTP {s}"),
+            Failure::Bad(why) => write!(f, "a bad answer: {why}"),
         }
     }
 }
@@ -345,6 +380,123 @@ impl Upstream {
         .await
     }
 
+    /// The referrers of manifest `subject` in `repo` as the upstream lists
+    /// them, those of `artifactType` `artifact_type` when one is given
+    /// (filtered here too: a registry may ignore the filter). At most
+    /// [`REFERRER_PAGES`] pages of the referrers API, each at most the
+    /// manifest limit; where the upstream has no referrers API (it answers
+    /// 404), its referrers tag schema's index (`sha256-<hex>`), none when
+    /// that tag is not there either.
+    pub(crate) async fn referrers(
+        &self,
+        repo: &str,
+        subject: &Sha256Digest,
+        artifact_type: Option<&str>,
+    ) -> std::result::Result<Vec<OciDescriptor>, Failure> {
+        let r = &self.reference(repo, &subject.to_string());
+        let first = self.url_of(r, &format!("referrers/{subject}"));
+        let mut url = reqwest::Url::parse(&first)
+            .map_err(|e| Failure::Bad(format!("{first} is not a URL: {e}")))?;
+        if let Some(t) = artifact_type {
+            url.query_pairs_mut().append_pair("artifactType", t);
+        }
+        let mut found = Vec::new();
+        for page in 0..REFERRER_PAGES {
+            let fetched = self
+                .with_access(repo, |access| self.get_bounded(repo, access, url.clone()))
+                .await;
+            let (body, next) = match fetched {
+                Err(e) if page == 0 && e.not_found() => {
+                    found = self.referrers_by_tag(repo, subject).await?;
+                    break;
+                }
+                fetched => fetched?,
+            };
+            found.extend(
+                referrers_list(&body)
+                    .map_err(|e| Failure::Bad(format!("the referrers of {subject}: {e}")))?,
+            );
+            match next {
+                Some(next) => url = same_origin(&url, &next)?,
+                None => break,
+            }
+        }
+        if let Some(t) = artifact_type {
+            found.retain(|d| is_artifact(d, t));
+        }
+        let mut seen = HashSet::new();
+        found.retain(|d| seen.insert(d.digest().to_string()));
+        Ok(found)
+    }
+
+    /// The entries of the referrers tag schema's index of `subject`; none
+    /// when there is no such tag, or it holds no index.
+    async fn referrers_by_tag(
+        &self,
+        repo: &str,
+        subject: &Sha256Digest,
+    ) -> std::result::Result<Vec<OciDescriptor>, Failure> {
+        let tag = referrers_tag(subject);
+        let bytes = match self.manifest(repo, &tag, MAX_MANIFEST_BYTES).await {
+            Ok(b) => b,
+            Err(e) if e.not_found() => return Ok(Vec::new()),
+            Err(e) => return Err(e),
+        };
+        if bytes.len() > MAX_MANIFEST_BYTES {
+            return Err(Failure::Bad(format!(
+                "the referrers index {repo}:{tag} is over {MAX_MANIFEST_BYTES} bytes"
+            )));
+        }
+        match referrers_list(&bytes) {
+            Ok(found) => Ok(found),
+            // Not an index: not the tag schema's, so no referrers.
+            Err(e) => {
+                tracing::debug!(upstream = %self.url, repo, tag, error = %e, "referrers tag holds no index");
+                Ok(Vec::new())
+            }
+        }
+    }
+
+    /// A `GET` of a JSON list of at most the manifest limit, refused
+    /// before it is read when it announces more and cut off when it sends
+    /// more: its body and the target of its `Link: <...>; rel="next"`.
+    async fn get_bounded(
+        &self,
+        repo: &str,
+        access: Access,
+        url: reqwest::Url,
+    ) -> std::result::Result<(Bytes, Option<String>), Failure> {
+        let max = MAX_MANIFEST_BYTES;
+        let mut req = self
+            .get(url.to_string())
+            .header(reqwest::header::ACCEPT, MANIFEST_TYPES[0]);
+        if access == Access::Token {
+            let token = self.handshake.lock().await.tokens.get(repo).cloned();
+            if let Some(t) = token {
+                req = req.bearer_auth(t);
+            }
+        }
+        let resp = answered(req.send().await.map_err(Failure::Http)?)?;
+        let next = resp
+            .headers()
+            .get(reqwest::header::LINK)
+            .and_then(|v| v.to_str().ok())
+            .and_then(next_link);
+        let too_large = || Failure::Bad(format!("{url}: a list over {max} bytes"));
+        if resp.content_length().is_some_and(|n| n > max as u64) {
+            return Err(too_large());
+        }
+        let mut body = resp.bytes_stream();
+        let mut out = BytesMut::new();
+        while let Some(piece) = body.next().await {
+            out.extend_from_slice(&piece.map_err(Failure::Http)?);
+            if out.len() > max {
+                return Err(too_large());
+            }
+        }
+        Ok((out.freeze(), next))
+    }
+
     /// Runs `fetch` with what the handshake found; a fetch refused with
     /// 401 runs the handshake again (once for fetches refused together)
     /// and is sent once more.
@@ -382,7 +534,7 @@ impl Upstream {
         }
         match h.access {
             Some(Access::Direct) => return Ok((Access::Direct, h.generation)),
-            Some(Access::Token) if h.tokens.contains(repo) => {
+            Some(Access::Token) if h.tokens.contains_key(repo) => {
                 return Ok((Access::Token, h.generation))
             }
             _ => {}
@@ -394,8 +546,8 @@ impl Upstream {
             .await?;
         self.stats.handshakes.fetch_add(1, Ordering::Relaxed);
         metrics::counter!("sealvol_upstream_handshakes_total").increment(1);
-        let access = if token.is_some() {
-            h.tokens.insert(repo.to_string());
+        let access = if let Some(token) = token {
+            h.tokens.insert(repo.to_string(), token);
             Access::Token
         } else {
             Access::Direct
@@ -426,28 +578,7 @@ impl Upstream {
     /// What an upstream failure means for the client: its 404 is ours,
     /// anything else is a bad gateway.
     pub(crate) fn failed(&self, what: &str, e: Failure, unknown: Code) -> RegistryError {
-        let not_found = match &e {
-            Failure::Status(s) => *s == 404,
-            Failure::Http(e) => e.status().map(|s| s.as_u16()) == Some(404),
-            Failure::Oci(OciDistributionError::RegistryError { envelope, .. }) => {
-                envelope.errors.iter().any(|e| {
-                    matches!(
-                        e.code,
-                        OciErrorCode::ManifestUnknown
-                            | OciErrorCode::BlobUnknown
-                            | OciErrorCode::NameUnknown
-                            | OciErrorCode::NotFound
-                    )
-                })
-            }
-            Failure::Oci(OciDistributionError::ServerError { code, .. }) => *code == 404,
-            Failure::Oci(OciDistributionError::RequestError(e)) => {
-                e.status().map(|s| s.as_u16()) == Some(404)
-            }
-            Failure::Oci(OciDistributionError::ImageManifestNotFoundError(_)) => true,
-            _ => false,
-        };
-        if not_found {
+        if e.not_found() {
             return RegistryError::new(
                 unknown,
                 format!("{what} is not on the upstream {}", self.url),
@@ -470,6 +601,21 @@ impl Upstream {
     pub(crate) fn used(&self, digest: &Sha256Digest, now: u64) {
         self.used.lock().expect("used lock").insert(*digest, now);
     }
+}
+
+/// The next page `next` (a `Link` target) of list `url`, which must stay
+/// on the upstream: credentials go nowhere else.
+fn same_origin(url: &reqwest::Url, next: &str) -> std::result::Result<reqwest::Url, Failure> {
+    let to = url
+        .join(next)
+        .map_err(|e| Failure::Bad(format!("Link {next:?}: {e}")))?;
+    if to.origin() != url.origin() {
+        return Err(Failure::Bad(format!(
+            "Link {next:?} leaves the upstream {}",
+            url.origin().ascii_serialization()
+        )));
+    }
+    Ok(to)
 }
 
 /// `resp` when it is a success, else its status as the failure.
@@ -519,7 +665,142 @@ fn read_credentials(file: &Path) -> std::result::Result<RegistryAuth, String> {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
+
+    const SIG: &str = "application/vnd.dev.sigstore.bundle.v0.3+json";
+    const PREFETCH: &str = "application/vnd.sealvol.prefetch.v1";
+
+    fn entry(n: u8, artifact: &str) -> serde_json::Value {
+        serde_json::json!({
+            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "digest": Sha256Digest([n; 32]).to_string(),
+            "size": 100 + u64::from(n),
+            "artifactType": artifact,
+        })
+    }
+
+    fn index(entries: &[serde_json::Value]) -> String {
+        serde_json::json!({
+            "schemaVersion": 2,
+            "mediaType": "application/vnd.oci.image.index.v1+json",
+            "manifests": entries,
+        })
+        .to_string()
+    }
+
+    /// An upstream on a loopback port: `api` has the referrers API in two
+    /// pages (the second repeating an entry of the first), `old` has only
+    /// the referrers tag schema, `none` neither, `big` answers a list over
+    /// the limit, `away` links its next page to another host, `loop` links
+    /// each page to another, without end. Answers the upstream and the
+    /// requests it saw.
+    async fn upstream() -> (Upstream, Arc<Mutex<Vec<String>>>) {
+        use axum::http::{StatusCode, Uri};
+        use axum::response::IntoResponse;
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let log = Arc::clone(&seen);
+        let subject = Sha256Digest([9; 32]);
+        let tag = referrers_tag(&subject);
+        let app = axum::Router::new().fallback(move |uri: Uri| {
+            let (log, tag) = (Arc::clone(&log), tag.clone());
+            async move {
+                log.lock().unwrap().push(uri.to_string());
+                let path = uri.path();
+                let query = uri.query().unwrap_or_default();
+                let link = |to: &str| [(axum::http::header::LINK, format!("<{to}>; rel=\"next\""))];
+                if path == "/v2/" {
+                    return "{}".into_response();
+                }
+                let (repo, rest) = path
+                    .strip_prefix("/v2/")
+                    .and_then(|p| p.split_once('/'))
+                    .unwrap_or_default();
+                match (repo, rest.split('/').next().unwrap_or_default()) {
+                    ("api", "referrers") if query.contains("page=2") => {
+                        index(&[entry(2, PREFETCH), entry(1, SIG)]).into_response()
+                    }
+                    ("api", "referrers") => (
+                        link(&format!("{path}?page=2")),
+                        index(&[entry(1, SIG), entry(3, SIG)]),
+                    )
+                        .into_response(),
+                    ("old", "manifests") if rest.ends_with(&tag) => {
+                        index(&[entry(4, SIG), entry(5, PREFETCH)]).into_response()
+                    }
+                    ("big", "referrers") => "x".repeat(MAX_MANIFEST_BYTES + 1).into_response(),
+                    ("away", "referrers") => (
+                        link("http://elsewhere.example/v2/away/referrers/x"),
+                        index(&[entry(6, SIG)]),
+                    )
+                        .into_response(),
+                    ("loop", "referrers") => (link(path), index(&[entry(7, SIG)])).into_response(),
+                    _ => StatusCode::NOT_FOUND.into_response(),
+                }
+            }
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        let up = Upstream::new(&UpstreamConfig {
+            url: format!("http://{addr}"),
+            credentials_file: None,
+            tag_ttl_seconds: 0,
+            cache_size: None,
+        })
+        .unwrap();
+        (up, seen)
+    }
+
+    fn digests(found: &[OciDescriptor]) -> Vec<u8> {
+        found
+            .iter()
+            .map(|d| {
+                let hex = d.digest().digest().to_string();
+                u8::from_str_radix(&hex[..2], 16).unwrap()
+            })
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn referrers_follow_pages_or_the_tag_schema_filter_and_stay_bounded() {
+        let (up, seen) = upstream().await;
+        let subject = Sha256Digest([9; 32]);
+
+        // Two pages, once each entry; the filter applied here too.
+        let all = up.referrers("api", &subject, None).await.unwrap();
+        assert_eq!(digests(&all), [1, 3, 2]);
+        let sigs = up.referrers("api", &subject, Some(SIG)).await.unwrap();
+        assert_eq!(digests(&sigs), [1, 3]);
+        assert!(seen
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|r| r.contains("artifactType=application%2Fvnd.dev.sigstore")));
+
+        // No referrers API: the referrers tag schema, filtered here.
+        let old = up.referrers("old", &subject, Some(SIG)).await.unwrap();
+        assert_eq!(digests(&old), [4]);
+        // Neither: none.
+        assert!(up
+            .referrers("none", &subject, None)
+            .await
+            .unwrap()
+            .is_empty());
+
+        // Over the limit, or a page elsewhere: refused.
+        let big = up.referrers("big", &subject, None).await.unwrap_err();
+        assert!(big.to_string().contains("over"), "{big}");
+        let away = up.referrers("away", &subject, None).await.unwrap_err();
+        assert!(away.to_string().contains("leaves the upstream"), "{away}");
+
+        // Pages without end: REFERRER_PAGES of them are read.
+        let before = seen.lock().unwrap().len();
+        let looped = up.referrers("loop", &subject, None).await.unwrap();
+        assert_eq!(digests(&looped), [7]);
+        assert_eq!(seen.lock().unwrap().len() - before, REFERRER_PAGES);
+    }
 
     #[test]
     fn a_401_in_any_form_asks_for_the_handshake_again_and_a_404_is_unknown_here() {

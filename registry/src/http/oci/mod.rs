@@ -13,7 +13,6 @@ use axum::extract::{Request, State};
 use axum::http::{header, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
-use sealvol_spec::Sha256Digest;
 use serde_json::Value;
 
 use crate::error::{Code, RegistryError, Result};
@@ -117,7 +116,11 @@ async fn handle_direct(app: Arc<App>, route: Oci, req: Request) -> Result<Respon
         Oci::Referrers(name, digest) if method == Method::GET => {
             check_repository_name(&name)?;
             let filter = query_param(&req, "artifactType");
-            referrers(&app, name, parse_digest(&digest)?, filter).await
+            let subject = parse_digest(&digest)?;
+            let found =
+                crate::service::manifests::referrers(&app, &name, &subject, filter.as_deref())
+                    .await?;
+            referrers(found, filter.is_some())
         }
         _ => unsupported(),
     }
@@ -161,11 +164,18 @@ async fn handle_cached(
                 None => tags(&app, name, n, last).await,
             }
         }
+        Oci::Referrers(name, digest) if method == Method::GET => {
+            check_repository_name(&name)?;
+            let filter = query_param(&req, "artifactType");
+            let subject = parse_digest(&digest)?;
+            let found = cache::referrers(&app, up, &name, &subject, filter.as_deref()).await?;
+            referrers(found, filter.is_some())
+        }
         Oci::Manifest(..) | Oci::Blob(..) | Oci::UploadStart(_) | Oci::Upload(..) => {
             Err(cache::refuse_write(up))
         }
-        Oci::Base | Oci::Catalog | Oci::Referrers(..) => {
-            // What is cached: the base, the catalog, the referrers.
+        Oci::Base | Oci::Catalog => {
+            // What is cached: the base and the catalog.
             Box::pin(handle_direct(app, route, req)).await
         }
         _ => unsupported(),
@@ -279,31 +289,17 @@ async fn tags(app: &App, name: String, n: usize, last: Option<String>) -> Result
     ))
 }
 
-async fn referrers(
-    app: &App,
-    name: String,
-    subject: Sha256Digest,
-    filter: Option<String>,
-) -> Result<Response> {
-    let rows = crate::service::manifests::referrers(app, &name, &subject.to_string()).await?;
-    let mut manifests: Vec<Value> = rows
-        .iter()
-        .filter_map(|r| serde_json::from_str(r).ok())
-        .collect();
-    if let Some(t) = &filter {
-        manifests.retain(|d| d.get("artifactType").and_then(Value::as_str) == Some(t.as_str()));
-    }
-    let index = serde_json::json!({
-        "schemaVersion": 2,
-        "mediaType": OCI_INDEX,
-        "manifests": manifests,
-    });
+/// The referrers API's answer: an image index of `found`, saying that the
+/// `artifactType` filter was applied when one was asked for.
+fn referrers(found: Vec<sealvol_spec::oci::OciDescriptor>, filtered: bool) -> Result<Response> {
+    let index = sealvol_spec::oci::referrers_index(found)
+        .map_err(|e| RegistryError::internal(format!("the referrers list: {e}")))?;
     let mut resp = (
         [(header::CONTENT_TYPE, HeaderValue::from_static(OCI_INDEX))],
-        Bytes::from(index.to_string()),
+        Bytes::from(index),
     )
         .into_response();
-    if filter.is_some() {
+    if filtered {
         resp.headers_mut().insert(
             "oci-filters-applied",
             HeaderValue::from_static("artifactType"),
