@@ -505,29 +505,101 @@ pub struct Found {
     pub problem: Option<String>,
 }
 
+/// A signature referrer of a version, fetched but not yet checked: what a
+/// check needs of the registry, so that a mount can fetch it while it
+/// fetches the tree.
+#[derive(Clone, Debug)]
+pub struct Fetched {
+    pub manifest: Sha256Digest,
+    /// When it was made, as its referrer says (RFC 3339; empty if not).
+    pub created: String,
+    /// Its bundle, or why there is none to check.
+    pub bundle: Result<Bundle, String>,
+}
+
+/// Fetches the signature referrers of `version` (at most
+/// [`MAX_SIGNATURES`], a few at a time): each one's manifest and bundle.
+/// One whose manifest or bundle is gone (a referrers tag still listing a
+/// deleted signature), damaged or malformed is kept with the reason, to
+/// leave the others to decide; a registry that cannot be reached fails.
+pub async fn fetch(remote: &Remote, version: &Resolved) -> Result<Vec<Fetched>, Error> {
+    use futures_util::{StreamExt as _, TryStreamExt as _};
+    let repo = &version.repo;
+    let (referrers, _) = remote
+        .referrers(repo, &version.index_digest, MT_BUNDLE)
+        .await?;
+    let wanted: Vec<(Sha256Digest, String)> = referrers
+        .iter()
+        .filter_map(|d| Some((sha256_of(d)?, annotation(d, ANN_CREATED))))
+        .take(MAX_SIGNATURES)
+        .collect();
+    futures_util::stream::iter(wanted)
+        .map(|(manifest, created)| async move {
+            let bundle = fetch_bundle(remote, repo, &manifest).await?;
+            Ok::<_, Error>(Fetched {
+                manifest,
+                created,
+                bundle,
+            })
+        })
+        .buffered(4)
+        .try_collect()
+        .await
+}
+
+async fn fetch_bundle(
+    remote: &Remote,
+    repo: &str,
+    manifest: &Sha256Digest,
+) -> Result<Result<Bundle, String>, Error> {
+    let unusable = |e: TransportError| match e {
+        TransportError::NotFound(m) => Ok(Err(m)),
+        e @ TransportError::Corrupt { .. } => Ok(Err(e.to_string())),
+        e => Err(Error::from(e)),
+    };
+    let bytes = match remote.manifest(repo, &manifest.to_string()).await {
+        Ok((b, _)) => b,
+        Err(e) => return unusable(e),
+    };
+    let layer = match signature_layer(&bytes) {
+        Ok(l) => l,
+        Err(e) => return Ok(Err(e.to_string())),
+    };
+    let digest = sha256_of(&layer).expect("checked");
+    let blob = match remote.get_blob(repo, &digest, layer.size()).await {
+        Ok(b) => b,
+        Err(e) => return unusable(e),
+    };
+    Ok(Bundle::decode(&blob).map_err(|e| e.to_string()))
+}
+
 /// The signature referrers of `version` (at most [`MAX_SIGNATURES`]),
-/// each fetched and checked against `tree` and `keys` (SPEC.md §5.9).
-/// With no keys, signatures are checked against the version only.
+/// each fetched and checked against `tree` and `keys` (SPEC.md §5.9),
+/// newest first. With no keys, signatures are checked against the version
+/// only.
 pub async fn signatures(
     remote: &Remote,
     version: &Resolved,
     tree: &TreeIndex,
     keys: &[TrustedKey],
 ) -> Result<Vec<Found>, Error> {
-    let repo = &version.repo;
-    let (referrers, _) = remote
-        .referrers(repo, &version.index_digest, MT_BUNDLE)
-        .await?;
-    let mut out = Vec::new();
-    for d in referrers.iter().take(MAX_SIGNATURES) {
-        let Some(manifest) = sha256_of(d) else {
-            continue;
-        };
-        let created = annotation(d, ANN_CREATED);
-        out.push(check_one(remote, version, tree, keys, manifest, created).await?);
-    }
+    let fetched = fetch(remote, version).await?;
+    Ok(judge_all(&fetched, version, tree, keys))
+}
+
+/// [`judge`] of each, newest first.
+pub fn judge_all(
+    fetched: &[Fetched],
+    version: &Resolved,
+    tree: &TreeIndex,
+    keys: &[TrustedKey],
+) -> Vec<Found> {
+    let mut out: Vec<Found> = fetched
+        .iter()
+        .map(|f| judge(f, version, tree, keys))
+        .collect();
     out.sort_by(|a, b| b.created.cmp(&a.created));
-    Ok(out)
+    out
 }
 
 fn annotation(d: &OciDescriptor, key: &str) -> String {
@@ -538,19 +610,13 @@ fn annotation(d: &OciDescriptor, key: &str) -> String {
         .unwrap_or_default()
 }
 
-async fn check_one(
-    remote: &Remote,
-    version: &Resolved,
-    tree: &TreeIndex,
-    keys: &[TrustedKey],
-    manifest: Sha256Digest,
-    created: String,
-) -> Result<Found, Error> {
-    let repo = &version.repo;
+/// Checks one fetched signature against the version (its tree and index)
+/// and `keys`.
+pub fn judge(f: &Fetched, version: &Resolved, tree: &TreeIndex, keys: &[TrustedKey]) -> Found {
     let mut found = Found {
-        manifest,
+        manifest: f.manifest,
         kind: Kind::Other,
-        created,
+        created: f.created.clone(),
         hint: String::new(),
         signer: None,
         key: None,
@@ -560,47 +626,11 @@ async fn check_one(
         ignored: Vec::new(),
         problem: None,
     };
-    // A referrer whose manifest or bundle is gone (a referrers tag still
-    // listing a deleted signature) or damaged does not count, and leaves
-    // the others to decide; a registry that cannot be reached still fails.
-    let unusable = |e: TransportError, found: &mut Found| match e {
-        TransportError::NotFound(m) => {
-            found.problem = Some(m);
-            Ok(())
-        }
-        e @ TransportError::Corrupt { .. } => {
-            found.problem = Some(e.to_string());
-            Ok(())
-        }
-        e => Err(Error::from(e)),
-    };
-    let bytes = match remote.manifest(repo, &manifest.to_string()).await {
-        Ok((b, _)) => b,
-        Err(e) => {
-            unusable(e, &mut found)?;
-            return Ok(found);
-        }
-    };
-    let layer = match signature_layer(&bytes) {
-        Ok(l) => l,
-        Err(e) => {
-            found.problem = Some(e.to_string());
-            return Ok(found);
-        }
-    };
-    let digest = sha256_of(&layer).expect("checked");
-    let blob = match remote.get_blob(repo, &digest, layer.size()).await {
+    let bundle = match &f.bundle {
         Ok(b) => b,
-        Err(e) => {
-            unusable(e, &mut found)?;
-            return Ok(found);
-        }
-    };
-    let bundle = match Bundle::decode(&blob) {
-        Ok(b) => b,
-        Err(e) => {
-            found.problem = Some(e.to_string());
-            return Ok(found);
+        Err(why) => {
+            found.problem = Some(why.clone());
+            return found;
         }
     };
     found.hint = match bundle.signer() {
@@ -611,7 +641,7 @@ async fn check_one(
         Ok(parts) => parts,
         Err(e) => {
             found.problem = Some(e.to_string());
-            return Ok(found);
+            return found;
         }
     };
     // The statement's head first (its predicate is skipped), so that even
@@ -620,7 +650,7 @@ async fn check_one(
         Ok(h) => h,
         Err(e) => {
             found.problem = Some(e.to_string());
-            return Ok(found);
+            return found;
         }
     };
     found.kind = match head.predicate_type.as_str() {
@@ -630,7 +660,7 @@ async fn check_one(
             found.problem = Some(format!(
                 "a statement of predicateType {other:?}, not a signature of a version"
             ));
-            return Ok(found);
+            return found;
         }
     };
     // The signature before the statement's body: checking it hashes the
@@ -644,7 +674,7 @@ async fn check_one(
                  sealvol checks signatures by the keys given"
                     .into(),
             );
-            return Ok(found);
+            return found;
         }
         (false, Signer::Key { .. }) => {
             let message = pae(&payload_type, &payload);
@@ -652,7 +682,7 @@ async fn check_one(
                 Some(k) => Some(k),
                 None => {
                     found.problem = Some("signed by none of the trusted keys".into());
-                    return Ok(found);
+                    return found;
                 }
             }
         }
@@ -666,7 +696,7 @@ async fn check_one(
     };
     if let Err(e) = bound {
         found.problem = Some(e.to_string());
-        return Ok(found);
+        return found;
     }
     found.matches = true;
     match signer {
@@ -677,7 +707,7 @@ async fn check_one(
             found.verified = true;
         }
     }
-    Ok(found)
+    found
 }
 
 /// Requires that a trusted key signed `version` (SPEC.md §5.9): the
@@ -688,11 +718,26 @@ pub async fn require(
     tree: &TreeIndex,
     keys: &[TrustedKey],
 ) -> Result<Found, Error> {
+    if keys.is_empty() {
+        return Err(Error::Usage("no trusted key given".into()));
+    }
+    let fetched = fetch(remote, version).await?;
+    require_in(remote, &fetched, version, tree, keys)
+}
+
+/// [`require`] of signatures fetched already ([`fetch`]).
+pub fn require_in(
+    remote: &Remote,
+    fetched: &[Fetched],
+    version: &Resolved,
+    tree: &TreeIndex,
+    keys: &[TrustedKey],
+) -> Result<Found, Error> {
     let shown = crate::resolve::display_ref(remote, &version.pinned.without_path());
     if keys.is_empty() {
         return Err(Error::Usage("no trusted key given".into()));
     }
-    let found = signatures(remote, version, tree, keys).await?;
+    let found = judge_all(fetched, version, tree, keys);
     // An OMS signature says more (the files it covers) than a cosign one.
     let best = found
         .iter()

@@ -195,7 +195,11 @@ pub async fn mount(
     opts: &MountOptions,
 ) -> Result<Mount, MountError> {
     check_mountpoint(mountpoint)?;
-    let loaded = Loaded::fetch(remote, vref).await?;
+    let loaded = if opts.signed_by.is_empty() {
+        Loaded::fetch(remote, vref).await?
+    } else {
+        Loaded::fetch_signed(remote, vref).await?
+    };
     mount_loaded(remote, vref, &loaded, mountpoint, opts).await
 }
 
@@ -208,6 +212,8 @@ pub async fn mount(
 pub struct Loaded {
     version: Arc<Resolved>,
     tree: Arc<TreeIndex>,
+    /// The version's signatures, when fetched with it (not yet checked).
+    signatures: Option<Arc<Vec<sealvol_client::signature::Fetched>>>,
 }
 
 impl Loaded {
@@ -219,6 +225,24 @@ impl Loaded {
         Ok(Loaded {
             version: Arc::new(version),
             tree: Arc::new(tree),
+            signatures: None,
+        })
+    }
+
+    /// [`Loaded::fetch`], with the version's signatures fetched while the
+    /// tree is: a required signature then costs a mount no round trip of
+    /// its own.
+    pub async fn fetch_signed(remote: &Remote, vref: &VolumeRef) -> Result<Loaded, MountError> {
+        remote.prepare(&vref.repository(), false).await;
+        let version = resolve(remote, vref).await?;
+        let (tree, signatures) = tokio::join!(
+            load_tree(remote, &version),
+            sealvol_client::signature::fetch(remote, &version)
+        );
+        Ok(Loaded {
+            tree: Arc::new(tree?),
+            signatures: Some(Arc::new(signatures?)),
+            version: Arc::new(version),
         })
     }
 
@@ -254,7 +278,11 @@ pub async fn mount_loaded(
         &display_ref(remote, &vref.without_path()),
     )?;
     if !opts.signed_by.is_empty() {
-        sealvol_client::signature::require(remote, version, &tree, &opts.signed_by).await?;
+        let fetched = match &loaded.signatures {
+            Some(f) => Arc::clone(f),
+            None => Arc::new(sealvol_client::signature::fetch(remote, version).await?),
+        };
+        sealvol_client::signature::require_in(remote, &fetched, version, &tree, &opts.signed_by)?;
     }
     let reference = display_ref(remote, &version.pinned);
     let created = version
