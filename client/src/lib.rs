@@ -30,6 +30,7 @@ pub mod keys;
 pub mod prefetch;
 pub mod pull;
 pub mod push;
+mod referrer;
 pub mod remote;
 pub mod resolve;
 pub mod seal;

@@ -8,21 +8,15 @@
 //! the pieces it names and checks them through the chain when they are read,
 //! like any other fetch. A list that breaks a rule is refused whole.
 
-use bytes::Bytes;
 use sealvol_spec::oci::{
-    add_referrer, build_prefetch, prefetch_candidate, prefetch_layer, sha256_of, MT_PREFETCH,
+    build_prefetch, prefetch_candidate, prefetch_layer, sha256_of, MT_PREFETCH,
 };
 use sealvol_spec::prefetch::PrefetchList;
 use sealvol_spec::tree::TreeIndex;
 use sealvol_spec::Sha256Digest;
 
-use crate::push::INDEX_TYPE;
-use crate::remote::referrers_tag;
 use crate::resolve::Resolved;
-use crate::{Error, Remote, TransportError};
-
-/// Media type of an image manifest.
-const MANIFEST_TYPE: &str = "application/vnd.oci.image.manifest.v1+json";
+use crate::{Error, Remote};
 
 /// A prefetch list pushed.
 #[derive(Clone, Debug)]
@@ -54,7 +48,6 @@ pub async fn push_list(
     list: &PrefetchList,
     created: &str,
 ) -> Result<Pushed, Error> {
-    let repo = &version.repo;
     let bytes = list
         .encode()
         .map_err(|e| Error::Usage(format!("cannot encode the prefetch list: {e}")))?;
@@ -66,40 +59,8 @@ pub async fn push_list(
         created,
     )
     .map_err(|e| Error::Usage(format!("cannot lay out the prefetch list: {e}")))?;
-    remote.prepare(repo, true).await;
-    for blob in &built.blobs {
-        let d = blob.digest();
-        if !remote.has_blob(repo, &d).await? {
-            remote
-                .put_blob(repo, &d, Bytes::from(blob.bytes.clone()))
-                .await?;
-        }
-    }
+    let api = crate::referrer::push(remote, version, &built).await?;
     let manifest = built.manifest.digest();
-    remote
-        .put_manifest(
-            repo,
-            &manifest.to_string(),
-            Bytes::from(built.manifest.bytes.clone()),
-            MANIFEST_TYPE,
-        )
-        .await?;
-    let (_, api) = remote
-        .referrers(repo, &version.index_digest, MT_PREFETCH)
-        .await?;
-    if !api {
-        let tag = referrers_tag(&version.index_digest);
-        let existing = match remote.manifest(repo, &tag).await {
-            Ok((b, _)) => Some(b),
-            Err(TransportError::NotFound(_)) => None,
-            Err(e) => return Err(e.into()),
-        };
-        let index = add_referrer(existing.as_deref(), built.referrer.clone())
-            .map_err(|e| Error::Corrupt(format!("the referrers index {repo}:{tag}: {e}")))?;
-        remote
-            .put_manifest(repo, &tag, Bytes::from(index.bytes), INDEX_TYPE)
-            .await?;
-    }
     Ok(Pushed {
         manifest,
         referrers_api: api,

@@ -21,12 +21,9 @@ use aws_lc_rs::signature::{
     self as sig, EcdsaKeyPair, Ed25519KeyPair, KeyPair as _, UnparsedPublicKey,
     VerificationAlgorithm,
 };
-use bytes::Bytes;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{PrivateKeyDer, SubjectPublicKeyInfoDer};
-use sealvol_spec::oci::{
-    add_referrer, build_signature, sha256_of, signature_layer, OciDescriptor, ANN_CREATED,
-};
+use sealvol_spec::oci::{build_signature, sha256_of, signature_layer, OciDescriptor, ANN_CREATED};
 use sealvol_spec::signature::{
     check_cosign_subjects, check_oms_payload, cosign_statement, oms_statement, pae, Bundle, Head,
     Signer, Statement, MAX_SIGNATURES, MT_BUNDLE, PAYLOAD_TYPE, PREDICATE_COSIGN, PREDICATE_OMS,
@@ -35,13 +32,9 @@ use sealvol_spec::tree::TreeIndex;
 use sealvol_spec::Sha256Digest;
 use sha2::{Digest as _, Sha256};
 
-use crate::push::INDEX_TYPE;
-use crate::remote::referrers_tag;
 use crate::resolve::Resolved;
 use crate::{Error, Remote, TransportError};
 
-/// Media type of an image manifest.
-const MANIFEST_TYPE: &str = "application/vnd.oci.image.manifest.v1+json";
 /// The largest key file read.
 const MAX_KEY_BYTES: u64 = 64 << 10;
 
@@ -401,7 +394,7 @@ pub async fn sign(
             created,
         )
         .map_err(|e| Error::Usage(format!("cannot lay out the signature: {e}")))?;
-        api = push_referrer(remote, version, &built).await?;
+        api = crate::referrer::push(remote, version, &built).await?;
         manifests.push(built.manifest.digest());
     }
     Ok(Signed {
@@ -410,58 +403,6 @@ pub async fn sign(
         files,
         referrers_api: api,
     })
-}
-
-/// Pushes a referrer of the version index: its blobs, its manifest by
-/// digest, and, on a registry without the referrers API, the referrers tag
-/// schema's index. Whether the registry has the API.
-pub(crate) async fn push_referrer(
-    remote: &Remote,
-    version: &Resolved,
-    built: &sealvol_spec::oci::BuiltReferrer,
-) -> Result<bool, Error> {
-    let repo = &version.repo;
-    remote.prepare(repo, true).await;
-    for blob in &built.blobs {
-        let d = blob.digest();
-        if !remote.has_blob(repo, &d).await? {
-            remote
-                .put_blob(repo, &d, Bytes::from(blob.bytes.clone()))
-                .await?;
-        }
-    }
-    let manifest = built.manifest.digest();
-    remote
-        .put_manifest(
-            repo,
-            &manifest.to_string(),
-            Bytes::from(built.manifest.bytes.clone()),
-            MANIFEST_TYPE,
-        )
-        .await?;
-    let artifact = built
-        .referrer
-        .artifact_type()
-        .as_ref()
-        .map(|t| t.to_string())
-        .unwrap_or_default();
-    let (_, api) = remote
-        .referrers(repo, &version.index_digest, &artifact)
-        .await?;
-    if !api {
-        let tag = referrers_tag(&version.index_digest);
-        let existing = match remote.manifest(repo, &tag).await {
-            Ok((b, _)) => Some(b),
-            Err(TransportError::NotFound(_)) => None,
-            Err(e) => return Err(e.into()),
-        };
-        let index = add_referrer(existing.as_deref(), built.referrer.clone())
-            .map_err(|e| Error::Corrupt(format!("the referrers index {repo}:{tag}: {e}")))?;
-        remote
-            .put_manifest(repo, &tag, Bytes::from(index.bytes), INDEX_TYPE)
-            .await?;
-    }
-    Ok(api)
 }
 
 /// What kind of statement a signature carries.

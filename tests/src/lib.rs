@@ -2617,6 +2617,72 @@ impl Drop for Gate {
     }
 }
 
+/// An ECDSA P-256 key pair made by `openssl` as `NAME.pem` (PKCS#8) and
+/// `NAME.pub` in `dir`: the private key and the public key.
+pub fn ec_key(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
+    let (sec1, pem, public) = (
+        dir.join(format!("{name}.sec1")),
+        dir.join(format!("{name}.pem")),
+        dir.join(format!("{name}.pub")),
+    );
+    for args in [
+        vec![
+            "ecparam",
+            "-name",
+            "prime256v1",
+            "-genkey",
+            "-noout",
+            "-out",
+            s(&sec1),
+        ],
+        vec![
+            "pkcs8",
+            "-topk8",
+            "-nocrypt",
+            "-in",
+            s(&sec1),
+            "-out",
+            s(&pem),
+        ],
+        vec!["ec", "-in", s(&pem), "-pubout", "-out", s(&public)],
+    ] {
+        let out = Command::new("openssl")
+            .args(&args)
+            .output()
+            .expect("run openssl (installed by scripts/deps.sh)");
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    (pem, public)
+}
+
+/// The chunks of `data` among the blob files under `root` (a registry's
+/// data folder), in order: the blob files whose bytes continue `data`
+/// where the previous one ended.
+pub fn chunk_files(root: &Path, data: &[u8]) -> Vec<PathBuf> {
+    let mut blobs = Vec::new();
+    for shard in std::fs::read_dir(root.join("blobs/sha256")).unwrap() {
+        for f in std::fs::read_dir(shard.unwrap().path()).unwrap() {
+            let p = f.unwrap().path();
+            let bytes = std::fs::read(&p).unwrap();
+            blobs.push((p, bytes));
+        }
+    }
+    let (mut at, mut out) = (0, Vec::new());
+    while at < data.len() {
+        let (p, b) = blobs
+            .iter()
+            .find(|(_, b)| !b.is_empty() && data[at..].starts_with(b))
+            .unwrap_or_else(|| panic!("no stored chunk continues the file at {at}"));
+        out.push(p.clone());
+        at += b.len();
+    }
+    out
+}
+
 #[cfg(test)]
 mod emulator_tests {
     #[test]

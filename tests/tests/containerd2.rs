@@ -528,37 +528,7 @@ fn signatures_required_mount_the_signed_version_and_refuse_an_unsigned_one() {
     let p = Published::new(false);
     let keys = p._sb.path().join("keys");
     std::fs::create_dir_all(&keys).unwrap();
-    let openssl = |args: &[&str]| {
-        let out = std::process::Command::new("openssl")
-            .args(args)
-            .output()
-            .expect("run openssl");
-        assert!(out.status.success(), "openssl {args:?}: {out:?}");
-    };
-    let (sec1, key, public) = (
-        keys.join("ec.sec1"),
-        keys.join("ec.pem"),
-        keys.join("ec.pub"),
-    );
-    openssl(&[
-        "ecparam",
-        "-name",
-        "prime256v1",
-        "-genkey",
-        "-noout",
-        "-out",
-        s(&sec1),
-    ]);
-    openssl(&[
-        "pkcs8",
-        "-topk8",
-        "-nocrypt",
-        "-in",
-        s(&sec1),
-        "-out",
-        s(&key),
-    ]);
-    openssl(&["ec", "-in", s(&key), "-pubout", "-out", s(&public)]);
+    let (key, public) = sealvol_tests::ec_key(&keys, "ec");
     let registry = p.proxy.addr();
     sealvol_tests::ok(
         p._sb.sealvol(

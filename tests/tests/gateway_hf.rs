@@ -16,7 +16,7 @@
 //!   bytes, for raw ranges and for the client.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use sealvol_tests::{
     host, htpasswd_line, json, noise, ok, s, venv_bin, write, FlipProxy, Sandbox, Server,
@@ -632,30 +632,6 @@ fn ranges_and_errors_over_plain_http() {
     assert_eq!(header(&r, "x-repo-commit"), Some(sha));
 }
 
-/// The chunks of `data` among the blob files under `root` (a registry's
-/// data folder), in order: the blob files whose bytes continue `data`
-/// where the previous one ended.
-fn chunk_files(root: &Path, data: &[u8]) -> Vec<PathBuf> {
-    let mut blobs = Vec::new();
-    for shard in std::fs::read_dir(root.join("blobs/sha256")).unwrap() {
-        for f in std::fs::read_dir(shard.unwrap().path()).unwrap() {
-            let p = f.unwrap().path();
-            let bytes = std::fs::read(&p).unwrap();
-            blobs.push((p, bytes));
-        }
-    }
-    let (mut at, mut out) = (0, Vec::new());
-    while at < data.len() {
-        let (p, b) = blobs
-            .iter()
-            .find(|(_, b)| !b.is_empty() && data[at..].starts_with(b))
-            .unwrap_or_else(|| panic!("no stored chunk continues the file at {at}"));
-        out.push(p.clone());
-        at += b.len();
-    }
-    out
-}
-
 #[test]
 fn a_damaged_chunk_is_an_error_never_wrong_bytes() {
     let sb = Sandbox::new();
@@ -670,7 +646,7 @@ fn a_damaged_chunk_is_an_error_never_wrong_bytes() {
 
     // Bitrot in the last byte of the file's last chunk, written as a new
     // file over the blob (as a tampered bucket would serve it).
-    let chunks = chunk_files(&root, &tensor);
+    let chunks = sealvol_tests::chunk_files(&root, &tensor);
     let last = chunks.last().unwrap();
     let mut bytes = std::fs::read(last).unwrap();
     *bytes.last_mut().unwrap() ^= 0x01;

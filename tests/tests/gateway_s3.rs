@@ -1463,30 +1463,6 @@ fn malformed_requests_get_s3_xml_errors() {
     assert_xml_error(&r[5], Some(405), Some("MethodNotAllowed"), "PATCH");
 }
 
-/// The chunks of `data` among the blob files under `root` (a registry's
-/// data folder), in order: the blob files whose bytes continue `data`
-/// where the previous one ended.
-fn chunk_files(root: &Path, data: &[u8]) -> Vec<PathBuf> {
-    let mut blobs = Vec::new();
-    for shard in std::fs::read_dir(root.join("blobs/sha256")).unwrap() {
-        for f in std::fs::read_dir(shard.unwrap().path()).unwrap() {
-            let p = f.unwrap().path();
-            let bytes = std::fs::read(&p).unwrap();
-            blobs.push((p, bytes));
-        }
-    }
-    let (mut at, mut out) = (0, Vec::new());
-    while at < data.len() {
-        let (p, b) = blobs
-            .iter()
-            .find(|(_, b)| !b.is_empty() && data[at..].starts_with(b))
-            .unwrap_or_else(|| panic!("no stored chunk continues the file at {at}"));
-        out.push(p.clone());
-        at += b.len();
-    }
-    out
-}
-
 #[test]
 fn a_damaged_chunk_is_an_error_never_wrong_bytes() {
     let sb = Sandbox::new();
@@ -1524,7 +1500,7 @@ fn a_damaged_chunk_is_an_error_never_wrong_bytes() {
     // Bitrot in the last byte of the file's last chunk, written as a new
     // file over the blob.
     let root = sb.path().join("registry");
-    let chunks = chunk_files(&root, &big);
+    let chunks = sealvol_tests::chunk_files(&root, &big);
     let last = chunks.last().unwrap();
     let mut bytes = std::fs::read(last).unwrap();
     *bytes.last_mut().unwrap() ^= 0x01;

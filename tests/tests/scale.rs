@@ -536,48 +536,6 @@ fn a_pull_through_cache_fetches_each_blob_once_and_serves_what_it_holds_with_the
 // Signed versions through a cache: a signature is a referrer of the
 // version index, which the cache lists as the upstream does.
 
-/// An ECDSA P-256 key pair made by `openssl` as `NAME.pem` (PKCS#8) and
-/// `NAME.pub` in `sb`: the private key and the public key.
-fn ec_key(sb: &Sandbox, name: &str) -> (std::path::PathBuf, std::path::PathBuf) {
-    let (sec1, pem, public) = (
-        sb.path().join(format!("{name}.sec1")),
-        sb.path().join(format!("{name}.pem")),
-        sb.path().join(format!("{name}.pub")),
-    );
-    for args in [
-        vec![
-            "ecparam",
-            "-name",
-            "prime256v1",
-            "-genkey",
-            "-noout",
-            "-out",
-            s(&sec1),
-        ],
-        vec![
-            "pkcs8",
-            "-topk8",
-            "-nocrypt",
-            "-in",
-            s(&sec1),
-            "-out",
-            s(&pem),
-        ],
-        vec!["ec", "-in", s(&pem), "-pubout", "-out", s(&public)],
-    ] {
-        let out = std::process::Command::new("openssl")
-            .args(&args)
-            .output()
-            .expect("run openssl (installed by scripts/deps.sh)");
-        assert!(
-            out.status.success(),
-            "openssl {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    (pem, public)
-}
-
 /// Pushes a small version to `registry` as `ns/vol:v1` and signs it with
 /// `key`; its folder and its `b3:` digest.
 fn push_signed(
@@ -650,8 +608,8 @@ fn signed_through(sb: &Sandbox, c: &str, version: &str, public: &Path, other: &P
 #[test]
 fn a_pull_through_cache_lists_the_upstreams_signatures_so_signed_versions_verify_through_it() {
     let sb = Sandbox::new();
-    let (key, public) = ec_key(&sb, "ec");
-    let (_, other) = ec_key(&sb, "other");
+    let (key, public) = sealvol_tests::ec_key(sb.path(), "ec");
+    let (_, other) = sealvol_tests::ec_key(sb.path(), "other");
     let cache_of = |name: &str, upstream: &str| {
         let config = format!("upstream = \"http://{upstream}\"\ntag_ttl_seconds = 0\n");
         Server::start_config_env(&sb.path().join(name), &config, &[])

@@ -128,37 +128,10 @@ impl Keys {
             ok(out, &format!("openssl {args:?}"));
         };
         for name in ["ec", "other"] {
-            let sec1 = format!("{name}.sec1");
-            openssl(&[
-                "ecparam",
-                "-name",
-                "prime256v1",
-                "-genkey",
-                "-noout",
-                "-out",
-                &sec1,
-            ]);
-            openssl(&[
-                "pkcs8",
-                "-topk8",
-                "-nocrypt",
-                "-in",
-                &sec1,
-                "-out",
-                &format!("{name}.pem"),
-            ]);
+            sealvol_tests::ec_key(&dir, name);
         }
         openssl(&["genpkey", "-algorithm", "ed25519", "-out", "ed.pem"]);
-        for name in ["ec", "other", "ed"] {
-            openssl(&[
-                "pkey",
-                "-in",
-                &format!("{name}.pem"),
-                "-pubout",
-                "-out",
-                &format!("{name}.pub"),
-            ]);
-        }
+        openssl(&["pkey", "-in", "ed.pem", "-pubout", "-out", "ed.pub"]);
         Keys { dir }
     }
 
