@@ -26,7 +26,8 @@ use rustls_pki_types::{PrivateKeyDer, SubjectPublicKeyInfoDer};
 use sealvol_spec::oci::{build_signature, sha256_of, signature_layer, OciDescriptor, ANN_CREATED};
 use sealvol_spec::signature::{
     check_cosign_subjects, check_oms_payload, cosign_statement, oms_statement, pae, Bundle, Head,
-    Signer, Statement, MAX_SIGNATURES, MT_BUNDLE, PAYLOAD_TYPE, PREDICATE_COSIGN, PREDICATE_OMS,
+    Signer, Statement, ANN_BUNDLE_PREDICATE, MAX_SIGNATURES, MT_BUNDLE, PAYLOAD_TYPE,
+    PREDICATE_COSIGN, PREDICATE_OMS,
 };
 use sealvol_spec::tree::TreeIndex;
 use sealvol_spec::Sha256Digest;
@@ -458,34 +459,78 @@ pub struct Fetched {
     pub bundle: Result<Bundle, String>,
 }
 
-/// Fetches the signature referrers of `version` (at most
-/// [`MAX_SIGNATURES`], a few at a time): each one's manifest and bundle.
-/// One whose manifest or bundle is gone (a referrers tag still listing a
-/// deleted signature), damaged or malformed is kept with the reason, to
-/// leave the others to decide; a registry that cannot be reached fails.
-pub async fn fetch(remote: &Remote, version: &Resolved) -> Result<Vec<Fetched>, Error> {
-    use futures_util::{StreamExt as _, TryStreamExt as _};
-    let repo = &version.repo;
+/// A signature referrer of a version as its referrers list shows it.
+#[derive(Clone, Debug)]
+pub struct Listed {
+    pub manifest: Sha256Digest,
+    /// When it was made, as the referrer says (RFC 3339; empty if not).
+    pub created: String,
+    /// Whether its annotation says it holds an OMS statement.
+    pub oms: bool,
+}
+
+/// The signature referrers of `version`, at most [`MAX_SIGNATURES`], in
+/// the order a check tries them: OMS statements (by the referrer's
+/// annotation) before others, each newest first.
+pub async fn list(remote: &Remote, version: &Resolved) -> Result<Vec<Listed>, Error> {
     let (referrers, _) = remote
-        .referrers(repo, &version.index_digest, MT_BUNDLE)
+        .referrers(&version.repo, &version.index_digest, MT_BUNDLE)
         .await?;
-    let wanted: Vec<(Sha256Digest, String)> = referrers
+    let mut listed: Vec<Listed> = referrers
         .iter()
-        .filter_map(|d| Some((sha256_of(d)?, annotation(d, ANN_CREATED))))
-        .take(MAX_SIGNATURES)
-        .collect();
-    futures_util::stream::iter(wanted)
-        .map(|(manifest, created)| async move {
-            let bundle = fetch_bundle(remote, repo, &manifest).await?;
-            Ok::<_, Error>(Fetched {
-                manifest,
-                created,
-                bundle,
+        .filter_map(|d| {
+            Some(Listed {
+                manifest: sha256_of(d)?,
+                created: annotation(d, ANN_CREATED),
+                oms: annotation(d, ANN_BUNDLE_PREDICATE) == PREDICATE_OMS,
             })
         })
+        .take(MAX_SIGNATURES)
+        .collect();
+    listed.sort_by(|a, b| b.oms.cmp(&a.oms).then_with(|| b.created.cmp(&a.created)));
+    Ok(listed)
+}
+
+/// Fetches one listed signature's manifest and bundle. One whose manifest
+/// or bundle is gone (a referrers tag still listing a deleted signature),
+/// damaged or malformed is kept with the reason, to leave the others to
+/// decide; a registry that cannot be reached fails.
+pub async fn fetch_one(remote: &Remote, version: &Resolved, l: &Listed) -> Result<Fetched, Error> {
+    Ok(Fetched {
+        manifest: l.manifest,
+        created: l.created.clone(),
+        bundle: fetch_bundle(remote, &version.repo, &l.manifest).await?,
+    })
+}
+
+/// Fetches every signature referrer of `version` ([`list`]), a few at a
+/// time.
+pub async fn fetch(remote: &Remote, version: &Resolved) -> Result<Vec<Fetched>, Error> {
+    use futures_util::{StreamExt as _, TryStreamExt as _};
+    let listed = list(remote, version).await?;
+    futures_util::stream::iter(&listed)
+        .map(|l| fetch_one(remote, version, l))
         .buffered(4)
         .try_collect()
         .await
+}
+
+/// What a mount fetches of a version's signatures while it fetches the
+/// tree: the list, and the first one a check tries.
+#[derive(Clone, Debug)]
+pub struct Prefetched {
+    pub listed: Vec<Listed>,
+    pub first: Option<Fetched>,
+}
+
+/// [`Prefetched`] of `version`.
+pub async fn prefetch(remote: &Remote, version: &Resolved) -> Result<Prefetched, Error> {
+    let listed = list(remote, version).await?;
+    let first = match listed.first() {
+        Some(l) => Some(fetch_one(remote, version, l).await?),
+        None => None,
+    };
+    Ok(Prefetched { listed, first })
 }
 
 async fn fetch_bundle(
@@ -653,46 +698,51 @@ pub fn judge(f: &Fetched, version: &Resolved, tree: &TreeIndex, keys: &[TrustedK
 
 /// Requires that a trusted key signed `version` (SPEC.md §5.9): the
 /// signature that counts, or [`Error::Unsigned`] saying why none does.
+/// Signatures are fetched and checked in [`list`]'s order until one
+/// counts, so a version signed many times costs one bundle.
 pub async fn require(
     remote: &Remote,
     version: &Resolved,
     tree: &TreeIndex,
     keys: &[TrustedKey],
 ) -> Result<Found, Error> {
-    if keys.is_empty() {
-        return Err(Error::Usage("no trusted key given".into()));
-    }
-    let fetched = fetch(remote, version).await?;
-    require_in(remote, &fetched, version, tree, keys)
+    let pre = Prefetched {
+        listed: list(remote, version).await?,
+        first: None,
+    };
+    require_from(remote, version, tree, keys, &pre).await
 }
 
-/// [`require`] of signatures fetched already ([`fetch`]).
-pub fn require_in(
+/// [`require`], starting from what [`prefetch`] fetched.
+pub async fn require_from(
     remote: &Remote,
-    fetched: &[Fetched],
     version: &Resolved,
     tree: &TreeIndex,
     keys: &[TrustedKey],
+    pre: &Prefetched,
 ) -> Result<Found, Error> {
-    let shown = crate::resolve::display_ref(remote, &version.pinned.without_path());
     if keys.is_empty() {
         return Err(Error::Usage("no trusted key given".into()));
     }
-    let found = judge_all(fetched, version, tree, keys);
-    // An OMS signature says more (the files it covers) than a cosign one.
-    let best = found
-        .iter()
-        .filter(|f| f.verified)
-        .min_by_key(|f| f.kind != Kind::Oms);
-    if let Some(ok) = best {
-        return Ok(ok.clone());
+    let mut refused = Vec::new();
+    for l in &pre.listed {
+        let fetched = match &pre.first {
+            Some(f) if f.manifest == l.manifest => f.clone(),
+            _ => fetch_one(remote, version, l).await?,
+        };
+        let found = judge(&fetched, version, tree, keys);
+        if found.verified {
+            return Ok(found);
+        }
+        refused.push(found);
     }
+    let shown = crate::resolve::display_ref(remote, &version.pinned.without_path());
     let trusted = keys
         .iter()
         .map(|k| k.source.as_str())
         .collect::<Vec<_>>()
         .join(", ");
-    Err(Error::Unsigned(match found.as_slice() {
+    Err(Error::Unsigned(match refused.as_slice() {
         [] => format!("{shown} is not signed (no signature referrers); sign it with `sealvol sign`"),
         [one] => format!(
             "{shown} is not signed by a trusted key ({trusted}): its signature {}: {}",
@@ -700,7 +750,7 @@ pub fn require_in(
             one.problem.as_deref().unwrap_or("refused")
         ),
         many => format!(
-            "{shown} is not signed by a trusted key ({trusted}): none of its {} signatures counts; the newest: {}",
+            "{shown} is not signed by a trusted key ({trusted}): none of its {} signatures counts; the first tried: {}",
             many.len(),
             many[0].problem.as_deref().unwrap_or("refused")
         ),

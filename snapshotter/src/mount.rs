@@ -213,7 +213,7 @@ pub struct Loaded {
     version: Arc<Resolved>,
     tree: Arc<TreeIndex>,
     /// The version's signatures, when fetched with it (not yet checked).
-    signatures: Option<Arc<Vec<sealvol_client::signature::Fetched>>>,
+    signatures: Option<Arc<sealvol_client::signature::Prefetched>>,
 }
 
 impl Loaded {
@@ -237,7 +237,7 @@ impl Loaded {
         let version = resolve(remote, vref).await?;
         let (tree, signatures) = tokio::join!(
             load_tree(remote, &version),
-            sealvol_client::signature::fetch(remote, &version)
+            sealvol_client::signature::prefetch(remote, &version)
         );
         Ok(Loaded {
             tree: Arc::new(tree?),
@@ -278,11 +278,13 @@ pub async fn mount_loaded(
         &display_ref(remote, &vref.without_path()),
     )?;
     if !opts.signed_by.is_empty() {
-        let fetched = match &loaded.signatures {
-            Some(f) => Arc::clone(f),
-            None => Arc::new(sealvol_client::signature::fetch(remote, version).await?),
+        let keys = &opts.signed_by;
+        match &loaded.signatures {
+            Some(pre) => {
+                sealvol_client::signature::require_from(remote, version, &tree, keys, pre).await?
+            }
+            None => sealvol_client::signature::require(remote, version, &tree, keys).await?,
         };
-        sealvol_client::signature::require_in(remote, &fetched, version, &tree, &opts.signed_by)?;
     }
     let reference = display_ref(remote, &version.pinned);
     let created = version
