@@ -41,7 +41,7 @@ pub enum Error {
     Unsigned(String),
     /// A signing or trusted key that cannot be used.
     #[error(transparent)]
-    Key(#[from] crate::signature::KeyError),
+    Key(#[from] KeyError),
     /// The registry refused because of what someone else is doing, or the
     /// state the object is in (SPEC.md §7.2: 409).
     #[error("{0}")]
@@ -122,4 +122,13 @@ impl SealError {
             message: e.to_string(),
         }
     }
+}
+
+/// Why a signing or trusted key cannot be used (`sealvol_client::signature`):
+/// the key's file or `env://` name, and what is wrong with it.
+#[derive(Debug, thiserror::Error)]
+#[error("{source_name}: {message}")]
+pub struct KeyError {
+    pub(crate) source_name: String,
+    pub(crate) message: String,
 }

@@ -33,19 +33,12 @@ use sealvol_spec::tree::TreeIndex;
 use sealvol_spec::Sha256Digest;
 use sha2::{Digest as _, Sha256};
 
+pub use crate::error::KeyError;
 use crate::resolve::Resolved;
 use crate::{Error, Remote, TransportError};
 
 /// The largest key file read.
 const MAX_KEY_BYTES: u64 = 64 << 10;
-
-/// Why a key cannot be used.
-#[derive(Debug, thiserror::Error)]
-#[error("{source_name}: {message}")]
-pub struct KeyError {
-    source_name: String,
-    message: String,
-}
 
 /// The algorithm of a key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
